@@ -1,0 +1,135 @@
+"""Every private torch API memopt touches lives here, so a torch upgrade touches one file.
+
+Checked against torch 2.11 and 2.13 (see shared TORCH_NOTES).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: F401  (re-export)
+from torch.utils.checkpoint import CheckpointPolicy  # noqa: F401  (re-export)
+
+TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def min_cut_partition(gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any):
+    """Inductor's default partition: ``min_cut_rematerialization_partition``."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    kwargs.setdefault("compiler", "inductor")
+    return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+
+
+def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):
+    from torch._inductor.compile_fx import compile_fx as _compile_fx
+
+    return _compile_fx(gm, example_inputs, **kwargs)
+
+
+def register_backend(name: str, fn) -> None:
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend as _reg
+
+    if name not in _BACKENDS:
+        _reg(compiler_fn=fn, name=name)
+
+
+def detect_shape_env(inputs: Sequence[Any]):
+    """The ShapeEnv of the fake tensors in ``inputs`` (None when shapes are static/not fake)."""
+    fake_mode = torch._guards.detect_fake_mode(inputs)
+    if fake_mode is None:
+        return None
+    return fake_mode.shape_env
+
+
+def symbol_values(shape_env) -> dict[sympy.Symbol, int]:
+    """Backed hint of every symbol (the sizes of the call that triggered the compile)."""
+    if shape_env is None:
+        return {}
+    table = getattr(shape_env, "backed_var_to_val", None)
+    if table is None:  # older torch
+        table = shape_env.var_to_val
+    return {k: int(v) for k, v in table.items()}
+
+
+def symbol_sources(shape_env) -> dict[sympy.Symbol, list[tuple[str, int]]]:
+    """Map each symbol to ``[(input name, dim)]`` read from dynamo's sources."""
+    out: dict[sympy.Symbol, list[tuple[str, int]]] = {}
+    if shape_env is None:
+        return out
+    for sym, sources in shape_env.var_to_sources.items():
+        names = []
+        for src in sources:
+            named = _source_name(src)
+            if named is not None:
+                names.append(named)
+        out[sym] = names
+    return out
+
+
+def _source_name(src) -> tuple[str, int] | None:
+    from torch._dynamo.source import TensorProperty, TensorPropertySource
+
+    if not isinstance(src, TensorPropertySource) or src.prop is not TensorProperty.SIZE:
+        return None
+    return _base_name(src.base), int(src.idx)
+
+
+def _base_name(base) -> str:
+    """A readable, identifier-safe name for a dynamo source (``input_ids``, ``batch_x``)."""
+    parts: list[str] = []
+    cur = base
+    for _ in range(16):
+        local = getattr(cur, "local_name", None)
+        if local is not None:
+            parts.append(str(local))
+            break
+        index = getattr(cur, "index", None)
+        if index is None:
+            index = getattr(cur, "member", None)
+        if index is not None:
+            parts.append(str(index))
+        nxt = getattr(cur, "base", None)
+        if nxt is None:
+            break
+        cur = nxt
+    name = "_".join(reversed(parts)) if parts else "input"
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
+def sym_expr(value: Any) -> sympy.Expr:
+    """A sympy expression for an int or SymInt."""
+    if isinstance(value, torch.SymInt):
+        return value.node.expr
+    return sympy.Integer(int(value))
+
+
+@contextlib.contextmanager
+def no_compile_caches() -> Iterator[None]:
+    """Turn off the FX-graph and AOTAutograd caches (tests; stale-graph hazards)."""
+    import torch._functorch.config as fconfig
+    import torch._inductor.config as iconfig
+
+    with iconfig.patch(fx_graph_cache=False), fconfig.patch(enable_autograd_cache=False):
+        yield
+
+
+def random_targets() -> frozenset:
+    """Ops whose recomputation would draw new random numbers."""
+    ops = set()
+    for name in ("inductor_random", "inductor_randint", "inductor_seeds", "inductor_lookup_seed"):
+        op = getattr(torch.ops.prims, name, None)
+        if op is not None:
+            ops.add(op.default)
+    return frozenset(ops)
+
+
+def is_random_op(target: Any) -> bool:
+    tags = getattr(target, "tags", ())
+    return torch.Tag.nondeterministic_seeded in tags or target in random_targets()

@@ -1,0 +1,237 @@
+"""The one frozen config object, and the only module that reads the environment.
+
+Arguments win over environment variables, which win over defaults. ``MemoptConfig.sources``
+records where each setting came from so the report can say it.
+
+Environment variables:
+``MEMOPT_LEVEL``, ``MEMOPT_CONFIG`` (comma-separated plans or a JSON file path),
+``MEMOPT_PROBE_LEVEL``, ``MEMOPT_STRICT``, ``MEMOPT_BUDGET``, ``MEMOPT_DEBUG`` (pipeline timing
+logs), ``MEMOPT_CACHE_DIR`` (where reports are persisted for warm compile caches).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from memopt._version import __version__
+from memopt.errors import ConfigError
+from memopt.plan import PlanSpec, parse_plans
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoptConfig:
+    """Resolved memopt settings. Build with :func:`resolve_config`."""
+
+    level: int = 0
+    """0: apply only the explicit plans; 1: also recompute every strategy-1 cluster;
+    2: also apply the compromise (strategy-2) clusters."""
+
+    plans: tuple[PlanSpec, ...] = ()
+    """Explicit plans (``ClusterId:Strategy:Count``). They win over the level's choices."""
+
+    probe_level: int = 1
+    """Allow-list for recompute subgraphs: 0 basic (elementwise, casts, views, gather/slice,
+    where, expand, dropout), 1 advanced (also matmuls, norms, softmax)."""
+
+    strict: bool = False
+    """Unknown cluster ids in plans raise instead of warning."""
+
+    max_subgraph_nodes: int = 64
+    """Cap on the number of ops in one recompute subgraph."""
+
+    layers: str | None = None
+    """Module-path prefix of the repeated layers (e.g. ``model.layers``); None detects them."""
+
+    offload_layers: int | None = None
+    """Offload the saved activations of this many layers (activation offload)."""
+
+    sync: tuple[tuple[int, tuple[bool, int, bool, int]], ...] | None = None
+    """Per-layer synchronization dict as sorted items:
+    ``layer -> (offload_fwd, offload_num, reload_fwd, reload_num)``."""
+
+    offload_min_bytes: int = 1 << 20
+    """Saved tensors smaller than this stay on the GPU when offloading."""
+
+    budget: float | int | None = None
+    """Memory budget: a fraction (0, 1] of the baseline saved-activation bytes, or bytes."""
+
+    debug: bool = False
+    """Log each pass's time and node-count change."""
+
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    """Where each setting came from: 'argument', 'env:NAME' or 'default'."""
+
+    def plan_strings(self) -> list[str]:
+        return [str(p) for p in self.plans]
+
+    def key(self) -> str:
+        """A stable string of every setting that changes the compiled graphs."""
+        parts = []
+        for f in fields(self):
+            if f.name in ("sources", "debug"):
+                continue
+            v = getattr(self, f.name)
+            if f.name == "plans":
+                v = ",".join(str(p) for p in v)
+            parts.append(f"{f.name}={v!r}")
+        return ";".join(parts)
+
+    def uuid(self) -> str:
+        """Cache key part: memopt's version plus the resolved settings."""
+        h = hashlib.sha256(f"memopt-{__version__}|{self.key()}".encode()).hexdigest()
+        return f"memopt-{__version__}-{h[:24]}"
+
+    def with_(self, **changes: Any) -> MemoptConfig:
+        return replace(self, **changes)
+
+
+def _env(name: str) -> str | None:
+    v = os.environ.get(name)
+    return v if v is not None and v.strip() != "" else None
+
+
+def _int_setting(name: str, value: Any, allowed: Iterable[int]) -> int:
+    try:
+        iv = int(value)
+        if str(value).strip() != str(iv) and not isinstance(value, int):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={value!r} is not an integer; allowed: {sorted(allowed)}") from None
+    if iv not in set(allowed):
+        raise ConfigError(f"{name}={iv} is out of range; allowed: {sorted(allowed)}")
+    return iv
+
+
+def _bool_setting(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={value!r} is not a boolean (use 0/1)")
+
+
+def parse_budget(name: str, value: Any) -> float | int:
+    """A budget: a fraction in (0, 1], a byte count, or a size string like '10GiB'."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name}={value!r} is not a budget")
+    if isinstance(value, int | float):
+        num = value
+    else:
+        s = str(value).strip()
+        units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+                 "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "b": 1}
+        low = s.lower()
+        for u, mult in units.items():
+            if low.endswith(u):
+                try:
+                    return int(float(low[: -len(u)]) * mult)
+                except ValueError:
+                    raise ConfigError(f"{name}={value!r}: cannot read the number before {u!r}") from None
+        try:
+            num = float(s) if "." in s or "e" in low else int(s)
+        except ValueError:
+            raise ConfigError(
+                f"{name}={value!r} is not a budget: use a fraction like 0.4, bytes, or '10GiB'"
+            ) from None
+    if num <= 0:
+        raise ConfigError(f"{name}={value!r} must be positive")
+    if isinstance(num, float) and num > 1:
+        raise ConfigError(f"{name}={value!r}: a fractional budget must be in (0, 1]; bytes are integers")
+    return num
+
+
+def _normalize_sync(value: Any) -> tuple | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            "sync must be a dict {layer: (offload_fwd, offload_num, reload_fwd, reload_num)}"
+        )
+    items = []
+    for k, v in value.items():
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise ConfigError(f"sync: key {k!r} is not a layer index (a non-negative int)")
+        if not (isinstance(v, tuple | list) and len(v) == 4):
+            raise ConfigError(
+                f"sync[{k}]={v!r}: expected (offload_fwd: bool, offload_num: int, "
+                "reload_fwd: bool, reload_num: int)"
+            )
+        of, on, rf, rn = v
+        if not isinstance(of, bool) or not isinstance(rf, bool):
+            raise ConfigError(f"sync[{k}]={v!r}: offload_fwd and reload_fwd must be bools")
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (on, rn)):
+            raise ConfigError(f"sync[{k}]={v!r}: offload_num and reload_num must be ints >= 0")
+        items.append((k, (of, on, rf, rn)))
+    return tuple(sorted(items))
+
+
+def resolve_config(
+    *,
+    level: Any = _UNSET,
+    config: Any = _UNSET,
+    probe_level: Any = _UNSET,
+    strict: Any = _UNSET,
+    budget: Any = _UNSET,
+    **others: Any,
+) -> MemoptConfig:
+    """Combine arguments (None or unset means "not given"), environment and defaults."""
+    sources: dict[str, str] = {}
+    values: dict[str, Any] = {}
+
+    def pick(name: str, arg: Any, env_name: str | None, conv):
+        if arg is not _UNSET and arg is not None:
+            values[name] = conv(name, arg)
+            sources[name] = "argument"
+        elif env_name and _env(env_name) is not None:
+            values[name] = conv(env_name, _env(env_name))
+            sources[name] = f"env:{env_name}"
+        else:
+            sources[name] = "default"
+
+    pick("level", level, "MEMOPT_LEVEL", lambda n, v: _int_setting(n, v, (0, 1, 2)))
+    pick("plans", config, "MEMOPT_CONFIG", lambda n, v: parse_plans(v))
+    pick("probe_level", probe_level, "MEMOPT_PROBE_LEVEL", lambda n, v: _int_setting(n, v, (0, 1)))
+    pick("strict", strict, "MEMOPT_STRICT", _bool_setting)
+    pick("budget", budget, "MEMOPT_BUDGET", parse_budget)
+    pick("debug", None, "MEMOPT_DEBUG", _bool_setting)
+
+    known = {f.name for f in fields(MemoptConfig)} - {"sources"}
+    for name, v in others.items():
+        if name not in known:
+            raise ConfigError(f"unknown memopt setting {name!r}; known: {sorted(known)}")
+        if v is None:
+            sources[name] = "default"
+            continue
+        if name == "sync":
+            v = _normalize_sync(v)
+        elif name == "offload_layers":
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"offload_layers={v!r} must be an int >= 0")
+        elif name in ("max_subgraph_nodes", "offload_min_bytes"):
+            if not isinstance(v, int) or v < 0:
+                raise ConfigError(f"{name}={v!r} must be an int >= 0")
+        elif name == "layers" and not isinstance(v, str):
+            raise ConfigError(f"layers={v!r} must be a module-path prefix string")
+        values[name] = v
+        sources[name] = "argument"
+    for name in known:
+        sources.setdefault(name, "default")
+    return MemoptConfig(**values, sources=sources)
+
+
+def cache_dir() -> str:
+    """Directory where memopt persists per-graph reports (for warm compile caches)."""
+    d = _env("MEMOPT_CACHE_DIR")
+    if d is None:
+        base = _env("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "memopt")
+    return d

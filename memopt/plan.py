@@ -1,0 +1,144 @@
+"""Plan strings: ``ClusterId:Strategy:Count``.
+
+* ``ClusterId`` -- an ORT-style cluster name such as ``BiasGelu+`` or ``Reshape+Where+``.
+* ``Strategy`` -- 0 keep, 1 recompute, 2 recompute with compromise, 3 offload to CPU.
+* ``Count`` -- ``-1`` for every occurrence, ``N > 0`` for the first N in forward order.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from memopt.errors import PlanError
+
+
+class Strategy(enum.IntEnum):
+    KEEP = 0
+    RECOMPUTE = 1
+    COMPROMISE = 2
+    OFFLOAD = 3
+
+
+#: Strategies this build can apply. Offload (3) is implemented by memopt.offload.
+SUPPORTED_STRATEGIES = frozenset(Strategy)
+
+_CLUSTER_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\+(?:[A-Za-z][A-Za-z0-9_]*\+)*$")
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """One parsed plan string."""
+
+    cluster_id: str
+    strategy: Strategy
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}:{int(self.strategy)}:{self.count}"
+
+    def applies_to(self, occurrence_index: int) -> bool:
+        """Whether the occurrence with this 0-based forward-order index is covered."""
+        return self.count < 0 or occurrence_index < self.count
+
+
+def parse_plan(text: str) -> PlanSpec:
+    """Parse one ``ClusterId:Strategy:Count`` string; raise PlanError naming the bad field."""
+    raw = text
+    text = text.strip()
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise PlanError(
+            f"plan {raw!r}: expected 3 fields 'ClusterId:Strategy:Count' separated by ':', "
+            f"got {len(parts)} field(s)"
+        )
+    cid, strat, count = (p.strip() for p in parts)
+    if not cid:
+        raise PlanError(f"plan {raw!r}: field ClusterId is empty")
+    if not _CLUSTER_RE.match(cid):
+        hint = " (cluster ids end with '+', e.g. 'BiasGelu+')" if not cid.endswith("+") else ""
+        raise PlanError(
+            f"plan {raw!r}: field ClusterId {cid!r} is not a cluster id: op names made of "
+            f"letters, digits and '_', each followed by '+'{hint}"
+        )
+    try:
+        s = int(strat)
+    except ValueError:
+        raise PlanError(
+            f"plan {raw!r}: field Strategy {strat!r} is not an integer "
+            "(0 keep, 1 recompute, 2 recompute with compromise, 3 offload)"
+        ) from None
+    if s not in {int(x) for x in Strategy}:
+        raise PlanError(
+            f"plan {raw!r}: field Strategy {s} is out of range "
+            "(0 keep, 1 recompute, 2 recompute with compromise, 3 offload)"
+        )
+    if Strategy(s) not in SUPPORTED_STRATEGIES:
+        raise PlanError(f"plan {raw!r}: field Strategy {s} is not supported by this build")
+    try:
+        n = int(count)
+    except ValueError:
+        raise PlanError(
+            f"plan {raw!r}: field Count {count!r} is not an integer (-1 for all, N>0 for the first N)"
+        ) from None
+    if n == 0 or n < -1:
+        raise PlanError(
+            f"plan {raw!r}: field Count {n} is invalid (-1 for all occurrences, N>0 for the "
+            "first N; use strategy 0 to keep a cluster)"
+        )
+    return PlanSpec(cid, Strategy(s), n)
+
+
+def parse_plans(value: str | Iterable[str] | None) -> tuple[PlanSpec, ...]:
+    """Parse a comma-separated plan list, a JSON file path holding a list, or an iterable.
+
+    A later plan for the same cluster replaces an earlier one.
+    """
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        items = _split_plan_text(value)
+    else:
+        items = []
+        for v in value:
+            if isinstance(v, PlanSpec):
+                items.append(str(v))
+            elif isinstance(v, str):
+                items.extend(_split_plan_text(v))
+            else:
+                raise PlanError(f"plan {v!r}: expected a string 'ClusterId:Strategy:Count'")
+    by_id: dict[str, PlanSpec] = {}
+    for item in items:
+        spec = parse_plan(item)
+        by_id.pop(spec.cluster_id, None)
+        by_id[spec.cluster_id] = spec
+    return tuple(by_id.values())
+
+
+def _split_plan_text(value: str) -> list[str]:
+    value = value.strip()
+    if not value:
+        return []
+    if value.endswith(".json") or (os.path.sep in value and os.path.isfile(value)):
+        return _load_plan_file(value)
+    return [p for p in (s.strip() for s in value.split(",")) if p]
+
+
+def _load_plan_file(path: str) -> list[str]:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise PlanError(f"plan file {path!r} does not exist") from None
+    except json.JSONDecodeError as e:
+        raise PlanError(f"plan file {path!r} is not valid JSON: {e}") from None
+    if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+        raise PlanError(
+            f"plan file {path!r} must hold a JSON list of plan strings such as "
+            '["BiasGelu+:1:-1"]'
+        )
+    return [x.strip() for x in data if x.strip()]

@@ -1,0 +1,1 @@
+"""memopt FX passes (installed as memopt.passes). See docs/architecture.md."""
