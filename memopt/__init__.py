@@ -1,1 +1,29 @@
-import memopt
+"""memopt: a graph-level training-memory optimizer for PyTorch on top of torch.compile.
+
+model = memopt.optimize(model, level=1)      # or MEMOPT_CONFIG="BiasGelu+:1:-1"
+loss = model(**batch).loss; loss.backward()
+print(memopt.report(model).table())
+"""
+
+from memopt._version import __version__
+from memopt.api import MemoptBackend, optimize, report
+from memopt.config import MemoptConfig, resolve_config
+from memopt.errors import ConfigError, PlanError
+from memopt.plan import PlanSpec, Strategy, parse_plan, parse_plans
+from memopt.report import Report
+
+__all__ = [
+    "ConfigError",
+    "MemoptBackend",
+    "MemoptConfig",
+    "PlanError",
+    "PlanSpec",
+    "Report",
+    "Strategy",
+    "__version__",
+    "optimize",
+    "parse_plan",
+    "parse_plans",
+    "report",
+    "resolve_config",
+]

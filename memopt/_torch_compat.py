@@ -12,7 +12,6 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-
 from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: F401  (re-export)
 from torch.utils.checkpoint import CheckpointPolicy  # noqa: F401  (re-export)
 
@@ -34,7 +33,8 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs
 
 
 def register_backend(name: str, fn) -> None:
-    from torch._dynamo.backends.registry import _BACKENDS, register_backend as _reg
+    from torch._dynamo.backends.registry import _BACKENDS
+    from torch._dynamo.backends.registry import register_backend as _reg
 
     if name not in _BACKENDS:
         _reg(compiler_fn=fn, name=name)
@@ -133,3 +133,66 @@ def random_targets() -> frozenset:
 def is_random_op(target: Any) -> bool:
     tags = getattr(target, "tags", ())
     return torch.Tag.nondeterministic_seeded in tags or target in random_targets()
+
+
+# --- memopt.params (parameter and optimizer-state offload) ---
+
+
+def in_backward() -> bool:
+    """True while the autograd engine runs a backward on this thread (e.g. a recompute)."""
+    return torch._C._current_graph_task_id() != -1
+
+
+def has_fused_adamw(device: str = "cpu") -> bool:
+    """Whether ``torch._fused_adamw_`` runs on ``device`` (CPU since torch 2.4)."""
+    if not hasattr(torch, "_fused_adamw_"):
+        return False
+    p = torch.zeros(1, device=device)
+    try:
+        fused_adamw_(
+            [p],
+            [p.clone()],
+            [p.clone()],
+            [p.clone()],
+            [torch.ones((), device=device)],
+            lr=0.0,
+            beta1=0.9,
+            beta2=0.999,
+            weight_decay=0.0,
+            eps=1e-8,
+        )
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
+def fused_adamw_(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    exp_avgs: list[torch.Tensor],
+    exp_avg_sqs: list[torch.Tensor],
+    steps: list[torch.Tensor],
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    weight_decay: float,
+    eps: float,
+    maximize: bool = False,
+) -> None:
+    """One AdamW update in place (torch's fused kernel; ``steps`` already incremented)."""
+    torch._fused_adamw_(
+        params,
+        grads,
+        exp_avgs,
+        exp_avg_sqs,
+        [],
+        steps,
+        lr=lr,
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=weight_decay,
+        eps=eps,
+        amsgrad=False,
+        maximize=maximize,
+    )

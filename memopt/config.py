@@ -45,6 +45,10 @@ class MemoptConfig:
     max_subgraph_nodes: int = 64
     """Cap on the number of ops in one recompute subgraph."""
 
+    max_subgraph_matmuls: int = 1
+    """Cap on matmuls in one recompute subgraph (probe level 1): recomputing a chain of
+    matmuls costs a whole layer's FLOPs for one tensor's bytes."""
+
     layers: str | None = None
     """Module-path prefix of the repeated layers (e.g. ``model.layers``); None detects them."""
 
@@ -102,7 +106,9 @@ def _int_setting(name: str, value: Any, allowed: Iterable[int]) -> int:
         if str(value).strip() != str(iv) and not isinstance(value, int):
             raise ValueError
     except (TypeError, ValueError):
-        raise ConfigError(f"{name}={value!r} is not an integer; allowed: {sorted(allowed)}") from None
+        raise ConfigError(
+            f"{name}={value!r} is not an integer; allowed: {sorted(allowed)}"
+        ) from None
     if iv not in set(allowed):
         raise ConfigError(f"{name}={iv} is out of range; allowed: {sorted(allowed)}")
     return iv
@@ -127,15 +133,26 @@ def parse_budget(name: str, value: Any) -> float | int:
         num = value
     else:
         s = str(value).strip()
-        units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-                 "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "b": 1}
+        units = {
+            "kib": 2**10,
+            "mib": 2**20,
+            "gib": 2**30,
+            "tib": 2**40,
+            "kb": 10**3,
+            "mb": 10**6,
+            "gb": 10**9,
+            "tb": 10**12,
+            "b": 1,
+        }
         low = s.lower()
         for u, mult in units.items():
             if low.endswith(u):
                 try:
                     return int(float(low[: -len(u)]) * mult)
                 except ValueError:
-                    raise ConfigError(f"{name}={value!r}: cannot read the number before {u!r}") from None
+                    raise ConfigError(
+                        f"{name}={value!r}: cannot read the number before {u!r}"
+                    ) from None
         try:
             num = float(s) if "." in s or "e" in low else int(s)
         except ValueError:
@@ -145,7 +162,9 @@ def parse_budget(name: str, value: Any) -> float | int:
     if num <= 0:
         raise ConfigError(f"{name}={value!r} must be positive")
     if isinstance(num, float) and num > 1:
-        raise ConfigError(f"{name}={value!r}: a fractional budget must be in (0, 1]; bytes are integers")
+        raise ConfigError(
+            f"{name}={value!r}: a fractional budget must be in (0, 1]; bytes are integers"
+        )
     return num
 
 
@@ -216,7 +235,7 @@ def resolve_config(
         elif name == "offload_layers":
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"offload_layers={v!r} must be an int >= 0")
-        elif name in ("max_subgraph_nodes", "offload_min_bytes"):
+        elif name in ("max_subgraph_nodes", "max_subgraph_matmuls", "offload_min_bytes"):
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{name}={v!r} must be an int >= 0")
         elif name == "layers" and not isinstance(v, str):

@@ -138,7 +138,6 @@ def _load_plan_file(path: str) -> list[str]:
         raise PlanError(f"plan file {path!r} is not valid JSON: {e}") from None
     if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
         raise PlanError(
-            f"plan file {path!r} must hold a JSON list of plan strings such as "
-            '["BiasGelu+:1:-1"]'
+            f'plan file {path!r} must hold a JSON list of plan strings such as ["BiasGelu+:1:-1"]'
         )
     return [x.strip() for x in data if x.strip()]

@@ -5,7 +5,13 @@ import torch
 
 # Each test compiles afresh: warm caches would skip the partitioner and hide bugs.
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
-for _name in ("MEMOPT_LEVEL", "MEMOPT_CONFIG", "MEMOPT_PROBE_LEVEL", "MEMOPT_STRICT", "MEMOPT_BUDGET"):
+for _name in (
+    "MEMOPT_LEVEL",
+    "MEMOPT_CONFIG",
+    "MEMOPT_PROBE_LEVEL",
+    "MEMOPT_STRICT",
+    "MEMOPT_BUDGET",
+):
     os.environ.pop(_name, None)
 
 

@@ -1,0 +1,110 @@
+"""Public entry points: ``optimize``, ``report`` and the ``"memopt"`` torch.compile backend."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from memopt import _torch_compat as compat
+from memopt.config import MemoptConfig, resolve_config
+from memopt.partitioner import MemoptPartitioner, MemoptState
+from memopt.report import Report
+
+_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BACKEND_STATE: dict[str, MemoptState] = {}
+
+
+class MemoptBackend:
+    """A torch.compile backend: Inductor with memopt's partitioner."""
+
+    def __init__(self, config: MemoptConfig, state: MemoptState | None = None):
+        self.config = config
+        self.state = state or MemoptState(config)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        self.state.begin_region(gm, example_inputs)
+        compiled = compat.compile_fx(
+            gm,
+            example_inputs,
+            config_patches={"custom_partitioner_fn": MemoptPartitioner(self.config, self.state)},
+        )
+        self.state.end_region()
+        return compiled
+
+
+def _env_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+    """``torch.compile(model, backend="memopt")``: settings from the environment."""
+    config = resolve_config()
+    state = _BACKEND_STATE.get(config.uuid())
+    if state is None:
+        state = _BACKEND_STATE[config.uuid()] = MemoptState(config)
+    return MemoptBackend(config, state)(gm, example_inputs)
+
+
+compat.register_backend("memopt", _env_backend)
+
+
+def optimize(
+    model: torch.nn.Module,
+    *,
+    level: int | None = None,
+    config: str | Sequence[str] | None = None,
+    probe_level: int | None = None,
+    dynamic: bool | None = None,
+    strict: bool | None = None,
+    budget: float | int | str | None = None,
+    **kwargs: Any,
+) -> torch.nn.Module:
+    """Compile ``model`` with torch.compile (Inductor) and memopt's memory plan.
+
+    Arguments win over ``MEMOPT_*`` environment variables. ``config`` takes plan strings
+    (``"BiasGelu+:1:-1"``, a comma-separated string, a list, or a JSON file path). Other keyword
+    arguments that are memopt settings (see :class:`memopt.config.MemoptConfig`) are applied;
+    the rest go to ``torch.compile`` (``mode=``, ``fullgraph=`` ...).
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"memopt.optimize expects a torch.nn.Module, got {type(model).__name__}")
+    settings = {k: kwargs.pop(k) for k in list(kwargs) if k in _SETTING_NAMES}
+    cfg = resolve_config(
+        level=level,
+        config=config,
+        probe_level=probe_level,
+        strict=strict,
+        budget=budget,
+        **settings,
+    )
+    state = MemoptState(cfg)
+    compiled = torch.compile(model, backend=MemoptBackend(cfg, state), dynamic=dynamic, **kwargs)
+    _STATES[compiled] = state
+    _STATES[model] = state
+    return compiled
+
+
+_SETTING_NAMES = frozenset(
+    {
+        "max_subgraph_nodes",
+        "max_subgraph_matmuls",
+        "layers",
+        "offload_layers",
+        "sync",
+        "offload_min_bytes",
+    }
+)
+
+
+def report(model: torch.nn.Module | None = None) -> Report:
+    """The plan report of a model returned by :func:`optimize` (or, with no model or a model
+    compiled with ``backend="memopt"``, of the environment-configured backend)."""
+    state = _STATES.get(model) if model is not None else None
+    if state is None:
+        if model is not None and not _BACKEND_STATE:
+            raise ValueError(
+                "memopt.report: this model was not compiled by memopt.optimize or "
+                "torch.compile(..., backend='memopt') (or it has not run yet)"
+            )
+        cfg = resolve_config()
+        state = _BACKEND_STATE.get(cfg.uuid()) or MemoptState(cfg)
+    return state.report()

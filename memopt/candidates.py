@@ -1,0 +1,39 @@
+"""Plain-data description of what can be done with each saved activation (no FX inside).
+
+The analysis passes produce :class:`Candidate` objects; the decision logic (:mod:`memopt.decide`)
+and the report read only these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from memopt.plan import Strategy
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One saved storage group of one compiled graph."""
+
+    root: str  # node name of the storage owner in the joint graph
+    members: tuple[str, ...]  # saved nodes that alias the root (root included if saved)
+    cluster_id: str | None  # None when nothing can recompute it
+    occurrence: int  # forward-order index within its cluster (-1 when cluster_id is None)
+    nbytes: sympy.Expr  # symbolic bytes held by the saved storage
+    savings: dict[Strategy, sympy.Expr] = field(default_factory=dict)  # per available strategy
+    recompute_nodes: dict[Strategy, tuple[str, ...]] = field(default_factory=dict)
+    boundary: dict[Strategy, tuple[str, ...]] = field(default_factory=dict)
+    excluded_reason: str | None = None  # why full recompute is impossible
+    layer: int | None = None
+    dtype: str = ""
+    shape: str = ""
+
+    @property
+    def default_strategy(self) -> Strategy | None:
+        if Strategy.RECOMPUTE in self.savings:
+            return Strategy.RECOMPUTE
+        if Strategy.COMPROMISE in self.savings:
+            return Strategy.COMPROMISE
+        return None

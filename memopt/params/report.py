@@ -1,0 +1,47 @@
+"""Placement rows for the memory report: where parameters and optimizer state live.
+
+The report is a value: :func:`placement_rows` returns dicts, :func:`format_placement` a string.
+Consecutive layers with the same bytes and placement fold into one row (``layers.0-4``).
+"""
+
+from __future__ import annotations
+
+
+def placement_rows(handle=None, optimizer=None) -> list[dict]:
+    """Rows ``{name, kind, param_bytes, where, ...}`` from a param-offload handle and/or a
+    :class:`memopt.params.CPUAdamW` (its ``placement_rows``)."""
+    rows: list[dict] = []
+    if handle is not None:
+        rows += handle.placement_rows()
+    if optimizer is not None:
+        rows += optimizer.placement_rows()
+    return rows
+
+
+def _fold(rows: list[dict]) -> list[tuple[str, dict, int]]:
+    out: list[tuple[str, dict, int]] = []
+    for r in rows:
+        key = (r["kind"], r["param_bytes"], r["where"])
+        if out and r["kind"] == "layer" and out[-1][1]["kind"] == "layer":
+            first, prev, n = out[-1]
+            if (prev["kind"], prev["param_bytes"], prev["where"]) == key:
+                out[-1] = (first, r, n + 1)
+                continue
+        out.append((r["name"], r, 1))
+    return out
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:10.2f}"
+
+
+def format_placement(rows: list[dict]) -> str:
+    """A fixed-width table: name, count, MiB each, where; then GPU / CPU / disk totals."""
+    lines = [f"{'parameters / optimizer state':<36} {'count':>5} {'MiB each':>10}  where"]
+    totals = {"gpu": 0, "cpu": 0, "disk": 0}
+    for first, last, n in _fold(rows):
+        name = first if n == 1 else f"{first}..{last['name'].rsplit('.', 1)[-1]}"
+        lines.append(f"{name:<36} {n:>5} {_mib(last['param_bytes'])}  {last['where']}")
+        totals[last["where"]] = totals.get(last["where"], 0) + n * last["param_bytes"]
+    lines.append("total MiB: " + ", ".join(f"{k} {v / 2**20:.2f}" for k, v in totals.items()))
+    return "\n".join(lines)

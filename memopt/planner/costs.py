@@ -1,0 +1,211 @@
+"""Device rates and the roofline.
+
+An op costs ``max(flops / matmul rate, bytes / HBM rate)``: matmuls are compute-bound,
+pointwise ops are memory-bound (never free). A host copy costs ``bytes / PCIe rate``; how much
+of it hides behind compute is the step simulation's business (:mod:`memopt.planner.timing`).
+
+Rates are measured once per device by :func:`calibrate` (a matmul, a device copy, pinned
+host-to-device and device-to-host copies) and cached as JSON. On CPU, :data:`CPU_DEFAULTS` are
+used without measuring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, replace
+
+from memopt.planner.problem import OpCost
+
+#: Version of the cache file format and of the measuring code; a change re-measures.
+CALIBRATION_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceRates:
+    """Throughputs of one device, in units per second."""
+
+    name: str
+    """Device name (e.g. ``"NVIDIA H100 80GB HBM3"``) or the name of a default set."""
+    matmul_flops_per_s: float
+    """Dense matmul rate in the training dtype (bf16 on GPUs, fp32 on CPU)."""
+    hbm_bytes_per_s: float
+    """Device-memory traffic (bytes read plus written) per second, as a large copy achieves."""
+    h2d_bytes_per_s: float
+    """Pinned host-to-device copy rate."""
+    d2h_bytes_per_s: float
+    """Device-to-pinned-host copy rate."""
+    source: str = "default"
+    """``"default"``, ``"measured"`` or ``"cache:<path>"``."""
+
+
+#: Planning on CPU (tests, CPU training): round numbers, not measured. 100 GFLOP/s matmul and
+#: 10 GB/s for memory traffic and for "host" copies (on CPU offload is a plain copy).
+CPU_DEFAULTS = DeviceRates(
+    name="cpu-default",
+    matmul_flops_per_s=100e9,
+    hbm_bytes_per_s=10e9,
+    h2d_bytes_per_s=10e9,
+    d2h_bytes_per_s=10e9,
+)
+
+#: Nominal H100 SXM rates for planning when no H100 is at hand: bf16 dense matmul at about 60%
+#: of the 989 TFLOP/s peak, HBM3 copies at about 85% of 3.35 TB/s, PCIe Gen5 x16 pinned copies
+#: at about 50 GB/s each way. :func:`calibrate` replaces them with measured values.
+H100_DEFAULTS = DeviceRates(
+    name="h100-default",
+    matmul_flops_per_s=600e12,
+    hbm_bytes_per_s=2.8e12,
+    h2d_bytes_per_s=50e9,
+    d2h_bytes_per_s=50e9,
+)
+
+
+def roofline_s(op: OpCost, rates: DeviceRates) -> float:
+    """Seconds for one op: compute-bound or memory-bound, whichever is slower."""
+    return max(op.flops / rates.matmul_flops_per_s, op.bytes / rates.hbm_bytes_per_s)
+
+
+def ops_s(ops: Iterable[OpCost], rates: DeviceRates) -> float:
+    """Seconds for a sequence of ops (each op on its own roofline)."""
+    return sum(roofline_s(op, rates) for op in ops)
+
+
+def transfer_s(nbytes: int, rate: float) -> float:
+    """Seconds to copy ``nbytes`` at ``rate`` bytes per second."""
+    return nbytes / rate
+
+
+# ---------------------------------------------------------------- calibration
+
+
+@dataclass(frozen=True)
+class CalibrationSizes:
+    """Problem sizes for the measurement (small ones keep tests fast)."""
+
+    matmul_n: int = 8192
+    copy_bytes: int = 1 << 30
+    transfer_bytes: int = 256 << 20
+    repeats: int = 5
+
+
+def calibrate(
+    device: str = "cuda",
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    refresh: bool = False,
+    sizes: CalibrationSizes | None = None,
+) -> DeviceRates:
+    """Rates of ``device``: measured once, then read from ``cache_dir`` (no caching if None).
+
+    A CPU device returns :data:`CPU_DEFAULTS` without measuring. ``refresh`` re-measures.
+    The cache file is keyed by device name and torch version.
+    """
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return CPU_DEFAULTS
+    name = _device_name(dev)
+    path = None
+    if cache_dir is not None:
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-torch{torch.__version__}").strip("-")
+        path = os.path.join(os.fspath(cache_dir), f"rates-{slug}.json")
+        if not refresh:
+            cached = _read_cache(path)
+            if cached is not None:
+                return cached
+    rates = _measure(dev, sizes or CalibrationSizes())
+    rates = replace(rates, name=name, source="measured")
+    if path is not None:
+        _write_cache(path, rates)
+    return rates
+
+
+def _device_name(dev) -> str:
+    import torch
+
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return dev.type
+
+
+def _read_cache(path: str) -> DeviceRates | None:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+    if data.get("version") != CALIBRATION_VERSION:
+        return None
+    try:
+        fields = {k: data[k] for k in ("name", "matmul_flops_per_s", "hbm_bytes_per_s")}
+        fields.update(
+            h2d_bytes_per_s=data["h2d_bytes_per_s"], d2h_bytes_per_s=data["d2h_bytes_per_s"]
+        )
+    except KeyError:
+        return None
+    return DeviceRates(**fields, source=f"cache:{path}")
+
+
+def _write_cache(path: str, rates: DeviceRates) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = asdict(rates)
+    data.pop("source")
+    data["version"] = CALIBRATION_VERSION
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _measure(dev, sizes: CalibrationSizes) -> DeviceRates:
+    """Time a matmul, a device copy and host copies on ``dev`` (median of ``sizes.repeats``)."""
+    import torch
+
+    is_cuda = dev.type == "cuda"
+    dtype = torch.bfloat16 if is_cuda else torch.float32
+    sync = (lambda: torch.cuda.synchronize(dev)) if is_cuda else (lambda: None)
+
+    n = sizes.matmul_n
+    a = torch.randn(n, n, device=dev, dtype=dtype)
+    b = torch.randn(n, n, device=dev, dtype=dtype)
+    mm_s = _time(lambda: torch.mm(a, b), sync, sizes.repeats)
+    del a, b
+
+    numel = sizes.copy_bytes // 4
+    src = torch.empty(numel, device=dev, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    copy_s = _time(lambda: dst.copy_(src), sync, sizes.repeats)
+    del src, dst
+
+    numel = sizes.transfer_bytes // 4
+    host = torch.empty(numel, dtype=torch.float32, pin_memory=is_cuda)
+    on_dev = torch.empty(numel, device=dev, dtype=torch.float32)
+    h2d_s = _time(lambda: on_dev.copy_(host, non_blocking=True), sync, sizes.repeats)
+    d2h_s = _time(lambda: host.copy_(on_dev, non_blocking=True), sync, sizes.repeats)
+
+    return DeviceRates(
+        name=dev.type,
+        matmul_flops_per_s=2 * n**3 / mm_s,
+        hbm_bytes_per_s=2 * sizes.copy_bytes / copy_s,
+        h2d_bytes_per_s=sizes.transfer_bytes / h2d_s,
+        d2h_bytes_per_s=sizes.transfer_bytes / d2h_s,
+        source="measured",
+    )
+
+
+def _time(fn: Callable[[], object], sync: Callable[[], None], repeats: int) -> float:
+    fn()  # warm-up (allocator, kernel selection)
+    sync()
+    samples = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        samples.append(max(time.perf_counter() - t0, 1e-9))
+    return statistics.median(samples)

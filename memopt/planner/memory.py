@@ -1,0 +1,160 @@
+"""Liveness of the step: when each candidate occupies device memory under each strategy.
+
+A candidate produced at forward op ``p``, last read in the forward at ``lf``, first read in the
+backward at ``f`` and last at ``lb`` (positions as in :mod:`memopt.planner.problem`, ``F`` the
+number of forward ops) is live at::
+
+    keep        [p, F+lb]
+    recompute   [p, lf]  and  [F+f, F+lb]   (+ recompute_temp_bytes at F+f)
+    compromise  [p, lf]  and  [F+f, F+lb],  plus compromise_kept_bytes over [p, F+f-1]
+    offload     [p, R-1] and  [Q, F+lb]     (R, Q: its layer's release and reload positions)
+
+The peak is the maximum over positions of the non-candidate bytes plus these. Offload is
+valid only when ``lf < R <= Q <= F+f`` (no forward use after the release, reload in time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from memopt.plan import Strategy
+from memopt.planner.problem import Candidate, OffloadWindow, PlanningProblem
+
+#: (start, end, bytes): ``bytes`` live at positions ``start <= pos < end``.
+Interval = tuple[int, int, int]
+
+
+def offload_valid(c: Candidate, window: OffloadWindow | None, n_fwd: int) -> bool:
+    """Whether ``c`` can be offloaded within ``window``."""
+    if window is None or not c.offloadable or c.layer is None:
+        return False
+    r, q = window.release_pos, window.reload_pos
+    return c.fwd_last < r < q <= n_fwd + c.first_bwd_use_pos
+
+
+def strategy_valid(
+    c: Candidate, strategy: Strategy, window: OffloadWindow | None, n_fwd: int
+) -> bool:
+    """Whether ``strategy`` can apply to ``c`` (offload within its layer's window)."""
+    if strategy == Strategy.KEEP:
+        return True
+    if strategy == Strategy.RECOMPUTE:
+        return c.recomputable
+    if strategy == Strategy.COMPROMISE:
+        return c.has_compromise
+    return offload_valid(c, window, n_fwd)
+
+
+def intervals(
+    c: Candidate, strategy: Strategy, n_fwd: int, window: OffloadWindow | None = None
+) -> list[Interval]:
+    """Where ``c`` is live under ``strategy`` (end exclusive; empty intervals left out)."""
+    p, lf = c.produce_pos, c.fwd_last
+    f, lb = n_fwd + c.first_bwd_use_pos, n_fwd + c.bwd_last
+    nb = c.nbytes
+    if strategy == Strategy.KEEP:
+        out = [(p, lb + 1, nb)]
+    elif strategy == Strategy.RECOMPUTE:
+        out = [(p, lf + 1, nb), (f, lb + 1, nb), (f, f + 1, c.recompute_temp_bytes)]
+    elif strategy == Strategy.COMPROMISE:
+        kept = c.compromise_kept_bytes or 0
+        out = [(p, lf + 1, nb), (f, lb + 1, nb), (f, f + 1, c.recompute_temp_bytes)]
+        out.append((p, f, kept))
+    else:
+        if window is None:
+            raise ValueError(f"{c.name}: offload needs its layer's window")
+        out = [(p, window.release_pos, nb), (window.reload_pos, lb + 1, nb)]
+    return [iv for iv in out if iv[1] > iv[0] and iv[2] != 0]
+
+
+def value_at(ivs: list[Interval], pos: int) -> int:
+    """Bytes these intervals hold at ``pos``."""
+    return sum(b for s, e, b in ivs if s <= pos < e)
+
+
+def add_intervals(diff: list[int], ivs: list[Interval], sign: int = 1) -> None:
+    """Add intervals to a difference array (``len(diff) == n_positions + 1``)."""
+    for s, e, b in ivs:
+        diff[s] += sign * b
+        diff[e] -= sign * b
+
+
+def curve_from_diff(base: tuple[int, ...] | list[int], diff: list[int]) -> list[int]:
+    """Prefix-sum a difference array on top of the non-candidate bytes."""
+    out = []
+    run = 0
+    for x, d in zip(base, diff):
+        run += d
+        out.append(x + run)
+    return out
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """Predicted device memory over the step."""
+
+    curve: tuple[int, ...]
+    """Bytes live at each position."""
+    peak: int
+    peak_pos: int
+    n_fwd: int
+    """Number of forward positions (to tell the phase of the peak)."""
+
+    @property
+    def peak_phase(self) -> str:
+        return "forward" if self.peak_pos < self.n_fwd else "backward"
+
+
+def memory_profile(
+    problem: PlanningProblem,
+    decisions: Mapping[str, Strategy],
+    windows: Mapping[int, OffloadWindow] | None = None,
+) -> MemoryProfile:
+    """The memory curve and peak for per-candidate ``decisions`` (missing names: keep)."""
+    tl = problem.timeline
+    windows = windows or {}
+    diff = [0] * (tl.n_positions + 1)
+    for c in problem.candidates:
+        s = Strategy(decisions.get(c.name, Strategy.KEEP))
+        w = windows.get(c.layer) if c.layer is not None else None
+        if not strategy_valid(c, s, w, tl.n_fwd):
+            raise ValueError(f"{c.name}: strategy {s.name} does not apply")
+        add_intervals(diff, intervals(c, s, tl.n_fwd, w))
+    curve = curve_from_diff(tl.base_bytes, diff)
+    if not curve:
+        return MemoryProfile((), 0, 0, 0)
+    peak = max(curve)
+    return MemoryProfile(tuple(curve), peak, curve.index(peak), tl.n_fwd)
+
+
+@dataclass(frozen=True)
+class SavedBytes:
+    """What the forward leaves for the backward under a plan."""
+
+    on_device: int
+    """Saved bytes that stay on the device (kept tensors and compromise stashes)."""
+    offloaded: int
+    """Saved bytes copied to the host."""
+
+    @property
+    def total(self) -> int:
+        return self.on_device + self.offloaded
+
+
+def saved_bytes(problem: PlanningProblem, decisions: Mapping[str, Strategy]) -> SavedBytes:
+    """Predicted saved-activation bytes (what a ``saved_tensors_hooks`` probe measures).
+
+    Keep counts ``nbytes``, compromise counts ``compromise_kept_bytes``, recompute counts 0 and
+    offload counts ``nbytes`` on the host.
+    """
+    dev = off = 0
+    for c in problem.candidates:
+        s = Strategy(decisions.get(c.name, Strategy.KEEP))
+        if s == Strategy.KEEP:
+            dev += c.nbytes
+        elif s == Strategy.COMPROMISE:
+            dev += c.compromise_kept_bytes or 0
+        elif s == Strategy.OFFLOAD:
+            off += c.nbytes
+    return SavedBytes(dev, off)

@@ -1,0 +1,137 @@
+"""Step time of a plan: baseline op times plus recompute plus the copy time that does not hide.
+
+The simulation walks the step's positions once, with one copy engine per direction::
+
+    forward  op p produces x ──► D2H queue (FIFO, production order) ──► done_x
+             layer boundary R:  compute waits until done_x; x is freed
+    backward boundary Q:        H2D of the layer's tensors queued (first-use order)
+             first use of x:    recompute ops run here; compute waits for x's H2D
+
+Recompute time is inserted before the first backward use. Copies overlap compute fully (no
+bandwidth contention with kernels is modelled); what they cannot hide becomes a stall.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from memopt.plan import Strategy
+from memopt.planner.costs import DeviceRates, ops_s
+from memopt.planner.problem import Candidate, OffloadWindow, PlanningProblem, StepTimeline
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Predicted seconds of one training step under a plan."""
+
+    baseline_s: float
+    """The step without any memopt decision (sum of op times)."""
+    recompute_s: float
+    """Time spent in recompute (and compromise) subgraphs."""
+    d2h_stall_s: float
+    """Forward waits for offload copies at layer boundaries."""
+    h2d_stall_s: float
+    """Backward waits for reload copies at first uses."""
+
+    @property
+    def overhead_s(self) -> float:
+        return self.recompute_s + self.d2h_stall_s + self.h2d_stall_s
+
+    @property
+    def total_s(self) -> float:
+        return self.baseline_s + self.overhead_s
+
+
+#: One offloaded tensor: (order key, nbytes, produce_pos, release_pos, reload_pos, use_pos),
+#: positions on the step line (``use_pos`` is ``F + first_bwd_use_pos``).
+OffloadItem = tuple[str, int, int, int, int, int]
+
+_RELEASE, _RELOAD, _RECOMPUTE, _USE, _PRODUCE = range(5)
+
+
+def simulate_step(
+    timeline: StepTimeline,
+    rates: DeviceRates,
+    recompute_at: Mapping[int, float],
+    offloads: Sequence[OffloadItem],
+) -> StepTime:
+    """Step time given recompute seconds per position and the offloaded tensors."""
+    events: list[tuple[int, int, str, int]] = []
+    for pos in recompute_at:
+        events.append((pos, _RECOMPUTE, "", -1))
+    for i, (key, _nb, p, r, q, u) in enumerate(offloads):
+        events += [(p, _PRODUCE, key, i), (r, _RELEASE, key, i)]
+        events += [(q, _RELOAD, f"{u:012d}{key}", i), (u, _USE, key, i)]
+    events.sort()
+    start = timeline.start_s
+    d2h_free = h2d_free = 0.0
+    d2h_done = [0.0] * len(offloads)
+    h2d_done = [0.0] * len(offloads)
+    shift = rec = d2h_stall = h2d_stall = 0.0
+    for pos, kind, _key, i in events:
+        if kind == _PRODUCE:  # after the op at pos
+            now = start[pos + 1] + shift
+            d2h_free = max(now, d2h_free) + offloads[i][1] / rates.d2h_bytes_per_s
+            d2h_done[i] = d2h_free
+            continue
+        now = start[pos] + shift
+        if kind == _RELEASE:
+            wait = max(0.0, d2h_done[i] - now)
+            shift += wait
+            d2h_stall += wait
+        elif kind == _RELOAD:
+            h2d_free = max(now, h2d_free) + offloads[i][1] / rates.h2d_bytes_per_s
+            h2d_done[i] = h2d_free
+        elif kind == _RECOMPUTE:
+            shift += recompute_at[pos]
+            rec += recompute_at[pos]
+        else:
+            wait = max(0.0, h2d_done[i] - now)
+            shift += wait
+            h2d_stall += wait
+    return StepTime(start[-1], rec, d2h_stall, h2d_stall)
+
+
+def recompute_s(c: Candidate, strategy: Strategy, rates: DeviceRates) -> float:
+    """Seconds of extra compute ``strategy`` costs for ``c`` (0 for keep and offload)."""
+    if strategy == Strategy.RECOMPUTE:
+        return ops_s(c.recompute_ops, rates)
+    if strategy == Strategy.COMPROMISE:
+        ops = c.recompute_ops if c.compromise_ops is None else c.compromise_ops
+        return ops_s(ops, rates)
+    return 0.0
+
+
+def offload_item(c: Candidate, window: OffloadWindow, n_fwd: int) -> OffloadItem:
+    return (
+        c.name,
+        c.nbytes,
+        c.produce_pos,
+        window.release_pos,
+        window.reload_pos,
+        n_fwd + c.first_bwd_use_pos,
+    )
+
+
+def step_time(
+    problem: PlanningProblem,
+    decisions: Mapping[str, Strategy],
+    rates: DeviceRates,
+    windows: Mapping[int, OffloadWindow] | None = None,
+) -> StepTime:
+    """Predicted step time for per-candidate ``decisions`` (missing names: keep)."""
+    tl = problem.timeline
+    windows = windows or {}
+    rec: dict[int, float] = {}
+    offloads: list[OffloadItem] = []
+    for c in problem.candidates:
+        s = Strategy(decisions.get(c.name, Strategy.KEEP))
+        if s in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
+            pos = tl.n_fwd + c.first_bwd_use_pos
+            rec[pos] = rec.get(pos, 0.0) + recompute_s(c, s, rates)
+        elif s == Strategy.OFFLOAD:
+            if c.layer is None or c.layer not in windows:
+                raise ValueError(f"{c.name}: offload needs a window for its layer")
+            offloads.append(offload_item(c, windows[c.layer], tl.n_fwd))
+    return simulate_step(tl, rates, rec, offloads)

@@ -1,0 +1,252 @@
+"""The plan report: a value with ``.table()`` (text) and ``.to_dict()`` (JSON-serializable).
+
+Each compiled graph (a *region*; graph breaks make several) contributes a :class:`RegionReport`;
+:class:`Report` folds them: rows for the same cluster id are summed. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import sympy
+from tabulate import tabulate
+
+from memopt.config import MemoptConfig
+from memopt.plan import Strategy
+from memopt.symbolic import SymbolTable, fmt_bytes
+
+
+def _expr_str(e: sympy.Expr) -> str:
+    return str(sympy.expand(e))
+
+
+@dataclass
+class RegionReport:
+    """What memopt found and did in one compiled graph (plain, JSON-ready data)."""
+
+    index: int
+    symbols: dict[str, int]
+    clusters: list[dict[str, Any]]
+    excluded: list[dict[str, Any]]
+    baseline_saved_symbolic: str
+    baseline_saved_bytes: int | None
+    final_saved_symbolic: str
+    final_saved_bytes: int | None
+    warnings: list[str] = field(default_factory=list)
+    plan_seconds: float = 0.0
+    from_cache: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # offload/layers/planner sections
+
+    @staticmethod
+    def from_pipeline(index: int, result: Any) -> RegionReport:
+        sym: SymbolTable = result.symbols
+        clusters = []
+        for d in result.decisions.clusters:
+            shown = d.strategy if d.enabled else d.default_strategy
+            saving = d.saving if d.enabled else d.potential
+            clusters.append(
+                {
+                    "cluster_id": d.cluster_id,
+                    "strategy": int(shown),
+                    "count": d.count if d.enabled else -1,
+                    "freq": d.freq,
+                    "enabled": d.enabled,
+                    "source": d.source,
+                    "available": [int(s) for s in d.available],
+                    "saving_bytes": sym.evaluate(saving),
+                    "saving_symbolic": _expr_str(saving),
+                }
+            )
+        excluded = [
+            {
+                "root": c.root,
+                "reason": c.excluded_reason,
+                "bytes": sym.evaluate(c.nbytes),
+                "symbolic": _expr_str(c.nbytes),
+                "shape": c.shape,
+                "dtype": c.dtype,
+                "compromise": int(Strategy.COMPROMISE) in [int(s) for s in c.savings],
+            }
+            for c in result.candidates
+            if c.excluded_reason is not None
+        ]
+        used: set[str] = set()
+        for e in [result.baseline_saved, result.final_saved]:
+            used |= {str(x) for x in sympy.sympify(e).free_symbols}
+        for c in clusters:
+            used |= {str(x) for x in sympy.sympify(c["saving_symbolic"]).free_symbols}
+        return RegionReport(
+            index=index,
+            symbols={k: v for k, v in sym.values.items() if k in used},
+            clusters=clusters,
+            excluded=excluded,
+            baseline_saved_symbolic=_expr_str(result.baseline_saved),
+            baseline_saved_bytes=sym.evaluate(result.baseline_saved),
+            final_saved_symbolic=_expr_str(result.final_saved),
+            final_saved_bytes=sym.evaluate(result.final_saved),
+            warnings=list(result.decisions.warnings),
+            plan_seconds=result.plan_seconds,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> RegionReport:
+        return RegionReport(**dict(d))
+
+
+def _config_text(config: MemoptConfig) -> str:
+    return ",".join(config.plan_strings()) or "not provided"
+
+
+@dataclass
+class Report:
+    """The whole plan report for one optimized model."""
+
+    config: MemoptConfig
+    regions: Sequence[RegionReport]
+
+    def clusters(self) -> list[dict[str, Any]]:
+        """Cluster rows summed over regions, sorted by saving (largest first)."""
+        rows: dict[str, dict[str, Any]] = {}
+        for r in self.regions:
+            for c in r.clusters:
+                row = rows.get(c["cluster_id"])
+                if row is None:
+                    rows[c["cluster_id"]] = dict(c)
+                    continue
+                row["freq"] += c["freq"]
+                row["enabled"] = row["enabled"] or c["enabled"]
+                if row["saving_bytes"] is not None and c["saving_bytes"] is not None:
+                    row["saving_bytes"] += c["saving_bytes"]
+                else:
+                    row["saving_bytes"] = None
+                row["saving_symbolic"] = _expr_str(
+                    sympy.sympify(row["saving_symbolic"]) + sympy.sympify(c["saving_symbolic"])
+                )
+        return sorted(rows.values(), key=lambda c: (-(c["saving_bytes"] or 0), c["cluster_id"]))
+
+    def symbols(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.regions:
+            for k, v in r.symbols.items():
+                out.setdefault(k, v)
+        return out
+
+    @property
+    def enabled(self) -> bool:
+        return any(c["enabled"] for r in self.regions for c in r.clusters)
+
+    def saved_bytes(self) -> tuple[int | None, int | None]:
+        """Predicted activation bytes saved for backward (before, after), summed over regions."""
+
+        def total(key: str) -> int | None:
+            vals = [getattr(r, key) for r in self.regions]
+            return None if any(v is None for v in vals) else sum(vals)
+
+        return total("baseline_saved_bytes"), total("final_saved_bytes")
+
+    def to_dict(self) -> dict[str, Any]:
+        before, after = self.saved_bytes()
+        return {
+            "enabled": self.enabled,
+            "level": self.config.level,
+            "config": self.config.plan_strings(),
+            "probe_level": self.config.probe_level,
+            "sources": dict(self.config.sources),
+            "symbols": self.symbols(),
+            "plans": [
+                {
+                    k: c[k]
+                    for k in (
+                        "cluster_id",
+                        "strategy",
+                        "count",
+                        "freq",
+                        "enabled",
+                        "saving_bytes",
+                        "saving_symbolic",
+                        "source",
+                        "available",
+                    )
+                }
+                for c in self.clusters()
+            ],
+            "saved_bytes_before": before,
+            "saved_bytes_after": after,
+            "regions": [r.to_dict() for r in self.regions],
+        }
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def table(self) -> str:
+        cfg = self.config
+        src = cfg.sources
+        head = (
+            f"Memory Optimizer : {'ON' if self.enabled else 'OFF'} : Level {cfg.level}, "
+            f"User config: {_config_text(cfg)}, probe level: {cfg.probe_level}"
+        )
+        origin = (
+            f"  (settings from: level={src.get('level', 'default')}, "
+            f"config={src.get('plans', 'default')}, probe_level={src.get('probe_level', 'default')})"
+        )
+        rows = []
+        for i, c in enumerate(self.clusters(), 1):
+            count = c["count"] if c["enabled"] else -1
+            rows.append(
+                [
+                    f"- Plan {i} : {'ON ' if c['enabled'] else 'OFF'} : "
+                    f"{c['cluster_id']}:{c['strategy']}:{count}",
+                    c["freq"],
+                    "?" if c["saving_bytes"] is None else f"{c['saving_bytes']:,}",
+                    c["saving_symbolic"],
+                ]
+            )
+        body = (
+            tabulate(
+                rows,
+                headers=["Configs", "Freq", "Max Saving(Bytes)", "Saving Symbolic(Bytes)"],
+                tablefmt="simple",
+                disable_numparse=True,
+            )
+            if rows
+            else "  (no recomputable activations found)"
+        )
+        before, after = self.saved_bytes()
+        syms = ", ".join(f"{k}={v}" for k, v in sorted(self.symbols().items())) or "static shapes"
+        notes = [
+            "Note 1: enable a plan with MEMOPT_CONFIG=<ClusterId>:<Strategy>:<Count> (comma-"
+            "separated for several) or memopt.optimize(model, config=[...]); level=1 enables every "
+            "strategy-1 plan, level=2 also the strategy-2 (compromise) plans.",
+            f"Note 2: saving values use these symbol values: {syms}.",
+            f"Note 3: activation bytes saved for backward: {fmt_bytes(before)} without memopt, "
+            f"{fmt_bytes(after)} with this plan ({len(self.regions)} compiled region(s)).",
+        ]
+        excluded = [e for r in self.regions for e in r.excluded]
+        if excluded:
+            total = sum(e["bytes"] or 0 for e in excluded)
+            reasons: dict[str, int] = {}
+            for e in excluded:
+                key = e["reason"].split(" (")[0]
+                reasons[key] = reasons.get(key, 0) + 1
+            top = "; ".join(
+                f"{k} x{v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:4]
+            )
+            notes.append(
+                f"Note 4: {len(excluded)} saved tensor(s) ({fmt_bytes(total)}) cannot be fully "
+                f"recomputed: {top}."
+            )
+        warns = [w for r in self.regions for w in r.warnings]
+        extra_lines = []
+        for r in self.regions:
+            for section in r.extra.values():
+                if isinstance(section, Mapping) and "text" in section:
+                    extra_lines.append(section["text"])
+        return "\n".join(
+            [head, origin, body, *notes, *(f"Warning: {w}" for w in warns), *extra_lines]
+        )

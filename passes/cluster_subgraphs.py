@@ -1,0 +1,79 @@
+"""cluster_subgraphs_pass: name each recompute subgraph ORT-style and number its occurrences.
+
+Reads ``node.meta[SUBGRAPH]`` (from find_recompute_subgraphs_pass). Writes
+``node.meta[CLUSTER_ID]`` and ``node.meta[OCCURRENCE]`` on each group's root and returns plain
+:class:`memopt.candidates.Candidate` objects with symbolic byte sizes and savings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sympy
+import torch
+import torch.fx
+from memopt.passes.find_recompute_subgraphs import Subgraph
+
+from memopt import meta_keys as mk
+from memopt.candidates import Candidate
+from memopt.naming import cluster_id
+from memopt.plan import Strategy
+from memopt.symbolic import SymbolTable, tensor_bytes_expr
+
+
+def _bytes(node: torch.fx.Node, symbols: SymbolTable) -> sympy.Expr:
+    e = tensor_bytes_expr(node.meta.get(mk.TORCH_VAL))
+    return symbols.readable(e if e is not None else sympy.Integer(0))
+
+
+def cluster_subgraphs_pass(
+    gm: torch.fx.GraphModule, subgraphs: Sequence[Subgraph], symbols: SymbolTable
+) -> tuple[torch.fx.GraphModule, list[Candidate]]:
+    counts: dict[str, int] = {}
+    out: list[Candidate] = []
+    for sg in subgraphs:
+        root = sg.group.root
+        nbytes = _bytes(root, symbols)
+        savings: dict[Strategy, sympy.Expr] = {}
+        nodes: dict[Strategy, tuple[str, ...]] = {}
+        boundary: dict[Strategy, tuple[str, ...]] = {}
+        name_from = None
+        if sg.full.reason is None and sg.full.nodes:
+            savings[Strategy.RECOMPUTE] = nbytes
+            nodes[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.nodes)
+            boundary[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.inputs)
+            name_from = sg.full.nodes
+        if sg.compromise is not None and sg.compromise_stash is not None:
+            saving = sympy.expand(nbytes - _bytes(sg.compromise_stash, symbols))
+            if not (saving.is_number and saving <= 0):
+                savings[Strategy.COMPROMISE] = saving
+                nodes[Strategy.COMPROMISE] = tuple(n.name for n in sg.compromise.nodes)
+                boundary[Strategy.COMPROMISE] = tuple(n.name for n in sg.compromise.inputs)
+                name_from = name_from or sg.compromise.nodes
+        cid = cluster_id(name_from) if name_from else None
+        if cid == "":
+            cid = None
+        occ = -1
+        if cid is not None:
+            occ = counts.get(cid, 0)
+            counts[cid] = occ + 1
+            root.meta[mk.CLUSTER_ID] = cid
+            root.meta[mk.OCCURRENCE] = occ
+        val = root.meta.get(mk.TORCH_VAL)
+        out.append(
+            Candidate(
+                root=root.name,
+                members=tuple(m.name for m in sg.group.members),
+                cluster_id=cid,
+                occurrence=occ,
+                nbytes=nbytes,
+                savings=savings,
+                recompute_nodes=nodes,
+                boundary=boundary,
+                excluded_reason=sg.full.reason,
+                layer=root.meta.get(mk.LAYER),
+                dtype=str(val.dtype).replace("torch.", "") if val is not None else "",
+                shape=str(tuple(val.shape)) if val is not None else "",
+            )
+        )
+    return gm, out

@@ -1,0 +1,234 @@
+"""find_recompute_subgraphs_pass: for each saved storage group, search bottom-up for a subgraph
+that can recompute it in backward.
+
+Reads ``node.meta[SAVED_INDEX]`` (from find_saved_activations_pass), ``original_aten`` and
+``nn_module_stack``. Writes ``node.meta[SUBGRAPH]`` (a :class:`Subgraph`) on each group's root.
+
+The search walks producers from the root over an allow-list that depends on the probe level
+(0: elementwise, casts, views, gather/slice/where/expand; 1: also matmuls, norms, softmax).
+A branch stops at an input that is already saved or is a graph input. Random ops (dropout)
+end the search: recomputing them would draw new numbers. A second search, the *compromise*,
+treats the input of a widening cast as a boundary, so that the smaller pre-cast tensor is
+saved instead of the root.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.fx
+from memopt.passes.find_saved_activations import SavedGroup, is_view_op
+
+from memopt import _torch_compat as compat
+from memopt import meta_keys as mk
+
+aten = torch.ops.aten
+
+_MATMUL = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul"})
+_CAST = frozenset({"convert_element_type", "_to_copy"})
+_GATHER = frozenset({"gather", "index", "index_select", "embedding", "where", "masked_fill"})
+_CONSTANT = frozenset({"full", "scalar_tensor", "arange", "iota", "zeros", "ones", "empty"})
+_NORM_ATEN = frozenset(
+    {
+        "native_layer_norm",
+        "layer_norm",
+        "rms_norm",
+        "_fused_rms_norm",
+        "native_group_norm",
+        "group_norm",
+    }
+)
+_SOFTMAX_ATEN = frozenset({"_softmax", "softmax", "_log_softmax", "log_softmax", "_safe_softmax"})
+_NORM_MODULE_SUFFIXES = ("RMSNorm", "LayerNorm", "Norm")
+
+#: Op classes allowed in recompute subgraphs, per probe level.
+PROBE_ALLOW = {
+    0: frozenset({"view", "pointwise", "cast", "gather", "constant"}),
+    1: frozenset({"view", "pointwise", "cast", "gather", "constant", "matmul", "norm", "softmax"}),
+}
+
+
+def _packet(target) -> str:
+    return getattr(target, "__name__", str(target)).split(".")[0]
+
+
+def _in_norm_module(node: torch.fx.Node) -> bool:
+    stack = node.meta.get(mk.TORCH_MODULE_STACK)
+    if not stack:
+        return False
+    _path, cls = list(stack.values())[-1]
+    name = cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
+    return name.rstrip("'>").endswith(_NORM_MODULE_SUFFIXES)
+
+
+def op_class(node: torch.fx.Node) -> str:
+    """One of: view, pointwise, cast, gather, constant, matmul, norm, softmax, random, other."""
+    t = node.target
+    if t is operator.getitem and node.args and isinstance(node.args[0], torch.fx.Node):
+        return op_class(node.args[0])  # an output of a multi-output op is that op's class
+    if compat.is_random_op(t):
+        return "random"
+    if is_view_op(node):
+        return "view"
+    name = _packet(t)
+    orig = node.meta.get(mk.TORCH_ORIGINAL_ATEN)
+    orig_name = _packet(orig) if orig is not None else name
+    if name in _CAST:
+        return "cast"
+    if name in _MATMUL:
+        return "matmul"
+    if orig_name in _NORM_ATEN:
+        return "norm"
+    if orig_name in _SOFTMAX_ATEN:
+        return "softmax"
+    if name in _GATHER:
+        return "gather"
+    if name in _CONSTANT:
+        return "constant"
+    if torch.Tag.pointwise in getattr(t, "tags", ()):
+        return "pointwise"
+    if _in_norm_module(node) and name in ("mean", "sum", "var_mean", "var", "amax"):
+        return "norm"
+    return "other"
+
+
+def is_widening_cast(node: torch.fx.Node) -> bool:
+    if op_class(node) != "cast" or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    out, inp = node.meta.get(mk.TORCH_VAL), node.args[0].meta.get(mk.TORCH_VAL)
+    return (
+        isinstance(out, torch.Tensor)
+        and isinstance(inp, torch.Tensor)
+        and out.element_size() > inp.element_size()
+    )
+
+
+@dataclass(frozen=True)
+class Search:
+    """Result of one bottom-up search."""
+
+    nodes: tuple[torch.fx.Node, ...]  # topological order, root chain included
+    inputs: tuple[torch.fx.Node, ...]  # boundary: saved activations or graph inputs
+    reason: str | None  # why the search failed (None: success)
+
+
+@dataclass(frozen=True)
+class Subgraph:
+    """Recompute candidates for one saved storage group."""
+
+    group: SavedGroup
+    full: Search
+    compromise: Search | None  # None when there is no widening cast to stash instead
+    compromise_stash: torch.fx.Node | None  # the smaller tensor saved under compromise
+
+
+def _search(
+    group: SavedGroup,
+    saved: set[torch.fx.Node],
+    allow: frozenset,
+    cap: int,
+    order: dict[torch.fx.Node, int],
+    extra_stop: frozenset = frozenset(),
+    max_matmuls: int = 1,
+) -> Search:
+    sub: set[torch.fx.Node] = set()
+    inputs: set[torch.fx.Node] = set()
+    stack = [group.root, *group.members]
+    roots = {group.root, *group.members}
+    reason = None
+    matmuls = 0
+    while stack:
+        n = stack.pop()
+        if n in sub or n in inputs:
+            continue
+        val = n.meta.get(mk.TORCH_VAL)
+        if n.op == "placeholder" or not isinstance(val, torch.Tensor | tuple | list):
+            inputs.add(n)  # graph inputs and SymInt/scalar producers
+            continue
+        if n not in roots and (n in saved or n in extra_stop):
+            inputs.add(n)
+            continue
+        if n.op != "call_function":
+            reason = f"{n.op} {n.name} cannot be recomputed"
+            break
+        cls = op_class(n)
+        if cls == "random":
+            reason = f"random op {_packet(n.target)} (recomputing would change the numbers)"
+            break
+        if cls not in allow:
+            src = n.args[0] if n.target is operator.getitem else n
+            reason = f"op {_packet(src.target)} ({cls}) is not in the probe-level allow-list"
+            break
+        if cls == "matmul":
+            matmuls += 1
+            if matmuls > max_matmuls:
+                reason = f"needs more than {max_matmuls} matmul(s) to recompute"
+                break
+        sub.add(n)
+        if len(sub) > cap:
+            reason = f"subgraph larger than the cap of {cap} ops"
+            break
+        stack.extend(n.all_input_nodes)
+    return Search(
+        nodes=tuple(sorted(sub, key=order.__getitem__)),
+        inputs=tuple(sorted(inputs, key=order.__getitem__)),
+        reason=reason,
+    )
+
+
+def find_recompute_subgraphs_pass(
+    gm: torch.fx.GraphModule,
+    groups: Sequence[SavedGroup],
+    *,
+    probe_level: int,
+    max_nodes: int,
+    max_matmuls: int = 1,
+) -> tuple[torch.fx.GraphModule, list[Subgraph]]:
+    allow = PROBE_ALLOW[probe_level]
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    saved = {m for g in groups for m in (g.root, *g.members)}
+    saved |= {n for n in gm.graph.nodes if mk.SAVED_INDEX in n.meta}
+    out: list[Subgraph] = []
+    for g in groups:
+        full = _search(g, saved, allow, max_nodes, order, max_matmuls=max_matmuls)
+        compromise, stash = None, None
+        casts = [n for n in (full.nodes or _casts_above(g, order)) if is_widening_cast(n)]
+        for cast in reversed(casts):  # the cast nearest to the root first
+            src = cast.args[0]
+            if src in saved or src.op == "placeholder":
+                continue  # stashing it is free: that is the full recompute
+            s = _search(
+                g,
+                saved,
+                allow,
+                max_nodes,
+                order,
+                extra_stop=frozenset({src}),
+                max_matmuls=max_matmuls,
+            )
+            if s.reason is None:
+                compromise, stash = s, src
+                break
+        sub = Subgraph(g, full, compromise, stash)
+        g.root.meta[mk.SUBGRAPH] = sub
+        out.append(sub)
+    return gm, out
+
+
+def _casts_above(group: SavedGroup, order: dict, limit: int = 64) -> list[torch.fx.Node]:
+    """Widening casts reachable above the root through single-input chains (for compromise
+    when the full search failed)."""
+    found, stack, seen = [], [group.root], set()
+    while stack and len(seen) < limit:
+        n = stack.pop()
+        if n in seen or n.op != "call_function":
+            continue
+        seen.add(n)
+        if is_widening_cast(n):
+            found.append(n)
+            continue
+        stack.extend(n.all_input_nodes)
+    return sorted(found, key=order.__getitem__)
