@@ -40,6 +40,11 @@ def register_backend(name: str, fn) -> None:
         _reg(compiler_fn=fn, name=name)
 
 
+def detect_fake_mode(values: Sequence[Any]):
+    """The FakeTensorMode of the fake tensors in ``values`` (None if there are none)."""
+    return torch._guards.detect_fake_mode(values)
+
+
 def detect_shape_env(inputs: Sequence[Any]):
     """The ShapeEnv of the fake tensors in ``inputs`` (None when shapes are static/not fake)."""
     fake_mode = torch._guards.detect_fake_mode(inputs)
@@ -196,3 +201,53 @@ def fused_adamw_(
         amsgrad=False,
         maximize=maximize,
     )
+
+
+# --------------------------------------------------------------------------- activation offload
+
+
+def exact_strides_tags() -> tuple:
+    """Op tags asking Inductor to pass a custom op's inputs with the traced strides."""
+    tag = getattr(torch.Tag, "needs_exact_strides", None)
+    return (tag,) if tag is not None else ()
+
+
+def storage_use_count(t: torch.Tensor) -> int:
+    """How many references hold ``t``'s storage (tensors, views, storage objects)."""
+    return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
+
+
+def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two (fake or real) tensors share one storage, i.e. one is a view of the other."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
+
+
+def int_hint(value: Any) -> int:
+    """An int for an int or SymInt: the backed value of the compile that traced it."""
+    if isinstance(value, torch.SymInt):
+        expr = value.node.expr
+        vals = symbol_values(value.node.shape_env)
+        return int(expr.xreplace(vals))
+    return int(value)
+
+
+def saved_for_backward_descs(flags: Sequence[bool]) -> list | None:
+    """AOTAutograd output descriptors for saved values (``flags[i]``: no version-counter
+    check); None on a torch without descriptors."""
+    try:
+        from torch._functorch._aot_autograd.descriptors import (
+            SavedForBackwardsAOTOutput,
+            SavedForBackwardsNoVcCheckAOTOutput,
+        )
+    except ImportError:
+        return None
+    return [
+        SavedForBackwardsNoVcCheckAOTOutput(i) if f else SavedForBackwardsAOTOutput(i)
+        for i, f in enumerate(flags)
+    ]
+
+
+NO_VC_CHECK_META = "saved_tensor_with_no_vc_check"
+"""node.meta flag of saved tensors stashed on ctx (sorted last among the saved tensors)."""

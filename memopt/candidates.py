@@ -27,6 +27,7 @@ class Candidate:
     boundary: dict[Strategy, tuple[str, ...]] = field(default_factory=dict)
     excluded_reason: str | None = None  # why full recompute is impossible
     layer: int | None = None
+    note: str | None = None  # e.g. dropout recomputed from its saved mask
     dtype: str = ""
     shape: str = ""
 

@@ -136,6 +136,10 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
     def uuid(self) -> str:
         return self.config.uuid()
 
+    def __reduce__(self):
+        # Inductor pickles its config into cache keys: the uuid is the stable identity.
+        return (str, (self.uuid(),))
+
     def __deepcopy__(self, memo: dict) -> MemoptPartitioner:
         # Inductor deep-copies its config; the partitioner shares its state on purpose.
         return self

@@ -43,6 +43,10 @@ class RegionReport:
     @staticmethod
     def from_pipeline(index: int, result: Any) -> RegionReport:
         sym: SymbolTable = result.symbols
+        notes_by_cluster: dict[str, str] = {}
+        for c in result.candidates:
+            if c.cluster_id and c.note:
+                notes_by_cluster[c.cluster_id] = c.note
         clusters = []
         for d in result.decisions.clusters:
             shown = d.strategy if d.enabled else d.default_strategy
@@ -58,6 +62,7 @@ class RegionReport:
                     "available": [int(s) for s in d.available],
                     "saving_bytes": sym.evaluate(saving),
                     "saving_symbolic": _expr_str(saving),
+                    "note": notes_by_cluster.get(d.cluster_id),
                 }
             )
         excluded = [
@@ -241,6 +246,9 @@ class Report:
                 f"Note 4: {len(excluded)} saved tensor(s) ({fmt_bytes(total)}) cannot be fully "
                 f"recomputed: {top}."
             )
+        noted = sorted({f"{c['cluster_id']} {c['note']}" for c in self.clusters() if c.get("note")})
+        if noted:
+            notes.append(f"Note {len(notes) + 1}: " + "; ".join(noted) + ".")
         warns = [w for r in self.regions for w in r.warnings]
         extra_lines = []
         for r in self.regions:

@@ -26,6 +26,24 @@ def _bytes(node: torch.fx.Node, symbols: SymbolTable) -> sympy.Expr:
     return symbols.readable(e if e is not None else sympy.Integer(0))
 
 
+_RANDOM_SOURCES = frozenset(
+    {
+        "native_dropout",
+        "dropout",
+        "bernoulli",
+        "feature_dropout",
+        "alpha_dropout",
+        "rand_like",
+        "randn_like",
+    }
+)
+
+
+def _from_random_op(node: torch.fx.Node) -> bool:
+    orig = node.meta.get(mk.TORCH_ORIGINAL_ATEN)
+    return orig is not None and getattr(orig, "__name__", "").split(".")[0] in _RANDOM_SOURCES
+
+
 def cluster_subgraphs_pass(
     gm: torch.fx.GraphModule, subgraphs: Sequence[Subgraph], symbols: SymbolTable
 ) -> tuple[torch.fx.GraphModule, list[Candidate]]:
@@ -51,6 +69,9 @@ def cluster_subgraphs_pass(
                 boundary[Strategy.COMPROMISE] = tuple(n.name for n in sg.compromise.inputs)
                 name_from = name_from or sg.compromise.nodes
         cid = cluster_id(name_from) if name_from else None
+        note = None
+        if name_from and any(_from_random_op(n) for n in name_from):
+            note = "recomputes dropout from its saved mask (same random numbers)"
         if cid == "":
             cid = None
         occ = -1
@@ -71,6 +92,7 @@ def cluster_subgraphs_pass(
                 recompute_nodes=nodes,
                 boundary=boundary,
                 excluded_reason=sg.full.reason,
+                note=note,
                 layer=root.meta.get(mk.LAYER),
                 dtype=str(val.dtype).replace("torch.", "") if val is not None else "",
                 shape=str(tuple(val.shape)) if val is not None else "",

@@ -32,11 +32,12 @@ def test_budget_below_two_layers_streams_all_with_two_slots():
     assert plan.gpu_bytes == 2 * MiB > plan.budget_bytes  # at least two layers stay resident
 
 
-def test_small_fraction_streams_one_layer_in_one_slot():
+def test_small_fraction_needs_three_streamed_layers():
     plan = plan_layer_offload([MiB] * 10, 0.05)
-    # one streamed layer needs one slot: gpu = 9 + 1 = 10 MiB > 9.5 MiB budget, so two stream
-    assert plan.streamed.count(True) == 2
-    assert plan.gpu_bytes == 8 * MiB + 2 * MiB
+    # budget 9.5 MiB: one streamed layer (one slot) saves nothing, two (two slots) save nothing,
+    # three save one layer: 7 resident + 2 slots = 9 MiB
+    assert plan.streamed.count(True) == 3 and plan.streamed_layers == (0, 3, 6)
+    assert plan.gpu_bytes == 9 * MiB
     plan = plan_layer_offload([MiB] * 10, 0.0, slots=3)
     assert plan.slots == 3
 

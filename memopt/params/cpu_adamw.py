@@ -145,7 +145,7 @@ class CPUAdamW(torch.optim.Optimizer):
             info = _P(p, gi, off, n, host)
             if p.is_cuda:
                 info.staging = torch.empty(n, dtype=p.dtype, pin_memory=True)
-                if p.dtype != torch.float32:
+                if p.dtype != torch.float32 and host is None:
                     info.wstage = torch.empty(n, dtype=p.dtype, pin_memory=True)
             self._infos[id(p)] = info
             if p.requires_grad:

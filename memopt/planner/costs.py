@@ -172,23 +172,9 @@ def _measure(dev, sizes: CalibrationSizes) -> DeviceRates:
     sync = (lambda: torch.cuda.synchronize(dev)) if is_cuda else (lambda: None)
 
     n = sizes.matmul_n
-    a = torch.randn(n, n, device=dev, dtype=dtype)
-    b = torch.randn(n, n, device=dev, dtype=dtype)
-    mm_s = _time(lambda: torch.mm(a, b), sync, sizes.repeats)
-    del a, b
-
-    numel = sizes.copy_bytes // 4
-    src = torch.empty(numel, device=dev, dtype=torch.float32)
-    dst = torch.empty_like(src)
-    copy_s = _time(lambda: dst.copy_(src), sync, sizes.repeats)
-    del src, dst
-
-    numel = sizes.transfer_bytes // 4
-    host = torch.empty(numel, dtype=torch.float32, pin_memory=is_cuda)
-    on_dev = torch.empty(numel, device=dev, dtype=torch.float32)
-    h2d_s = _time(lambda: on_dev.copy_(host, non_blocking=True), sync, sizes.repeats)
-    d2h_s = _time(lambda: host.copy_(on_dev, non_blocking=True), sync, sizes.repeats)
-
+    mm_s = _time_matmul(dev, n, dtype, sync, sizes.repeats)
+    copy_s = _time_copy(dev, sizes.copy_bytes, sync, sizes.repeats)
+    h2d_s, d2h_s = _time_transfers(dev, sizes.transfer_bytes, is_cuda, sync, sizes.repeats)
     return DeviceRates(
         name=dev.type,
         matmul_flops_per_s=2 * n**3 / mm_s,
@@ -197,6 +183,34 @@ def _measure(dev, sizes: CalibrationSizes) -> DeviceRates:
         d2h_bytes_per_s=sizes.transfer_bytes / d2h_s,
         source="measured",
     )
+
+
+def _time_matmul(dev, n: int, dtype, sync: Callable[[], None], repeats: int) -> float:
+    import torch
+
+    a = torch.randn(n, n, device=dev, dtype=dtype)
+    b = torch.randn(n, n, device=dev, dtype=dtype)
+    return _time(lambda: torch.mm(a, b), sync, repeats)
+
+
+def _time_copy(dev, nbytes: int, sync: Callable[[], None], repeats: int) -> float:
+    import torch
+
+    src = torch.empty(nbytes // 4, device=dev, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    return _time(lambda: dst.copy_(src), sync, repeats)
+
+
+def _time_transfers(
+    dev, nbytes: int, pinned: bool, sync: Callable[[], None], repeats: int
+) -> tuple[float, float]:
+    import torch
+
+    host = torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=pinned)
+    on_dev = torch.empty(nbytes // 4, device=dev, dtype=torch.float32)
+    h2d = _time(lambda: on_dev.copy_(host, non_blocking=True), sync, repeats)
+    d2h = _time(lambda: host.copy_(on_dev, non_blocking=True), sync, repeats)
+    return h2d, d2h
 
 
 def _time(fn: Callable[[], object], sync: Callable[[], None], repeats: int) -> float:

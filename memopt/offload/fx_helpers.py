@@ -1,0 +1,221 @@
+"""Graph facts the offload rewrite reads: storage roots, layer regions, anchors and gates.
+
+"Realized" tensors are ones Inductor always materializes in memory (graph inputs and
+outputs, extern kernels such as matmuls and attention). The rewrite only hangs its ordering
+edges on realized tensors, so adding an edge never changes Inductor's fusion (and numerics).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+
+from memopt import _torch_compat as compat
+from memopt.meta_keys import LAYER
+
+aten = torch.ops.aten
+
+
+def _realized_targets() -> frozenset:
+    names = [
+        "mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backward",
+        "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_efficient_attention_backward",
+        "_scaled_dot_product_cudnn_attention_backward",
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
+        "_flash_attention_forward", "_flash_attention_backward",
+        "_efficient_attention_forward", "_efficient_attention_backward",
+        "_scaled_mm", "_grouped_mm",
+    ]  # fmt: skip
+    out = set()
+    for name in names:
+        packet = getattr(aten, name, None)
+        if packet is not None:
+            out.update(getattr(packet, o) for o in packet.overloads())
+    return frozenset(out)
+
+
+REALIZED_TARGETS = _realized_targets()
+
+
+def tensor_val(node: object) -> torch.Tensor | None:
+    if not isinstance(node, fx.Node):
+        return None
+    v = node.meta.get("val")
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def nbytes_hint(v: torch.Tensor) -> int:
+    """Bytes of a (fake) tensor's elements; symbolic sizes use the compile's hints."""
+    return compat.int_hint(v.numel()) * v.element_size()
+
+
+def is_static(v: torch.Tensor) -> bool:
+    vals = (*v.shape, *v.stride(), v.storage_offset())
+    return all(isinstance(x, int) for x in vals)
+
+
+def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same size, stride and storage offset (symbolic sizes compared as expressions)."""
+    ea = [compat.sym_expr(x) for x in (*a.shape, *a.stride(), a.storage_offset())]
+    eb = [compat.sym_expr(x) for x in (*b.shape, *b.stride(), b.storage_offset())]
+    return a.dim() == b.dim() and ea == eb
+
+
+def _shares(val: object, storage_of: torch.Tensor) -> bool:
+    if isinstance(val, torch.Tensor):
+        return compat.same_storage(val, storage_of)
+    if isinstance(val, list | tuple):
+        return any(_shares(v, storage_of) for v in val)
+    return False
+
+
+def storage_root(node: fx.Node) -> fx.Node:
+    """The node that allocated ``node``'s storage: walk back through views (any op whose output
+    shares storage with an input, e.g. reshape, permute, split + getitem)."""
+    v = tensor_val(node)
+    assert v is not None, node
+    cur = node
+    while True:
+        nxt = next((a for a in cur.all_input_nodes if _shares(a.meta.get("val"), v)), None)
+        if nxt is None:
+            return cur
+        cur = nxt
+
+
+def storage_closure(root: fx.Node) -> set[fx.Node]:
+    """``root`` and every node that is a view of it."""
+    v = tensor_val(root)
+    assert v is not None, root
+    seen, todo = {root}, [root]
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            if u not in seen and _shares(u.meta.get("val"), v):
+                seen.add(u)
+                todo.append(u)
+    return seen
+
+
+def is_realized(node: fx.Node, outputs: Iterable[fx.Node]) -> bool:
+    if tensor_val(node) is None:
+        return False
+    if node.op == "placeholder" or node in outputs:
+        return True
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if target is operator.getitem:
+        src = node.args[0]
+        return isinstance(src, fx.Node) and src.target in REALIZED_TARGETS
+    if getattr(target, "namespace", None) == "memopt":
+        return True
+    return target in REALIZED_TARGETS
+
+
+@dataclass
+class GraphIndex:
+    """Positions and layer regions of one graph, computed before it is rewritten."""
+
+    graph: fx.Graph
+    nodes: list[fx.Node]
+    pos: dict[fx.Node, int]
+    output: fx.Node
+    outputs: set[fx.Node]
+    starts: dict[int, fx.Node]
+    """First node of each layer's region (in this graph's execution order)."""
+
+    @classmethod
+    def build(cls, graph: fx.Graph, num_layers: int, forward: bool) -> GraphIndex:
+        nodes = list(graph.nodes)
+        pos = {n: i for i, n in enumerate(nodes)}
+        output = graph.find_nodes(op="output")[0]
+        outputs = set(_flat(output.args))
+        starts: dict[int, fx.Node] = {}
+        order = range(num_layers) if forward else range(num_layers - 1, -1, -1)
+        floor = -1
+        for layer in order:
+            first = next(
+                (
+                    n
+                    for n in nodes
+                    if pos[n] > floor and n.meta.get(LAYER) == layer and _is_work(n)
+                ),
+                None,
+            )
+            if first is not None:
+                starts[layer] = first
+                floor = pos[first]
+        return cls(graph, nodes, pos, output, outputs, starts)
+
+    def point_node(self, layer: int | None, forward: bool) -> fx.Node:
+        """The node before which a sync point's ops go: the start of ``layer`` (or of the next
+        layer that has nodes here), or the output node at the end of the pass."""
+        if layer is None:
+            return self.output
+        if forward:
+            later = [k for k in self.starts if k >= layer]
+            return self.starts[min(later)] if later else self.output
+        later = [k for k in self.starts if k <= layer]
+        return self.starts[max(later)] if later else self.output
+
+    def anchor_before(self, node: fx.Node) -> fx.Node | None:
+        """The latest realized tensor computed before ``node`` (what an op must follow)."""
+        limit = self.pos.get(node, len(self.nodes))
+        for n in reversed(self.nodes[:limit]):
+            if n.op == "call_function" and is_realized(n, self.outputs):
+                return n
+        return None
+
+    def gate_after(self, node: fx.Node) -> tuple[fx.Node, fx.Node] | None:
+        """``(user, x)``: the first node from ``node`` on that reads a realized tensor ``x``
+        computed before ``node``. A barrier on ``x`` for that user makes the user (and the
+        layer that begins there) wait for the barrier's dependencies."""
+        if node is self.output:
+            return None
+        start = self.pos[node]
+        for n in self.nodes[start:]:
+            if n.op != "call_function":
+                continue
+            for a in n.all_input_nodes:
+                if self.pos.get(a, start) < start and is_realized(a, self.outputs):
+                    return n, a
+        return None
+
+    def first_user(self, nodes: Iterable[fx.Node]) -> fx.Node | None:
+        users = [u for n in nodes for u in n.users if u in self.pos]
+        return min(users, key=self.pos.__getitem__, default=None)
+
+
+def _flat(args: object) -> list[fx.Node]:
+    out: list[fx.Node] = []
+    fx.node.map_arg(args, lambda n: out.append(n))
+    return out
+
+
+def _is_work(n: fx.Node) -> bool:
+    """A node that marks where a layer's computation begins: not a placeholder and not a view
+    of one (weight transposes can sit anywhere)."""
+    if n.op != "call_function" or tensor_val(n) is None:
+        return False
+    inputs = n.all_input_nodes
+    return not (inputs and all(a.op == "placeholder" for a in inputs) and _is_view_node(n))
+
+
+def _is_view_node(n: fx.Node) -> bool:
+    v = tensor_val(n)
+    return v is not None and any(_shares(a.meta.get("val"), v) for a in n.all_input_nodes)
+
+
+def fake_mode_of(*graphs: fx.Graph):
+    vals = [n.meta.get("val") for g in graphs for n in g.nodes if tensor_val(n) is not None]
+    mode = compat.detect_fake_mode(vals)
+    if mode is None:
+        raise ValueError("the graphs carry no fake tensors in node.meta['val']")
+    return mode

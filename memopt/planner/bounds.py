@@ -1,0 +1,162 @@
+"""Proven lower bounds: on the overhead of any plan within the budget, and on the peak.
+
+Keep only one position ``t`` of the memory constraint and relax the choice per cluster to a
+convex combination of options: what is left is the LP of a multiple-choice knapsack, solved
+exactly by walking the clusters' lower cost/savings hulls cheapest slope first. Every plan that
+fits the budget also fits at ``t``, so the LP value bounds its overhead from below.
+
+Costs in the LP must not exceed a plan's real overhead. Recompute seconds are exact. For offload,
+the copies of layer ``l`` must run inside its window ``W_l`` (production to release; reload
+issue to the last first use), so the stalls inside ``W_l`` are at least
+``bytes_l / rate - compute(W_l)``; a stall lies in at most ``K`` windows, so the total stall is
+at least ``1/K`` of the sum over layers. ``max(0, x - W)`` is superadditive, so each cluster can
+be charged its own share, which keeps the LP separable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memopt.plan import Strategy
+from memopt.planner.space import ClusterSpace, Space
+from memopt.planner.timing import recompute_s
+
+
+@dataclass(frozen=True)
+class Bounds:
+    overhead_s: float
+    """No plan within the budget has a smaller overhead (``inf``: no plan fits)."""
+    peak: int
+    """No plan has a smaller peak."""
+
+
+class _OffloadFloor:
+    """Per-layer windows and overlap counts for the offload part of the bound."""
+
+    def __init__(self, space: Space) -> None:
+        tl = space.problem.timeline
+        start, F = tl.start_s, tl.n_fwd
+        self.rates = space.rates
+        rec = [0.0] * (tl.n_positions + 1)
+        for cs in space.clusters:
+            for c, rc in zip(cs.cands, cs.rcost):
+                rec[F + c.first_bwd_use_pos + 1] += max(rc.values(), default=0.0)
+        for name, s in space.fixed_decisions.items():
+            c = space.problem.by_name[name]
+            rec[F + c.first_bwd_use_pos + 1] += recompute_s(c, s, space.rates)
+        for i in range(1, len(rec)):
+            rec[i] += rec[i - 1]  # rec[i]: max recompute seconds before position i
+        lo: dict[int, int] = {}
+        hi: dict[int, int] = {}
+        for c in space.problem.candidates:
+            if c.layer in space.windows and c.offloadable:
+                lo[c.layer] = min(lo.get(c.layer, c.produce_pos), c.produce_pos)
+                u = F + c.first_bwd_use_pos
+                hi[c.layer] = max(hi.get(c.layer, u), u)
+        fwin, bwin = {}, {}
+        for layer in lo:
+            w = space.windows[layer]
+            fwin[layer] = (lo[layer] + 1, w.release_pos)
+            bwin[layer] = (w.reload_pos, hi[layer])
+        self.wf = {
+            k: max(0.0, start[b] - start[a] + rec[b + 1] - rec[a]) for k, (a, b) in fwin.items()
+        }
+        self.wb = {
+            k: max(0.0, start[b] - start[a] + rec[b + 1] - rec[a]) for k, (a, b) in bwin.items()
+        }
+        points = {b for a, b in fwin.values()} | {
+            F + c.first_bwd_use_pos for c in space.problem.candidates if c.layer in bwin
+        }
+        cf = {x: sum(a <= x <= b for a, b in fwin.values()) for x in points}
+        cb = {x: sum(a <= x <= b for a, b in bwin.values()) for x in points}
+        if any(cf[x] and cb[x] for x in points):
+            self.kf = self.kb = max((cf[x] + cb[x] for x in points), default=1)
+        else:
+            self.kf = max(cf.values(), default=1) or 1
+            self.kb = max(cb.values(), default=1) or 1
+
+    def cost(self, per_layer: dict[int, int]) -> float:
+        r = self.rates
+        out = 0.0
+        for layer, nb in per_layer.items():
+            out += max(0.0, nb / r.d2h_bytes_per_s - self.wf[layer]) / self.kf
+            out += max(0.0, nb / r.h2d_bytes_per_s - self.wb[layer]) / self.kb
+        return out
+
+
+def _option_floors(cs: ClusterSpace, floor: _OffloadFloor) -> dict[Strategy, list[float]]:
+    out = {}
+    for s, m in cs.maxn.items():
+        if not m:
+            continue
+        acc = [0.0]
+        per: dict[int, int] = {}
+        for i in range(m):
+            if s == Strategy.OFFLOAD:
+                lay = cs.cands[i].layer
+                per[lay] = per.get(lay, 0) + cs.cands[i].nbytes  # type: ignore[index]
+                acc.append(floor.cost(per))
+            else:
+                acc.append(acc[-1] + cs.rcost[i][s])
+        out[s] = acc
+    return out
+
+
+def _hull(points: list[tuple[int, float]]) -> tuple[tuple[int, float], list[tuple[int, float]]]:
+    """Cheapest point and the (savings, cost) steps of the lower hull to its right."""
+    start = min(points, key=lambda p: (p[1], -p[0]))
+    right: dict[int, float] = {}
+    for x, y in points:
+        if x > start[0] and (x not in right or y < right[x]):
+            right[x] = y
+    chain = [start]
+    for x in sorted(right):
+        p = (x, right[x])
+        while len(chain) >= 2:
+            (ox, oy), (ax, ay) = chain[-2], chain[-1]
+            if (ax - ox) * (p[1] - oy) - (ay - oy) * (p[0] - ox) <= 0:
+                chain.pop()
+            else:
+                break
+        chain.append(p)
+    return start, [(b[0] - a[0], b[1] - a[1]) for a, b in zip(chain, chain[1:])]
+
+
+def compute_bounds(space: Space, budget: int, points: Sequence[int]) -> Bounds:
+    """Bounds for ``space`` from the constraint at each of ``points`` (the best one wins)."""
+    floor = _OffloadFloor(space)
+    floors = [_option_floors(cs, floor) for cs in space.clusters]
+    fixed_s = space.step_time([(Strategy.KEEP, 0)] * len(space.clusters)).recompute_s
+    fixed_off: dict[int, int] = {}
+    for name, s in space.fixed_decisions.items():
+        if s == Strategy.OFFLOAD:
+            c = space.problem.by_name[name]
+            fixed_off[c.layer] = fixed_off.get(c.layer, 0) + c.nbytes  # type: ignore[index]
+    base_s = fixed_s + floor.cost(fixed_off)
+    best_s, best_peak = base_s, 0
+    for t in points:
+        need = space.base[t] - budget
+        saves = [space.saves_at(cs, t) for cs in space.clusters]
+        most = sum(max((max(a) for a in sv.values()), default=0) for sv in saves)
+        best_peak = max(best_peak, space.base[t] - most)
+        if need <= 0:
+            continue
+        if most < need:
+            return Bounds(float("inf"), best_peak)
+        total, steps = base_s, []
+        for sv, fl in zip(saves, floors):
+            pts = [(0, 0.0)] + [(a[n], fl[s][n]) for s, a in sv.items() for n in range(1, len(a))]
+            (x0, y0), segs = _hull(pts)
+            need -= x0
+            total += y0
+            steps += segs
+        steps.sort(key=lambda d: d[1] / d[0])
+        for dx, dy in steps:
+            if need <= 0:
+                break
+            take = min(1.0, need / dx)
+            total += take * dy
+            need -= dx
+        best_s = max(best_s, total)
+    return Bounds(best_s, best_peak)

@@ -1,0 +1,299 @@
+"""Choose a plan: minimise predicted step time subject to predicted peak <= budget.
+
+For each offload lead ``d`` (layer ``l`` offloads finish when layer ``l+d`` begins; see
+:mod:`memopt.planner.emit`) the search space is one option ``(strategy, n)`` per cluster.
+Small spaces are enumerated (exact); larger ones use the greedy descent and tightening of
+:mod:`memopt.planner.greedy`. Every answer carries a proven lower bound on the overhead
+(:mod:`memopt.planner.bounds`), so the gap to the optimum is known. The best lead wins.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from memopt.plan import Strategy
+from memopt.planner.bounds import compute_bounds
+from memopt.planner.costs import DeviceRates
+from memopt.planner.emit import SyncEntry, lead_sync, plan_strings
+from memopt.planner.greedy import descend, tighten
+from memopt.planner.memory import SavedBytes, memory_profile, saved_bytes
+from memopt.planner.problem import PlanningProblem
+from memopt.planner.space import Space, State
+from memopt.planner.timing import StepTime, step_time
+
+#: Largest lead tried by default (more in flight rarely pays once the link keeps up).
+MAX_LEAD = 4
+
+
+@dataclass(frozen=True)
+class Solution:
+    """The chosen plan and what the models predict for it."""
+
+    feasible: bool
+    """Whether the predicted peak fits the budget. If not, the plan is the smallest-peak one found."""
+    budget_bytes: int
+    decisions: dict[str, Strategy]
+    """Non-keep decision per candidate name."""
+    cluster_plans: dict[str, tuple[Strategy, int]]
+    """Per cluster ``(strategy, n)``: the first ``n`` candidates take the strategy."""
+    plan_strings: tuple[str, ...]
+    """``ClusterId:Strategy:Count`` strings (the user's explicit plans included, verbatim)."""
+    sync: dict[int, SyncEntry]
+    """Per-layer sync dict for the offloaded layers (empty without offload)."""
+    lead: int | None
+    """Uniform offload lead of ``sync`` (None without offload)."""
+    predicted_peak: int
+    baseline_peak: int
+    """Peak of the unoptimized plan (every candidate kept, no explicit plans)."""
+    time: StepTime
+    baseline_step_s: float
+    saved: SavedBytes
+    """Predicted saved-activation bytes of the plan."""
+    min_feasible_peak: int | None
+    """Smallest peak found when the budget is infeasible (None when feasible)."""
+    peak_lower_bound: int
+    """No plan in the search space has a smaller peak."""
+    overhead_lower_bound_s: float
+    """No plan within the budget has a smaller overhead (``inf`` when none fits)."""
+    exact: bool
+    """Whether every lead's space was enumerated (the plan is optimal for the models)."""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def predicted_overhead_s(self) -> float:
+        return self.time.overhead_s
+
+    @property
+    def gap_s(self) -> float:
+        """Overhead above the proven lower bound (0 when exact)."""
+        return max(0.0, self.time.overhead_s - self.overhead_lower_bound_s)
+
+    def freeze(self) -> dict[str, object]:
+        """Keyword arguments that re-apply this plan without planning (``config``, ``sync``)."""
+        return {"config": ",".join(self.plan_strings), "sync": dict(self.sync)}
+
+    def summary(self) -> str:
+        """A few lines for the report."""
+        pct = 100.0 * self.time.overhead_s / self.baseline_step_s if self.baseline_step_s else 0.0
+        head = "fits" if self.feasible else "INFEASIBLE"
+        lines = [
+            f"budget {_fmt_bytes(self.budget_bytes)}: {head}; predicted peak "
+            f"{_fmt_bytes(self.predicted_peak)} (unoptimized {_fmt_bytes(self.baseline_peak)})",
+            f"predicted overhead {self.time.overhead_s * 1e3:.3f} ms (+{pct:.1f}% of "
+            f"{self.baseline_step_s * 1e3:.3f} ms): recompute {self.time.recompute_s * 1e3:.3f}"
+            f" ms, offload stalls {self.time.d2h_stall_s * 1e3:.3f} ms, reload stalls "
+            f"{self.time.h2d_stall_s * 1e3:.3f} ms",
+        ]
+        if self.feasible:
+            bound = (
+                "optimal"
+                if self.exact
+                else f"lower bound {self.overhead_lower_bound_s * 1e3:.3f} ms"
+            )
+            lines.append(f"solver: {bound}")
+        else:
+            lines.append(
+                f"smallest peak found {_fmt_bytes(self.min_feasible_peak or 0)}; no plan has a "
+                f"peak below {_fmt_bytes(self.peak_lower_bound)}"
+            )
+        lines.append("plan: " + (",".join(self.plan_strings) or "(keep everything)"))
+        if self.sync:
+            lines.append(f"sync (lead {self.lead}): {self.sync}")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "feasible": self.feasible,
+            "budget_bytes": self.budget_bytes,
+            "predicted_peak": self.predicted_peak,
+            "baseline_peak": self.baseline_peak,
+            "predicted_overhead_s": self.time.overhead_s,
+            "recompute_s": self.time.recompute_s,
+            "offload_stall_s": self.time.d2h_stall_s,
+            "reload_stall_s": self.time.h2d_stall_s,
+            "baseline_step_s": self.baseline_step_s,
+            "saved_bytes_on_device": self.saved.on_device,
+            "saved_bytes_offloaded": self.saved.offloaded,
+            "plan_strings": list(self.plan_strings),
+            "sync": {str(k): list(v) for k, v in self.sync.items()},
+            "min_feasible_peak": self.min_feasible_peak,
+            "peak_lower_bound": self.peak_lower_bound,
+            "overhead_lower_bound_s": self.overhead_lower_bound_s,
+            "exact": self.exact,
+            "notes": list(self.notes),
+        }
+
+
+def _fmt_bytes(n: int) -> str:
+    return f"{n / 2**30:.3f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+@dataclass
+class _Result:
+    space: Space
+    state: State
+    peak: int
+    overhead_s: float
+    exact: bool
+
+    def key(self, feasible: bool) -> tuple:
+        lead = self.space.lead or 0
+        if feasible:
+            return (round(self.overhead_s, 12), self.peak, lead)
+        return (self.peak, round(self.overhead_s, 12), lead)
+
+
+def _enumerate(space: Space, budget: int) -> tuple[_Result | None, _Result]:
+    """Best feasible and smallest-peak states of a small space, by trying every combination."""
+    best = smallest = None
+    for combo in itertools.product(*(cs.options() for cs in space.clusters)):
+        state = list(combo)
+        peak = max(space.curve(state))
+        r = _Result(space, state, peak, space.step_time(state).overhead_s, True)
+        if peak <= budget and (best is None or r.key(True) < best.key(True)):
+            best = r
+        if smallest is None or r.key(False) < smallest.key(False):
+            smallest = r
+    assert smallest is not None
+    return best, smallest
+
+
+def _search(space: Space, budget: int) -> tuple[_Result | None, _Result]:
+    d = descend(space, budget)
+    if d.reached:
+        state = tighten(space, d.state, budget)
+        r = _Result(space, state, max(space.curve(state)), space.step_time(state).overhead_s, False)
+        return r, r
+    low = descend(space, None) if d.best_peak > budget else d
+    state = low.best_state
+    peak = max(space.curve(state))
+    return None, _Result(space, state, peak, space.step_time(state).overhead_s, False)
+
+
+def default_leads(problem: PlanningProblem) -> list[int | None]:
+    n = problem.timeline.n_layers
+    if n < 2 or not any(c.offloadable and c.layer is not None for c in problem.candidates):
+        return [None]
+    return list(range(1, min(n - 1, MAX_LEAD) + 1))
+
+
+def solve(
+    problem: PlanningProblem,
+    budget_bytes: int,
+    rates: DeviceRates,
+    *,
+    leads: Sequence[int | None] | None = None,
+    exact_limit: int = 4096,
+    bound_points: int = 4,
+) -> Solution:
+    """The fastest predicted plan whose predicted peak fits ``budget_bytes``.
+
+    ``leads``: offload leads to try (default 1..min(n_layers-1, 4); None means no offload).
+    ``exact_limit``: enumerate a lead's space when it has at most this many combinations.
+    ``bound_points``: positions used for the lower bounds (the highest of the base curve, plus
+    the chosen plan's peak).
+    """
+    leads = default_leads(problem) if leads is None else list(leads)
+    if not leads:
+        raise ValueError("no offload lead to try")
+    keep_all = PlanningProblem(candidates=problem.candidates, timeline=problem.timeline)
+    baseline_peak = memory_profile(keep_all, {}).peak
+    baseline_s = problem.timeline.start_s[-1]
+
+    spaces = [Space(problem, rates, lead) for lead in leads]
+    feasible: list[_Result] = []
+    smallest: list[_Result] = []
+    all_exact = True
+    for space in spaces:
+        size = math.prod(len(cs.options()) for cs in space.clusters)
+        if size <= exact_limit:
+            best, low = _enumerate(space, budget_bytes)
+        else:
+            all_exact = False
+            best, low = _search(space, budget_bytes)
+        if best is not None:
+            feasible.append(best)
+        smallest.append(low)
+    ok = bool(feasible)
+    chosen = (
+        min(feasible, key=lambda r: r.key(True))
+        if ok
+        else min(smallest, key=lambda r: r.key(False))
+    )
+
+    points = _bound_points(spaces[0].base, bound_points) + [
+        chosen.space.curve(chosen.state).index(chosen.peak)
+    ]
+    bounds = [compute_bounds(sp, budget_bytes, points) for sp in spaces]
+    lb_s = min(b.overhead_s for b in bounds)
+    lb_peak = min(b.peak for b in bounds)
+    if all_exact:
+        lb_s = chosen.overhead_s if ok else math.inf
+        lb_peak = min(r.peak for r in smallest)
+    return _solution(
+        problem,
+        chosen,
+        ok,
+        budget_bytes,
+        rates,
+        baseline_peak,
+        baseline_s,
+        lb_s,
+        lb_peak,
+        all_exact,
+    )
+
+
+def _bound_points(curve: list[int], k: int) -> list[int]:
+    order = sorted(range(len(curve)), key=lambda i: -curve[i])
+    return order[:k]
+
+
+def _solution(
+    problem: PlanningProblem,
+    r: _Result,
+    ok: bool,
+    budget: int,
+    rates: DeviceRates,
+    baseline_peak: int,
+    baseline_s: float,
+    lb_s: float,
+    lb_peak: int,
+    exact: bool,
+) -> Solution:
+    space = r.space
+    decisions = space.decisions(r.state)
+    cluster_plans = {
+        cs.cid: opt for cs, opt in zip(space.clusters, r.state) if opt[0] != Strategy.KEEP
+    }
+    strings = plan_strings(cluster_plans, problem.clusters)
+    fixed = tuple(f"{cid}:{int(s)}:{n}" for cid, (s, n) in sorted(problem.fixed.items()))
+    layers = {problem.by_name[n].layer for n, s in decisions.items() if s == Strategy.OFFLOAD}
+    lead = space.lead if layers else None
+    n = problem.timeline.n_layers
+    sync = lead_sync(layers, lead, n) if lead is not None else {}  # type: ignore[arg-type]
+    time = step_time(problem, decisions, rates, space.windows)
+    peak = memory_profile(problem, decisions, space.windows).peak
+    return Solution(
+        feasible=ok,
+        budget_bytes=budget,
+        decisions=decisions,
+        cluster_plans=cluster_plans,
+        plan_strings=tuple(sorted(strings + fixed)),
+        sync=sync,
+        lead=lead,
+        predicted_peak=peak,
+        baseline_peak=baseline_peak,
+        time=time,
+        baseline_step_s=baseline_s,
+        saved=saved_bytes(problem, decisions),
+        min_feasible_peak=None if ok else peak,
+        peak_lower_bound=lb_peak,
+        overhead_lower_bound_s=lb_s,
+        exact=exact,
+        notes=tuple(space.notes),
+    )

@@ -1,0 +1,103 @@
+"""detect_layers_pass: find the model's repeated layers and tag every node with its layer.
+
+Reads ``node.meta["nn_module_stack"]`` (forward nodes, and forward nodes recomputed in a
+backward graph) or else ``node.meta["fwd_nn_module_stack"]`` (backward nodes). Writes
+``node.meta[LAYER]``: the index of the node's layer in the returned list, or None.
+
+A layer is a child of a ``ModuleList``/``Sequential``: a module path whose last component is
+an integer (``model.layers.3``, ``transformer.h.3``). Without a ``prefix`` the container with
+the most children seen in the graph wins (for nested lists, only the outermost integer path
+of each node counts, so MoE experts inside ``model.layers.i`` never beat the layers).
+``prefix="model.layers"`` forces the container. Layers are numbered by their integer index,
+which is their execution order in sequential models, so a forward graph and its backward
+graph tagged separately agree.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch.fx
+
+from memopt import meta_keys as mk
+
+_LOCAL = re.compile(r"^L\[['\"][^'\"]*['\"]\]\.?")
+_SUBSCRIPT = re.compile(r"\[['\"]?([A-Za-z0-9_]+)['\"]?\]")
+_GETATTR = re.compile(r"getattr\((.*?), ['\"]([A-Za-z0-9_]+)['\"]\)")
+
+
+def normalize_module_path(path: str) -> str:
+    """``L['self'].model.layers[3]`` / ``L['self'].model.layers._modules['3']`` ->
+    ``model.layers.3``."""
+    p = path.strip()
+    for _ in range(8):
+        q = _GETATTR.sub(r"\1.\2", p)
+        if q == p:
+            break
+        p = q
+    p = _LOCAL.sub("", p)
+    p = _SUBSCRIPT.sub(r".\1", p)
+    p = p.replace("._modules.", ".")
+    return p.strip(".")
+
+
+def _stack_paths(node: torch.fx.Node) -> list[str]:
+    stack = node.meta.get(mk.TORCH_MODULE_STACK) or node.meta.get(mk.TORCH_FWD_MODULE_STACK)
+    if not stack:
+        return []
+    out = []
+    for value in stack.values():
+        path = value[0] if isinstance(value, tuple | list) else value
+        if isinstance(path, str):
+            out.append(normalize_module_path(path))
+    return out
+
+
+def _split_layer(path: str) -> tuple[str, int] | None:
+    head, _, last = path.rpartition(".")
+    if head and last.isdigit():
+        return head, int(last)
+    return None
+
+
+def _layer_of(paths: list[str], prefix: str | None) -> tuple[str, int] | None:
+    """The (container, index) of the outermost layer in a node's module stack."""
+    for p in paths:
+        if prefix is not None:
+            if not p.startswith(prefix + "."):
+                continue
+            first = p[len(prefix) + 1 :].split(".")[0]
+            if first.isdigit():
+                return prefix, int(first)
+            continue
+        found = _split_layer(p)
+        if found is not None:
+            return found
+    return None
+
+
+def detect_layers_pass(gm: torch.fx.GraphModule, prefix: str | None = None) -> list[str]:
+    """Tag ``node.meta[LAYER]`` and return the layer names (``model.layers.0``, ...) in order.
+
+    ``prefix`` (e.g. ``"model.layers"``) selects the container; otherwise the container with
+    the most distinct children wins (ties: the first seen). Returns [] when there is none.
+    """
+    if prefix is not None:
+        prefix = normalize_module_path(prefix)
+    found: dict[torch.fx.Node, tuple[str, int]] = {}
+    children: dict[str, set[int]] = {}
+    for node in gm.graph.nodes:
+        hit = _layer_of(_stack_paths(node), prefix)
+        if hit is not None:
+            found[node] = hit
+            children.setdefault(hit[0], set()).add(hit[1])
+    if prefix is not None:
+        container = prefix if prefix in children else None
+    else:
+        container = max(children, key=lambda c: len(children[c]), default=None)
+    indices = sorted(children.get(container, ())) if container is not None else []
+    position = {idx: k for k, idx in enumerate(indices)}
+    for node in gm.graph.nodes:
+        hit = found.get(node)
+        node.meta[mk.LAYER] = position[hit[1]] if hit and hit[0] == container else None
+    return [f"{container}.{i}" for i in indices]

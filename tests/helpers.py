@@ -1,0 +1,113 @@
+"""Shared test utilities: small models and a reusable checker."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+import memopt
+from memopt.measure import measure_saved_activation_bytes
+
+
+class MLP(nn.Module):
+    """Linear(bias) -> GELU -> Linear, twice: the BiasGelu pattern of BERT/GPT/ViT blocks."""
+
+    def __init__(self, d: int = 64, h: int = 256, n: int = 2):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Linear(h, d)) for _ in range(n)
+        )
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b(x)
+        return x
+
+
+def tiny_gpt2(**over):
+    import transformers
+
+    cfg = dict(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        vocab_size=128,
+        n_positions=64,
+        activation_function="gelu",
+        attn_pdrop=0.0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    cfg.update(over)
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg))
+
+
+def tiny_llama(**over):
+    import transformers
+
+    cfg = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
+    cfg.update(over)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
+
+
+def tiny_bert(**over):
+    import transformers
+
+    cfg = dict(
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        vocab_size=128,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        pad_token_id=0,
+    )
+    cfg.update(over)
+    return transformers.BertForMaskedLM(transformers.BertConfig(**cfg))
+
+
+def run_step(model, compiled, inputs: dict, loss_fn=None):
+    """One forward+backward; returns (loss, grads by name, measured saved activation bytes)."""
+    model.zero_grad(set_to_none=True)
+    exclude = [*model.parameters(), *inputs.values()]
+
+    def fwd():
+        out = compiled(**inputs)
+        return loss_fn(out) if loss_fn else out.loss
+
+    loss, nbytes = measure_saved_activation_bytes(fwd, exclude=exclude)
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads, nbytes
+
+
+def compare(model, inputs, loss_fn=None, **optimize_kwargs):
+    """Run plain torch.compile and memopt on the same model and inputs.
+
+    Returns (report, measured bytes without, with) after asserting equal loss and gradients."""
+    torch._dynamo.reset()
+    base = torch.compile(model, dynamic=optimize_kwargs.get("dynamic"))
+    l0, g0, b0 = run_step(model, base, inputs, loss_fn)
+    torch._dynamo.reset()
+    opt = memopt.optimize(model, **optimize_kwargs)
+    l1, g1, b1 = run_step(model, opt, inputs, loss_fn)
+    torch.testing.assert_close(l1, l0)
+    assert g0.keys() == g1.keys()
+    for k in g0:
+        torch.testing.assert_close(g1[k], g0[k], msg=lambda m, k=k: f"grad {k}: {m}")
+    return memopt.report(opt), b0, b1, opt

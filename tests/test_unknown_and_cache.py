@@ -1,0 +1,71 @@
+"""Unknown cluster ids, strict mode, and warm compile caches."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import memopt
+from memopt.errors import PlanError
+from tests.helpers import MLP, run_step
+
+
+def test_unknown_cluster_warns_with_close_matches(caplog):
+    torch.manual_seed(0)
+    model = MLP(n=1)
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        opt = memopt.optimize(model, config="BiasGelo+:1:-1")
+        opt(torch.randn(2, 64)).sum().backward()
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("unknown cluster id 'BiasGelo+'; did you mean BiasGelu+" in m for m in msgs), msgs
+    assert any("Available cluster ids:" in m for m in msgs)
+    assert "Warning: plan 'BiasGelo+:1:-1': unknown cluster id" in memopt.report(opt).table()
+
+
+def test_unknown_cluster_strict_raises(monkeypatch):
+    monkeypatch.setenv("MEMOPT_STRICT", "1")
+    model = MLP(n=1)
+    opt = memopt.optimize(model, config="Nope+:1:-1")
+    with pytest.raises(Exception) as e:
+        opt(torch.randn(2, 64))
+    chain, err = [], e.value
+    while err is not None:
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    assert any(isinstance(x, PlanError) and "unknown cluster id 'Nope+'" in str(x) for x in chain)
+
+
+def test_unsupported_strategy_for_cluster_warns(caplog):
+    model = MLP(n=1)
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        opt = memopt.optimize(model, config="BiasGelu+:2:-1")
+        opt(torch.randn(2, 64)).sum().backward()
+    assert any("does not support strategy 2" in r.getMessage() for r in caplog.records)
+
+
+def test_warm_cache_keeps_plan_and_report(tmp_path, monkeypatch):
+    import torch._functorch.config as fconfig
+    import torch._inductor.config as iconfig
+
+    monkeypatch.setenv("MEMOPT_CACHE_DIR", str(tmp_path / "memopt"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    torch.manual_seed(0)
+    model = MLP(n=2)
+    x = torch.randn(4, 64)
+    results = []
+    with (
+        iconfig.patch(force_disable_caches=False, fx_graph_cache=True),
+        fconfig.patch(enable_autograd_cache=True),
+    ):
+        for cfg in ("BiasGelu+:1:-1", "BiasGelu+:1:-1", None):
+            torch._dynamo.reset()
+            opt = memopt.optimize(model, config=cfg)
+            _, _, nbytes = run_step(model, opt, {"x": x}, lambda o: o.sum())
+            results.append((nbytes, memopt.report(opt)))
+    (b1, r1), (b2, r2), (b3, r3) = results
+    assert b1 == b2 and b3 - b1 == 2 * 4 * 256 * 4  # plan applied on the hit; other uuid: no plan
+    assert not r1.regions[0].from_cache and r2.regions[0].from_cache
+    assert r2.to_dict()["plans"] == r1.to_dict()["plans"]
+    assert not r3.enabled
