@@ -6,13 +6,15 @@ print(memopt.report(model).table())
 """
 
 from memopt._version import __version__
-from memopt.api import MemoptBackend, optimize, report
+from memopt.api import MemoptBackend, optimize, param_offload_handle, report
 from memopt.config import MemoptConfig, resolve_config
 from memopt.errors import ConfigError, PlanError
+from memopt.params import CPUAdamW
 from memopt.plan import PlanSpec, Strategy, parse_plan, parse_plans
 from memopt.report import Report
 
 __all__ = [
+    "CPUAdamW",
     "ConfigError",
     "MemoptBackend",
     "MemoptConfig",
@@ -22,6 +24,7 @@ __all__ = [
     "Strategy",
     "__version__",
     "optimize",
+    "param_offload_handle",
     "parse_plan",
     "parse_plans",
     "report",

@@ -56,6 +56,7 @@ def optimize(
     dynamic: bool | None = None,
     strict: bool | None = None,
     budget: float | int | str | None = None,
+    device: torch.device | str | None = None,
     **kwargs: Any,
 ) -> torch.nn.Module:
     """Compile ``model`` with torch.compile (Inductor) and memopt's memory plan.
@@ -64,6 +65,10 @@ def optimize(
     (``"BiasGelu+:1:-1"``, a comma-separated string, a list, or a JSON file path). Other keyword
     arguments that are memopt settings (see :class:`memopt.config.MemoptConfig`) are applied;
     the rest go to ``torch.compile`` (``mode=``, ``fullgraph=`` ...).
+
+    ``param_offload=f`` streams that fraction of the layers' parameter bytes from pinned host
+    memory (``device`` is the GPU to stream to; by default the model's); train such a model
+    with ``memopt.CPUAdamW(model.parameters(), param_offload=memopt.param_offload_handle(model))``.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"memopt.optimize expects a torch.nn.Module, got {type(model).__name__}")
@@ -77,6 +82,12 @@ def optimize(
         **settings,
     )
     state = MemoptState(cfg)
+    if cfg.param_offload:
+        from memopt.params import apply_param_offload
+
+        state.param_handle = apply_param_offload(
+            model, cfg.param_offload, layers_prefix=cfg.layers, device=device
+        )
     compiled = torch.compile(model, backend=MemoptBackend(cfg, state), dynamic=dynamic, **kwargs)
     _STATES[compiled] = state
     _STATES[model] = state
@@ -87,6 +98,7 @@ _SETTING_NAMES = frozenset(
     {
         "max_subgraph_nodes",
         "max_subgraph_matmuls",
+        "param_offload",
         "layers",
         "offload_layers",
         "sync",
@@ -95,9 +107,16 @@ _SETTING_NAMES = frozenset(
 )
 
 
-def report(model: torch.nn.Module | None = None) -> Report:
+def param_offload_handle(model: torch.nn.Module):
+    """The parameter-offload handle :func:`optimize` installed (None without param_offload)."""
+    state = _STATES.get(model)
+    return None if state is None else state.param_handle
+
+
+def report(model: torch.nn.Module | None = None, *, optimizer: Any = None) -> Report:
     """The plan report of a model returned by :func:`optimize` (or, with no model or a model
-    compiled with ``backend="memopt"``, of the environment-configured backend)."""
+    compiled with ``backend="memopt"``, of the environment-configured backend). Pass the
+    ``memopt.CPUAdamW`` optimizer to add its state placement to the report."""
     state = _STATES.get(model) if model is not None else None
     if state is None:
         if model is not None and not _BACKEND_STATE:
@@ -107,4 +126,4 @@ def report(model: torch.nn.Module | None = None) -> Report:
             )
         cfg = resolve_config()
         state = _BACKEND_STATE.get(cfg.uuid()) or MemoptState(cfg)
-    return state.report()
+    return state.report(optimizer=optimizer)

@@ -37,12 +37,18 @@ class MemoptState:
         self._lock = threading.Lock()
         self._pending_key: str | None = None
         self._ran = False
+        self.param_handle: Any = None  # memopt.params.ParamOffloadHandle when param_offload
 
     def known_cluster_ids(self) -> set[str]:
         return {c["cluster_id"] for r in self.regions for c in r.clusters}
 
-    def report(self) -> Report:
-        return Report(self.config, list(self.regions))
+    def report(self, optimizer: Any = None) -> Report:
+        rows: list[dict] = []
+        if self.param_handle is not None or optimizer is not None:
+            from memopt.params import placement_rows
+
+            rows = placement_rows(self.param_handle, optimizer)
+        return Report(self.config, list(self.regions), placement=rows)
 
     # --- persistence for warm compile caches -------------------------------------------------
     def begin_region(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:

@@ -114,6 +114,8 @@ class Report:
 
     config: MemoptConfig
     regions: Sequence[RegionReport]
+    placement: list[dict[str, Any]] = field(default_factory=list)
+    """Parameter / optimizer-state placement rows (memopt.params), when used."""
 
     def clusters(self) -> list[dict[str, Any]]:
         """Cluster rows summed over regions, sorted by saving (largest first)."""
@@ -184,6 +186,7 @@ class Report:
             "saved_bytes_before": before,
             "saved_bytes_after": after,
             "regions": [r.to_dict() for r in self.regions],
+            "placement": list(self.placement),
         }
 
     def to_json(self, **kw: Any) -> str:
@@ -255,6 +258,10 @@ class Report:
             for section in r.extra.values():
                 if isinstance(section, Mapping) and "text" in section:
                     extra_lines.append(section["text"])
+        if self.placement:
+            from memopt.params import format_placement
+
+            extra_lines.append(format_placement(self.placement))
         return "\n".join(
             [head, origin, body, *notes, *(f"Warning: {w}" for w in warns), *extra_lines]
         )

@@ -65,15 +65,18 @@ def _in_norm_module(node: torch.fx.Node) -> bool:
 
 
 def op_class(node: torch.fx.Node) -> str:
-    """One of: view, pointwise, cast, gather, constant, matmul, norm, softmax, random, other."""
+    """One of: view, pointwise, cast, gather, constant, matmul, norm, softmax, attention,
+    random, other."""
     t = node.target
     if t is operator.getitem and node.args and isinstance(node.args[0], torch.fx.Node):
         return op_class(node.args[0])  # an output of a multi-output op is that op's class
+    name = _packet(t)
+    if "attention" in name:  # SDPA kernels carry the random tag for their dropout argument
+        return "attention"
     if compat.is_random_op(t):
         return "random"
     if is_view_op(node):
         return "view"
-    name = _packet(t)
     orig = node.meta.get(mk.TORCH_ORIGINAL_ATEN)
     orig_name = _packet(orig) if orig is not None else name
     if name in _CAST:

@@ -81,12 +81,15 @@ def storage_root(node: fx.Node) -> fx.Node:
     shares storage with an input, e.g. reshape, permute, split + getitem)."""
     v = tensor_val(node)
     assert v is not None, node
-    cur = node
+    cur, last_tensor = node, node
     while True:
         nxt = next((a for a in cur.all_input_nodes if _shares(a.meta.get("val"), v)), None)
         if nxt is None:
-            return cur
+            # a multi-output op (var_mean, sdpa) allocates each output: its getitem is the root
+            return last_tensor
         cur = nxt
+        if tensor_val(cur) is not None:
+            last_tensor = cur
 
 
 def storage_closure(root: fx.Node) -> set[fx.Node]:

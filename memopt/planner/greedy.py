@@ -2,15 +2,17 @@
 
 1. *Descend.* At the position ``t`` of the current peak, every cluster offers its next move:
    the option with the smallest extra seconds per byte saved at ``t`` (the next vertex of the
-   cluster's cost/savings hull, which is how the LP of a multiple-choice knapsack is solved).
-   Moves are taken cheapest-ratio first until ``t`` fits; then the peak is found again. Offload
-   costs are estimated per layer (the link's share of one layer's compute) and checked with the
-   step simulation when a move is taken (lazy evaluation: estimates only err low when more is
-   offloaded, so a move whose checked ratio still leads is the right one).
-2. *Tighten.* With the whole curve at hand, each cluster is moved to the cheapest option that
-   keeps every position within the budget (fewer occurrences, or another strategy).
-
-The same descent with no budget finds the smallest peak it can reach (for infeasible budgets).
+   cluster's cost/savings hull, which is how the LP of a multiple-choice knapsack is solved;
+   among equally good options the one saving most). Moves are taken cheapest-ratio first until
+   ``t`` fits, then the peak is found again. Offload costs are estimated per layer (its share
+   of the link over its window) and checked with the step simulation before a move is taken;
+   a move whose checked ratio no longer leads goes back on the heap (lazy evaluation).
+   If nothing saves memory at the peak any more, every cluster already saves the most it can
+   at ``t``: the peak equals the lower bound at ``t``, so it is the smallest peak possible.
+2. *Tighten.* With the whole curve at hand, each cluster moves to the cheapest option that
+   keeps every position within the budget: fewer occurrences (never slower: the step is a
+   max-plus system, dropping work cannot delay it), or another strategy if the simulation says
+   it is faster.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import heapq
 from dataclasses import dataclass
 
 from memopt.plan import Strategy
-from memopt.planner.space import KEEP0, ClusterSpace, Option, Space, State
+from memopt.planner.space import KEEP0, Option, Space, State
 
 _TOL = 1e-12
 
@@ -29,10 +31,7 @@ class Descent:
     state: State
     peak: int
     reached: bool
-    """Whether the budget was met."""
-    best_peak: int
-    best_state: State
-    """The state with the smallest peak seen (equals ``state`` when the budget was met)."""
+    """Whether the budget was met. If not, ``peak`` is the smallest peak of the space."""
 
 
 class _Costs:
@@ -60,14 +59,15 @@ class _Costs:
             0.0, nbytes / r.h2d_bytes_per_s - self.wb[layer]
         )
 
-    def move_loads(self, cs: ClusterSpace, opt: Option, sign: int) -> None:
+    def move_loads(self, ci: int, opt: Option, sign: int) -> None:
         if opt[0] != Strategy.OFFLOAD:
             return
-        for c in cs.cands[: opt[1]]:
+        for c in self.space.clusters[ci].cands[: opt[1]]:
             self.loads[c.layer] = self.loads.get(c.layer, 0) + sign * c.nbytes  # type: ignore[index]
 
-    def arrays(self, cs: ClusterSpace, current: Option) -> dict[Strategy, list[float]]:
+    def arrays(self, ci: int, current: Option) -> dict[Strategy, list[float]]:
         """``out[s][n]``: estimated seconds of option ``(s, n)`` given the other clusters."""
+        cs = self.space.clusters[ci]
         out = {}
         for s, m in cs.maxn.items():
             if not m:
@@ -76,25 +76,23 @@ class _Costs:
             if s != Strategy.OFFLOAD:
                 for i in range(m):
                     acc.append(acc[-1] + cs.rcost[i][s])
-            else:
-                self.move_loads(cs, current, -1)
-                own: dict[int, int] = {}
-                for c in cs.cands[:m]:
-                    lay = c.layer
-                    other = self.loads.get(lay, 0)  # type: ignore[arg-type]
-                    before = own.get(lay, 0)  # type: ignore[arg-type]
-                    own[lay] = before + c.nbytes  # type: ignore[index]
-                    acc.append(
-                        acc[-1]
-                        + self.layer_s(lay, other + before + c.nbytes)  # type: ignore[arg-type]
-                        - self.layer_s(lay, other + before)  # type: ignore[arg-type]
-                    )
-                self.move_loads(cs, current, 1)
+                out[s] = acc
+                continue
+            self.move_loads(ci, current, -1)
+            own: dict[int, int] = {}
+            for c in cs.cands[:m]:
+                lay: int = c.layer  # type: ignore[assignment]
+                other = self.loads.get(lay, 0)
+                before = own.get(lay, 0)
+                own[lay] = before + c.nbytes
+                step = self.layer_s(lay, other + before + c.nbytes) - self.layer_s(lay, other + before)
+                acc.append(acc[-1] + step)
+            self.move_loads(ci, current, 1)
             out[s] = acc
         return out
 
 
-def _next_move(saves, costs, current: Option) -> tuple[float, Option, int] | None:
+def _next_move(saves, costs, current: Option) -> tuple[float, Option] | None:
     s0, n0 = current
     save0 = saves[s0][n0] if n0 else 0
     cost0 = costs[s0][n0] if n0 else 0.0
@@ -106,15 +104,14 @@ def _next_move(saves, costs, current: Option) -> tuple[float, Option, int] | Non
             if ds <= 0:
                 continue
             r = (carr[n] - cost0) / ds
-            if best is None or r < best[0] - _TOL or (abs(r - best[0]) <= _TOL and ds < best[2]):
+            if best is None or r < best[0] - _TOL or (abs(r - best[0]) <= _TOL and ds > best[2]):
                 best = (r, (s, n), ds)
-    return best
+    return None if best is None else (best[0], best[1])
 
 
-def descend(space: Space, budget: int | None, max_moves: int = 100_000) -> Descent:
-    """Greedy descent from all-keep; ``budget=None`` descends as far as it can (min peak)."""
-    run = _Descender(space, max_moves)
-    return run.go(budget)
+def descend(space: Space, budget: int, max_moves: int = 100_000) -> Descent:
+    """Greedy descent from all-keep until the peak fits ``budget`` or nothing saves more."""
+    return _Descender(space, max_moves).go(budget)
 
 
 class _Descender:
@@ -132,31 +129,23 @@ class _Descender:
             self._sim = (self.version, self.space.step_time(self.state).overhead_s)
         return self._sim[1]
 
-    def go(self, budget: int | None) -> Descent:
+    def go(self, budget: int) -> Descent:
         curve = self.space.curve(self.state)
         peak = max(curve)
-        best = (peak, list(self.state))
-        while (budget is None or peak > budget) and self.moves < self.max_moves:
+        while peak > budget and self.moves < self.max_moves:
             t = curve.index(peak)
-            if budget is not None:
-                target = budget
-            else:
-                target = max(curve[:t] + curve[t + 1 :], default=0)
-            applied = self.epoch(t, curve[t], target)
+            applied = self.epoch(t, peak, budget)
             curve = self.space.curve(self.state)
             peak = max(curve)
-            if peak < best[0]:
-                best = (peak, list(self.state))
             if not applied:
                 break  # nothing saves memory at t any more
-        reached = budget is not None and peak <= budget
-        return Descent(self.state, peak, reached, best[0], best[1])
+        return Descent(self.state, peak, peak <= budget)
 
     def epoch(self, t: int, cur_t: int, target: int) -> int:
         """Take the cheapest moves at position ``t`` until it is at ``target``; count them."""
         space, state = self.space, self.state
-        saves = [space.saves_at(cs, t) for cs in space.clusters]
-        carr = [self.costs.arrays(cs, state[i]) for i, cs in enumerate(space.clusters)]
+        saves = [space.saves_at(i, t) for i in range(len(state))]
+        carr = [self.costs.arrays(i, state[i]) for i in range(len(state))]
         cver = [0] * len(state)
         heap: list = []
         for i in range(len(state)):
@@ -175,8 +164,8 @@ class _Descender:
                 if heap and exact > heap[0][0] + _TOL:
                     heapq.heappush(heap, (exact, self.version, i, ver, opt))
                     continue
-            self.costs.move_loads(space.clusters[i], old, -1)
-            self.costs.move_loads(space.clusters[i], opt, 1)
+            self.costs.move_loads(i, old, -1)
+            self.costs.move_loads(i, opt, 1)
             state[i] = opt
             cur_t -= ds
             cver[i] += 1
@@ -194,68 +183,93 @@ class _Descender:
             heapq.heappush(heap, (mv[0], -1, i, ver, mv[1]))
 
 
-def tighten(space: Space, state: State, budget: int, passes: int = 2) -> State:
-    """Move clusters to cheaper options while every position stays within ``budget``."""
-    state = list(state)
-    curve = space.curve(state)
+class _Tightener:
+    def __init__(self, space: Space, state: State, budget: int) -> None:
+        self.space = space
+        self.state = list(state)
+        self.budget = budget
+        self.curve = space.curve(self.state)
+        self._overhead: float | None = None
 
-    def fits(i: int, new: Option) -> bool:
-        for a, b, d in space.change_pieces(space.clusters[i], state[i], new):
+    def fits(self, i: int, new: Option) -> bool:
+        curve, budget = self.curve, self.budget
+        for a, b, d in self.space.change_pieces(i, self.state[i], new):
             if d > 0 and max(curve[a:b]) + d > budget:
                 return False
         return True
 
-    def smallest_fit(i: int, s: Strategy, lo: int, hi: int) -> int | None:
-        """Smallest n in [lo, hi] with (s, n) fitting (assumes more n saves more)."""
+    def smallest_fit(self, i: int, s: Strategy, lo: int, hi: int) -> int | None:
+        """Smallest n in [lo, hi] with (s, n) fitting, by bisection (more n saves more)."""
 
         def opt(n: int) -> Option:
             return KEEP0 if n == 0 else (s, n)
 
-        if hi < lo or not fits(i, opt(hi)):
+        if hi < lo or not self.fits(i, opt(hi)):
             return None
         while lo < hi:
             mid = (lo + hi) // 2
-            if fits(i, opt(mid)):
+            if self.fits(i, opt(mid)):
                 hi = mid
             else:
                 lo = mid + 1
         return lo
 
-    def delta_s(i: int, new: Option) -> float:
-        old = state[i]
+    def overhead(self) -> float:
+        if self._overhead is None:
+            self._overhead = self.space.step_time(self.state).overhead_s
+        return self._overhead
+
+    def switch_gain(self, i: int, new: Option) -> float:
+        """Seconds saved by moving cluster ``i`` to ``new`` (simulated when offload is involved)."""
+        old = self.state[i]
         if Strategy.OFFLOAD in (old[0], new[0]):
-            trial = list(state)
+            trial = list(self.state)
             trial[i] = new
-            return space.step_time(trial).overhead_s - space.step_time(state).overhead_s
-        cs = space.clusters[i]
-        return sum(cs.rcost[k].get(new[0], 0.0) for k in range(new[1])) - sum(
-            cs.rcost[k].get(old[0], 0.0) for k in range(old[1])
+            return self.overhead() - self.space.step_time(trial).overhead_s
+        cs = self.space.clusters[i]
+        return sum(cs.rcost[k][old[0]] for k in range(old[1])) - sum(
+            cs.rcost[k][new[0]] for k in range(new[1])
         )
 
-    for _ in range(passes):
-        changed = False
-        for i, cs in enumerate(space.clusters):
-            s0, n0 = state[i]
+    def apply(self, i: int, new: Option) -> None:
+        curve = self.curve
+        for a, b, d in self.space.change_pieces(i, self.state[i], new):
+            curve[a:b] = [x + d for x in curve[a:b]]
+        self.state[i] = new
+        self._overhead = None
+
+    def cluster(self, i: int) -> bool:
+        """Move cluster ``i`` to a cheaper option that fits; whether it moved."""
+        s0, n0 = self.state[i]
+        if s0 == Strategy.KEEP:
+            return False
+        n = self.smallest_fit(i, s0, 0, n0 - 1)
+        if n is not None:  # fewer occurrences: never slower
+            self.apply(i, KEEP0 if n == 0 else (s0, n))
+            s0, n0 = self.state[i]
             if s0 == Strategy.KEEP:
+                return True
+        best: tuple[float, Option] | None = None
+        for s, m in self.space.clusters[i].maxn.items():
+            if s == s0 or not m:
                 continue
-            tries: list[Option] = []
-            n = smallest_fit(i, s0, 0, n0 - 1)
+            n = self.smallest_fit(i, s, 1, m)
             if n is not None:
-                tries.append(KEEP0 if n == 0 else (s0, n))
-            for s, m in cs.maxn.items():
-                if s != s0 and m:
-                    n = smallest_fit(i, s, 1, m)
-                    if n is not None:
-                        tries.append((s, n))
-            scored = [(delta_s(i, opt), opt) for opt in tries]
-            scored = [x for x in scored if x[0] < -_TOL or (x[0] <= _TOL and x[1][1] < n0)]
-            if not scored:
-                continue
-            _, opt = min(scored, key=lambda x: (x[0], x[1][1]))
-            for a, b, d in space.change_pieces(cs, state[i], opt):
-                curve[a:b] = [x + d for x in curve[a:b]]
-            state[i] = opt
-            changed = True
-        if not changed:
+                gain = self.switch_gain(i, (s, n))
+                if gain > _TOL and (best is None or gain > best[0]):
+                    best = (gain, (s, n))
+        if best is not None:
+            self.apply(i, best[1])
+        return best is not None or n is not None
+
+
+def tighten(space: Space, state: State, budget: int, passes: int = 3) -> State:
+    """Move clusters to cheaper options while every position stays within ``budget``."""
+    run = _Tightener(space, state, budget)
+    for _ in range(passes):
+        moved = False
+        for i in range(len(space.clusters)):
+            moved |= run.cluster(i)
+        if not moved:
             break
-    return state
+    return run.state

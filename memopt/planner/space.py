@@ -16,44 +16,38 @@ from dataclasses import dataclass
 
 from memopt.plan import Strategy
 from memopt.planner.costs import DeviceRates
-from memopt.planner.memory import (
-    Interval,
-    add_intervals,
-    curve_from_diff,
-    intervals,
-    strategy_valid,
-    value_at,
-)
+from memopt.planner.memory import Interval, add_intervals, curve_from_diff, intervals, strategy_valid
 from memopt.planner.problem import Candidate, OffloadWindow, PlanningProblem, covered, lead_windows
 from memopt.planner.timing import OffloadItem, StepTime, offload_item, recompute_s, simulate_step
 
 Option = tuple[Strategy, int]
 State = list[Option]
 KEEP0: Option = (Strategy.KEEP, 0)
-_MOVES = (Strategy.RECOMPUTE, Strategy.COMPROMISE, Strategy.OFFLOAD)
+MOVES = (Strategy.RECOMPUTE, Strategy.COMPROMISE, Strategy.OFFLOAD)
 
 
 @dataclass
 class ClusterSpace:
-    """One searchable cluster."""
+    """One searchable cluster, with per-candidate data for each valid strategy."""
 
     cid: str
     cands: tuple[Candidate, ...]
     maxn: dict[Strategy, int]
-    """Longest valid prefix per strategy (0: not available)."""
-    ivs: list[dict[Strategy, list[Interval]]]
-    """Per candidate: live intervals per valid strategy (keep included)."""
+    """Longest valid prefix per non-keep strategy (0: not available)."""
     rcost: list[dict[Strategy, float]]
-    """Per candidate: recompute seconds per valid strategy."""
+    """Recompute seconds per valid non-keep strategy."""
+    saves: list[dict[Strategy, list[Interval]]]
+    """Disjoint pieces of bytes saved vs. keep (negative: costs bytes), per valid strategy."""
+    use_pos: list[int]
+    """Position of the first backward use."""
+    items: list[OffloadItem | None]
+    """Offload item for the simulation (None when it cannot offload)."""
 
     def options(self) -> list[Option]:
         out = [KEEP0]
-        for s in _MOVES:
+        for s in MOVES:
             out += [(s, n) for n in range(1, self.maxn[s] + 1)]
         return out
-
-    def decision(self, idx: int, opt: Option) -> Strategy:
-        return opt[0] if idx < opt[1] else Strategy.KEEP
 
 
 class Space:
@@ -74,42 +68,49 @@ class Space:
             if cid in problem.fixed:
                 self._add_fixed(cid, cands, diff)
                 continue
-            cs = self._cluster(cid, cands)
             for c in cands:
                 add_intervals(diff, intervals(c, Strategy.KEEP, self.n_fwd))
+            cs = self._cluster(cid, cands)
             if any(cs.maxn.values()):
                 self.clusters.append(cs)
         self.base = curve_from_diff(tl.base_bytes, diff)
+        self._saves_memo: dict[tuple[int, int], dict[Strategy, list[int]]] = {}
         self._fixed_rec: dict[int, float] = {}
         self._fixed_off: list[OffloadItem] = []
         for name, s in self.fixed_decisions.items():
             c = problem.by_name[name]
-            self._add_sim_input(c, s, self._fixed_rec, self._fixed_off)
+            if s == Strategy.OFFLOAD:
+                self._fixed_off.append(offload_item(c, self.windows[c.layer], self.n_fwd))  # type: ignore[index]
+            else:
+                pos = self.n_fwd + c.first_bwd_use_pos
+                self._fixed_rec[pos] = self._fixed_rec.get(pos, 0.0) + recompute_s(c, s, rates)
 
     def window(self, c: Candidate) -> OffloadWindow | None:
         return None if c.layer is None else self.windows.get(c.layer)
 
     def _cluster(self, cid: str, cands: Sequence[Candidate]) -> ClusterSpace:
-        maxn = dict.fromkeys(_MOVES, 0)
-        live = set(_MOVES)
-        ivs, rcost = [], []
+        maxn = dict.fromkeys(MOVES, 0)
+        live = set(MOVES)
+        rcost, saves, items = [], [], []
         for c in cands:
             w = self.window(c)
-            per: dict[Strategy, list[Interval]] = {
-                Strategy.KEEP: intervals(c, Strategy.KEEP, self.n_fwd)
-            }
+            keep = intervals(c, Strategy.KEEP, self.n_fwd)
             rc: dict[Strategy, float] = {}
-            for s in _MOVES:
-                if strategy_valid(c, s, w, self.n_fwd):
-                    per[s] = intervals(c, s, self.n_fwd, w)
-                    rc[s] = recompute_s(c, s, self.rates)
-                    if s in live:
-                        maxn[s] += 1
-                else:
+            sv: dict[Strategy, list[Interval]] = {}
+            for s in MOVES:
+                if not strategy_valid(c, s, w, self.n_fwd):
                     live.discard(s)
-            ivs.append(per)
+                    continue
+                rc[s] = recompute_s(c, s, self.rates)
+                mine = intervals(c, s, self.n_fwd, w)
+                sv[s] = pieces(keep + [(a, b, -d) for a, b, d in mine])
+                if s in live:
+                    maxn[s] += 1
             rcost.append(rc)
-        return ClusterSpace(cid, tuple(cands), maxn, ivs, rcost)
+            saves.append(sv)
+            items.append(offload_item(c, w, self.n_fwd) if Strategy.OFFLOAD in sv else None)  # type: ignore[arg-type]
+        use = [self.n_fwd + c.first_bwd_use_pos for c in cands]
+        return ClusterSpace(cid, tuple(cands), maxn, rcost, saves, use, items)
 
     def _add_fixed(self, cid: str, cands: Sequence[Candidate], diff: list[int]) -> None:
         s, count = self.problem.fixed[cid]
@@ -134,75 +135,86 @@ class Space:
 
     # ------------------------------------------------------------------ evaluation
 
-    def _add_sim_input(
-        self, c: Candidate, s: Strategy, rec: dict[int, float], off: list[OffloadItem]
-    ) -> None:
-        if s in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
-            pos = self.n_fwd + c.first_bwd_use_pos
-            rec[pos] = rec.get(pos, 0.0) + recompute_s(c, s, self.rates)
-        elif s == Strategy.OFFLOAD:
-            off.append(offload_item(c, self.windows[c.layer], self.n_fwd))  # type: ignore[index]
-
     def decisions(self, state: State) -> dict[str, Strategy]:
         """Per-candidate decisions of a state (fixed plans included; keep left out)."""
         out = dict(self.fixed_decisions)
-        for cs, opt in zip(self.clusters, state):
-            for c in cs.cands[: opt[1]]:
-                out[c.name] = opt[0]
+        for cs, (s, n) in zip(self.clusters, state):
+            for c in cs.cands[:n]:
+                out[c.name] = s
         return out
 
     def step_time(self, state: State) -> StepTime:
         rec = dict(self._fixed_rec)
         off = list(self._fixed_off)
         for cs, (s, n) in zip(self.clusters, state):
-            if s == Strategy.KEEP:
-                continue
-            for c in cs.cands[:n]:
-                self._add_sim_input(c, s, rec, off)
+            if s == Strategy.OFFLOAD:
+                off += cs.items[:n]  # type: ignore[arg-type]
+            elif s != Strategy.KEEP:
+                for i in range(n):
+                    pos = cs.use_pos[i]
+                    rec[pos] = rec.get(pos, 0.0) + cs.rcost[i][s]
         return simulate_step(self.problem.timeline, self.rates, rec, off)
 
     def curve(self, state: State) -> list[int]:
         diff = [0] * (len(self.base) + 1)
-        for cs, opt in zip(self.clusters, state):
-            s, n = opt
+        for cs, (s, n) in zip(self.clusters, state):
             for i in range(n):
-                add_intervals(diff, cs.ivs[i][Strategy.KEEP], -1)
-                add_intervals(diff, cs.ivs[i][s], 1)
+                for a, b, d in cs.saves[i][s]:
+                    diff[a] -= d
+                    diff[b] += d
         return curve_from_diff(self.base, diff)
 
-    def saves_at(self, cs: ClusterSpace, pos: int) -> dict[Strategy, list[int]]:
-        """Bytes saved at ``pos`` (vs. keep) by ``(s, n)``, as ``out[s][n]`` for n = 0..maxn."""
+    def saves_at(self, ci: int, pos: int) -> dict[Strategy, list[int]]:
+        """Bytes saved at ``pos`` by option ``(s, n)`` of cluster ``ci``, as ``out[s][n]``
+        (n = 0..maxn). Memoized: it does not depend on the state."""
+        key = (ci, pos)
+        out = self._saves_memo.get(key)
+        if out is not None:
+            return out
+        cs = self.clusters[ci]
         out = {}
-        keep_vals = None
-        for s in _MOVES:
+        for s in MOVES:
             m = cs.maxn[s]
             if not m:
                 continue
-            if keep_vals is None:
-                keep_vals = [value_at(cs.ivs[i][Strategy.KEEP], pos) for i in range(len(cs.cands))]
             acc = [0]
+            run = 0
             for i in range(m):
-                acc.append(acc[-1] + keep_vals[i] - value_at(cs.ivs[i][s], pos))
+                for a, b, d in cs.saves[i][s]:
+                    if a <= pos < b:
+                        run += d
+                acc.append(run)
             out[s] = acc
+        self._saves_memo[key] = out
         return out
 
-    def change_pieces(self, cs: ClusterSpace, old: Option, new: Option) -> list[Interval]:
-        """Disjoint intervals with the memory change of switching ``cs`` from ``old`` to ``new``."""
+    def change_pieces(self, ci: int, old: Option, new: Option) -> list[Interval]:
+        """Disjoint pieces of the memory change when cluster ``ci`` goes from ``old`` to ``new``."""
+        cs = self.clusters[ci]
         if old[0] == new[0]:
             lo, hi = sorted((old[1], new[1]))
         else:
             lo, hi = 0, max(old[1], new[1])
-        delta: dict[int, int] = {}
+        raw: list[Interval] = []
         for i in range(lo, hi):
-            for opt, sign in ((old, -1), (new, 1)):
-                for s, e, b in cs.ivs[i][cs.decision(i, opt)]:
-                    delta[s] = delta.get(s, 0) + sign * b
-                    delta[e] = delta.get(e, 0) - sign * b
-        out = []
-        run = 0
-        keys = sorted(delta)
-        for a, b in zip(keys, keys[1:]):
-            run += delta[a]
-            if run:
-                out.append((a, b, run))
-        return out
+            if i < old[1]:
+                raw += cs.saves[i][old[0]]
+            if i < new[1]:
+                raw += [(a, b, -d) for a, b, d in cs.saves[i][new[0]]]
+        return pieces(raw)
+
+
+def pieces(raw: list[Interval]) -> list[Interval]:
+    """Overlapping ``(start, end, bytes)`` intervals as disjoint pieces with their sums."""
+    delta: dict[int, int] = {}
+    for a, b, d in raw:
+        delta[a] = delta.get(a, 0) + d
+        delta[b] = delta.get(b, 0) - d
+    out = []
+    run = 0
+    keys = sorted(delta)
+    for a, b in zip(keys, keys[1:]):
+        run += delta[a]
+        if run:
+            out.append((a, b, run))
+    return out

@@ -43,8 +43,9 @@ class StepTime:
         return self.baseline_s + self.overhead_s
 
 
-#: One offloaded tensor: (order key, nbytes, produce_pos, release_pos, reload_pos, use_pos),
-#: positions on the step line (``use_pos`` is ``F + first_bwd_use_pos``).
+#: One offloaded tensor: (name, nbytes, produce_pos, release_pos, reload_pos, use_pos),
+#: positions on the step line (``use_pos`` is ``F + first_bwd_use_pos``). Copies queue in
+#: production order (ties: list order); reloads issued together queue in first-use order.
 OffloadItem = tuple[str, int, int, int, int, int]
 
 _RELEASE, _RELOAD, _RECOMPUTE, _USE, _PRODUCE = range(5)
@@ -57,19 +58,16 @@ def simulate_step(
     offloads: Sequence[OffloadItem],
 ) -> StepTime:
     """Step time given recompute seconds per position and the offloaded tensors."""
-    events: list[tuple[int, int, str, int]] = []
-    for pos in recompute_at:
-        events.append((pos, _RECOMPUTE, "", -1))
-    for i, (key, _nb, p, r, q, u) in enumerate(offloads):
-        events += [(p, _PRODUCE, key, i), (r, _RELEASE, key, i)]
-        events += [(q, _RELOAD, f"{u:012d}{key}", i), (u, _USE, key, i)]
+    events: list[tuple[int, int, int, int]] = [(pos, _RECOMPUTE, 0, -1) for pos in recompute_at]
+    for i, (_key, _nb, p, r, q, u) in enumerate(offloads):
+        events += ((p, _PRODUCE, i, i), (r, _RELEASE, i, i), (q, _RELOAD, u, i), (u, _USE, i, i))
     events.sort()
     start = timeline.start_s
     d2h_free = h2d_free = 0.0
     d2h_done = [0.0] * len(offloads)
     h2d_done = [0.0] * len(offloads)
     shift = rec = d2h_stall = h2d_stall = 0.0
-    for pos, kind, _key, i in events:
+    for pos, kind, _sub, i in events:
         if kind == _PRODUCE:  # after the op at pos
             now = start[pos + 1] + shift
             d2h_free = max(now, d2h_free) + offloads[i][1] / rates.d2h_bytes_per_s

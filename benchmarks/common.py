@@ -1,0 +1,50 @@
+"""Shared helpers for the GPU benchmarks: models from Hugging Face configs, timing, memory."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def hf_model(kind: str, layers: int, hidden: int, dtype=torch.bfloat16, device="cuda"):
+    import transformers
+
+    if kind == "gpt2":
+        cfg = transformers.GPT2Config(
+            n_layer=layers, n_embd=hidden, n_head=hidden // 64, vocab_size=32000,
+            n_positions=4096, activation_function="gelu", attn_pdrop=0.0, resid_pdrop=0.0,
+            embd_pdrop=0.0,
+        )
+        model = transformers.GPT2LMHeadModel(cfg)
+    elif kind == "llama":
+        cfg = transformers.LlamaConfig(
+            hidden_size=hidden, intermediate_size=int(hidden * 8 / 3) // 64 * 64,
+            num_hidden_layers=layers, num_attention_heads=hidden // 128,
+            num_key_value_heads=hidden // 128, vocab_size=32000, max_position_embeddings=4096,
+        )
+        model = transformers.LlamaForCausalLM(cfg)
+    else:
+        raise ValueError(kind)
+    cfg._attn_implementation = "sdpa"
+    return model.to(device=device, dtype=dtype)
+
+
+def step_stats(step, warmup: int = 3, iters: int = 10):
+    """Median step time (ms) and peak allocated bytes of ``step()`` (a full fwd+bwd)."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times), torch.cuda.max_memory_allocated()
+
+
+def gib(n) -> str:
+    return f"{n / 2**30:.2f}"
