@@ -13,16 +13,26 @@ def hf_model(kind: str, layers: int, hidden: int, dtype=torch.bfloat16, device="
 
     if kind == "gpt2":
         cfg = transformers.GPT2Config(
-            n_layer=layers, n_embd=hidden, n_head=hidden // 64, vocab_size=32000,
-            n_positions=4096, activation_function="gelu", attn_pdrop=0.0, resid_pdrop=0.0,
+            n_layer=layers,
+            n_embd=hidden,
+            n_head=hidden // 64,
+            vocab_size=32000,
+            n_positions=4096,
+            activation_function="gelu",
+            attn_pdrop=0.0,
+            resid_pdrop=0.0,
             embd_pdrop=0.0,
         )
         model = transformers.GPT2LMHeadModel(cfg)
     elif kind == "llama":
         cfg = transformers.LlamaConfig(
-            hidden_size=hidden, intermediate_size=int(hidden * 8 / 3) // 64 * 64,
-            num_hidden_layers=layers, num_attention_heads=hidden // 128,
-            num_key_value_heads=hidden // 128, vocab_size=32000, max_position_embeddings=4096,
+            hidden_size=hidden,
+            intermediate_size=int(hidden * 8 / 3) // 64 * 64,
+            num_hidden_layers=layers,
+            num_attention_heads=hidden // 128,
+            num_key_value_heads=hidden // 128,
+            vocab_size=32000,
+            max_position_embeddings=4096,
         )
         model = transformers.LlamaForCausalLM(cfg)
     else:

@@ -15,8 +15,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-import memopt  # noqa: E402
 from common import gib, hf_model, step_stats  # noqa: E402
+
+import memopt  # noqa: E402
 from memopt.measure import measure_saved_activation_bytes  # noqa: E402
 
 
@@ -25,8 +26,11 @@ def run(kind, layers, hidden, batch, seq):
     ids = torch.randint(0, 32000, (batch, seq), device="cuda")
     params = list(model.parameters())
     rows = []
-    variants = [("torch.compile", None), ("memopt BiasGelu+:1:-1", {"config": "BiasGelu+:1:-1"}),
-                ("memopt level=1", {"level": 1})]
+    variants = [
+        ("torch.compile", None),
+        ("memopt BiasGelu+:1:-1", {"config": "BiasGelu+:1:-1"}),
+        ("memopt level=1", {"level": 1}),
+    ]
     if kind == "llama":
         variants = [variants[0], variants[2]]
     base_ms = base_peak = base_saved = None

@@ -11,6 +11,7 @@ logs), ``MEMOPT_CACHE_DIR`` (where reports are persisted for warm compile caches
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Iterable, Mapping
@@ -91,12 +92,31 @@ class MemoptConfig:
         return ";".join(parts)
 
     def uuid(self) -> str:
-        """Cache key part: memopt's version plus the resolved settings."""
-        h = hashlib.sha256(f"memopt-{__version__}|{self.key()}".encode()).hexdigest()
+        """Cache key part: memopt's version and source, plus the resolved settings."""
+        h = hashlib.sha256(f"memopt-{__version__}|{_source_hash()}|{self.key()}".encode())
+        h = h.hexdigest()
         return f"memopt-{__version__}-{h[:24]}"
 
     def with_(self, **changes: Any) -> MemoptConfig:
         return replace(self, **changes)
+
+
+@functools.cache
+def _source_hash() -> str:
+    """Hash of memopt's own source files: a code change must not reuse cached graphs."""
+    import memopt
+    import memopt.passes
+
+    h = hashlib.sha256()
+    for pkg in (memopt, memopt.passes):
+        root = os.path.dirname(pkg.__file__)
+        for dirpath, dirnames, files in sorted(os.walk(root)):
+            dirnames.sort()
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    with open(os.path.join(dirpath, f), "rb") as fh:
+                        h.update(f.encode() + b"\0" + fh.read())
+    return h.hexdigest()[:16]
 
 
 def _env(name: str) -> str | None:

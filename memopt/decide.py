@@ -7,7 +7,7 @@ Levels: 0 applies only explicit plans; 1 recomputes every cluster whose default 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 import sympy
@@ -28,6 +28,7 @@ class ClusterDecision:
     source: str  # "level", "plan", "default"
     saving: sympy.Expr  # symbolic bytes saved by the applied strategy (0 when off)
     potential: sympy.Expr  # symbolic bytes saved by the default strategy on all occurrences
+    skipped: int = 0  # requested occurrences kept because they would chain recomputes
 
     @property
     def enabled(self) -> bool:
@@ -49,7 +50,9 @@ def decide(
     plans: Sequence[PlanSpec],
     known_elsewhere: Collection[str] = (),
     strict: bool = False,
+    value: Callable[[sympy.Expr], int | None] = lambda e: None,
 ) -> Decisions:
+    """``value`` evaluates a symbolic size at the compile-time sizes (orders conflicts)."""
     by_cluster: dict[str, list[Candidate]] = {}
     for c in candidates:
         if c.cluster_id is not None:
@@ -72,10 +75,9 @@ def decide(
         unknown.append(str(p))
         warnings.append(msg)
 
-    per_root: dict[str, Strategy] = {}
-    clusters: list[ClusterDecision] = []
+    requested: dict[str, tuple[Strategy, int, str, Strategy | None, tuple[Strategy, ...]]] = {}
     for cid, occ in by_cluster.items():
-        occ = sorted(occ, key=lambda c: c.occurrence)
+        occ.sort(key=lambda c: c.occurrence)
         available = tuple(sorted({s for c in occ for s in c.savings}))
         default = occ[0].default_strategy
         strategy, count, source = Strategy.KEEP, -1, "default"
@@ -95,15 +97,19 @@ def decide(
                     raise PlanError(msg)
                 warnings.append(msg + "; the plan is ignored")
                 strategy, count, source = Strategy.KEEP, -1, "plan"
+        requested[cid] = (strategy, count, source, default, available)
+
+    per_root, skipped = _resolve_chains(by_cluster, requested, value)
+
+    clusters: list[ClusterDecision] = []
+    for cid, occ in by_cluster.items():
+        strategy, count, source, default, available = requested[cid]
         saving = sympy.Integer(0)
         for c in occ:
-            if strategy == Strategy.KEEP or not (count < 0 or c.occurrence < count):
+            s = per_root.get(c.root)
+            if s is None:
                 continue
-            per_root[c.root] = strategy
-            if strategy == Strategy.OFFLOAD:
-                saving += c.nbytes
-            else:
-                saving += c.savings[strategy]
+            saving += c.nbytes if s == Strategy.OFFLOAD else c.savings[s]
         potential = sympy.expand(sum((c.savings[default] for c in occ), sympy.Integer(0)))
         clusters.append(
             ClusterDecision(
@@ -116,6 +122,74 @@ def decide(
                 source=source,
                 saving=sympy.expand(saving),
                 potential=potential,
+                skipped=skipped.get(cid, 0),
             )
         )
     return Decisions(per_root, tuple(clusters), tuple(unknown), tuple(warnings))
+
+
+#: A recompute may read the output of at most this many chained recomputes (1: none).
+MAX_RECOMPUTE_DEPTH = 2
+
+
+def _resolve_chains(
+    by_cluster: dict[str, list[Candidate]],
+    requested: dict[str, tuple],
+    value: Callable[[sympy.Expr], int | None],
+) -> tuple[dict[str, Strategy], dict[str, int]]:
+    """Accept requested recomputes so that recompute chains stay short.
+
+    A chain (tensor B recomputed from A, A itself recomputed) makes backward rebuild the chain
+    from its start; unbounded, along a residual stream, that is every layer at once at the
+    start of backward, and the memory comes back. A recompute may read at most
+    ``MAX_RECOMPUTE_DEPTH - 1`` recomputed tensors deep. Explicit plans go first, then larger
+    savings, then those without matmuls; a candidate that would make a chain too deep is kept
+    (counted in ``skipped``). Offload decisions never conflict.
+    """
+    wanted: list[tuple[tuple, Candidate, Strategy]] = []
+    for cid, occ in by_cluster.items():
+        strategy, count, source = requested[cid][:3]
+        if strategy == Strategy.KEEP:
+            continue
+        for c in occ:
+            if count < 0 or c.occurrence < count:
+                size = value(c.savings.get(strategy, c.nbytes)) or 0
+                key = (source != "plan", -size, "Gemm" in cid or "MatMul" in cid, c.root)
+                wanted.append((key, c, strategy))
+    wanted.sort(key=lambda t: t[0])
+    per_root: dict[str, Strategy] = {}
+    skipped: dict[str, int] = {}
+    producer: dict[str, str] = {}  # tensor name -> root of the accepted recompute producing it
+    inputs: dict[str, set[str]] = {}  # accepted root -> its boundary inputs
+    depth: dict[str, int] = {}
+    for _key, c, s in wanted:
+        if s not in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
+            per_root[c.root] = s
+            continue
+        outs = {c.root, *c.members}
+        ins = set(c.boundary[s])
+        trial_producer = {**producer, **{o: c.root for o in outs}}
+        trial_inputs = {**inputs, c.root: ins}
+        new_depth = _depths(trial_inputs, trial_producer)
+        if max(new_depth.values()) > MAX_RECOMPUTE_DEPTH:
+            skipped[c.cluster_id] = skipped.get(c.cluster_id, 0) + 1
+            continue
+        producer, inputs, depth = trial_producer, trial_inputs, new_depth
+        per_root[c.root] = s
+    return per_root, skipped
+
+
+def _depths(inputs: dict[str, set[str]], producer: dict[str, str]) -> dict[str, int]:
+    """Chain depth of each accepted recompute (1 = reads only saved tensors)."""
+    memo: dict[str, int] = {}
+
+    def d(root: str, stack: frozenset = frozenset()) -> int:
+        if root in memo:
+            return memo[root]
+        if root in stack:  # cannot happen in a DAG; be safe
+            return 10**6
+        parents = {producer[i] for i in inputs[root] if i in producer and producer[i] != root}
+        memo[root] = 1 + max((d(p, stack | {root}) for p in parents), default=0)
+        return memo[root]
+
+    return {r: d(r) for r in inputs}

@@ -74,11 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     model = TinyGPT(layers=args.layers).to(device=device, dtype=dtype)
     ids = torch.randint(0, 512, (args.batch, args.seq), device=device)
-    print(f"memopt {memopt.__version__} demo: TinyGPT, {args.layers} layers, batch "
-          f"{args.batch} x {args.seq} tokens, {dtype} on {device}\n")
+    print(
+        f"memopt {memopt.__version__} demo: TinyGPT, {args.layers} layers, batch "
+        f"{args.batch} x {args.seq} tokens, {dtype} on {device}\n"
+    )
     results = {}
-    for title, kwargs in (("level 0 (plans listed, none applied)", {"level": 0}),
-                          ("level 1 (every recompute plan applied)", {"level": 1})):
+    for title, kwargs in (
+        ("level 0 (plans listed, none applied)", {"level": 0}),
+        ("level 1 (every recompute plan applied)", {"level": 1}),
+    ):
         torch._dynamo.reset()
         t0 = time.perf_counter()
         compiled = memopt.optimize(model, **kwargs)
@@ -89,18 +93,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"=== {title}: compiled and ran in {time.perf_counter() - t0:.1f} s ===")
         print(rep.table())
         peak_txt = f"; peak GPU memory {fmt_bytes(peak)}" if peak is not None else ""
-        print(f"measured activation bytes saved for backward: {nbytes:,} ({fmt_bytes(nbytes)}); "
-              f"loss {loss:.6f}{peak_txt}\n")
+        print(
+            f"measured activation bytes saved for backward: {nbytes:,} ({fmt_bytes(nbytes)}); "
+            f"loss {loss:.6f}{peak_txt}\n"
+        )
     (l0, b0, r0, p0), (l1, b1, r1, p1) = results[0], results[1]
     pred = r0.saved_bytes()[0] - r1.saved_bytes()[1]
     print("=== summary ===")
-    print(f"saved for backward: {fmt_bytes(b0)} -> {fmt_bytes(b1)} measured "
-          f"(-{fmt_bytes(b0 - b1)}, {100 * (b0 - b1) / max(b0, 1):.0f}%); the table predicted "
-          f"-{fmt_bytes(pred)}")
+    print(
+        f"saved for backward: {fmt_bytes(b0)} -> {fmt_bytes(b1)} measured "
+        f"(-{fmt_bytes(b0 - b1)}, {100 * (b0 - b1) / max(b0, 1):.0f}%); the table predicted "
+        f"-{fmt_bytes(pred)}"
+    )
     if p0 is not None:
-        print(f"peak GPU memory (torch.cuda.max_memory_allocated): {fmt_bytes(p0)} -> "
-              f"{fmt_bytes(p1)} (-{fmt_bytes(p0 - p1)})")
-    print(f"loss: {l0:.6f} (level 0) vs {l1:.6f} (level 1): "
-          f"{'identical' if l0 == l1 else f'differs by {abs(l0 - l1):.2e}'}")
+        print(
+            f"peak GPU memory (torch.cuda.max_memory_allocated): {fmt_bytes(p0)} -> "
+            f"{fmt_bytes(p1)} (-{fmt_bytes(p0 - p1)})"
+        )
+    print(
+        f"loss: {l0:.6f} (level 0) vs {l1:.6f} (level 1): "
+        f"{'identical' if l0 == l1 else f'differs by {abs(l0 - l1):.2e}'}"
+    )
     print("\nTry: MEMOPT_CONFIG='BiasGelu+:1:-1' python -m memopt demo  (one plan on at level 0)")
     return 0

@@ -63,6 +63,7 @@ class RegionReport:
                     "saving_bytes": sym.evaluate(saving),
                     "saving_symbolic": _expr_str(saving),
                     "note": notes_by_cluster.get(d.cluster_id),
+                    "skipped": d.skipped,
                 }
             )
         excluded = [
@@ -127,6 +128,7 @@ class Report:
                     rows[c["cluster_id"]] = dict(c)
                     continue
                 row["freq"] += c["freq"]
+                row["skipped"] = row.get("skipped", 0) + c.get("skipped", 0)
                 row["enabled"] = row["enabled"] or c["enabled"]
                 if row["saving_bytes"] is not None and c["saving_bytes"] is not None:
                     row["saving_bytes"] += c["saving_bytes"]
@@ -248,6 +250,16 @@ class Report:
             notes.append(
                 f"Note 4: {len(excluded)} saved tensor(s) ({fmt_bytes(total)}) cannot be fully "
                 f"recomputed: {top}."
+            )
+        chained = [
+            f"{c['cluster_id']} ({c['skipped']} of {c['freq']})"
+            for c in self.clusters()
+            if c.get("skipped")
+        ]
+        if chained:
+            notes.append(
+                f"Note {len(notes) + 1}: kept, because recomputing them would chain recomputes "
+                f"(one recompute reading another's output): {', '.join(chained)}."
             )
         noted = sorted({f"{c['cluster_id']} {c['note']}" for c in self.clusters() if c.get("note")})
         if noted:

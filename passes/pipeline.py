@@ -151,6 +151,7 @@ def run_pipeline(
         plans=config.plans,
         known_elsewhere=known_elsewhere,
         strict=config.strict,
+        value=symbols.evaluate,
     )
     if any(s in (1, 2) for s in decisions.per_root.values()):
         if step.run("apply_recompute", apply_recompute_pass, candidates, decisions.per_root):

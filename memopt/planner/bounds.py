@@ -76,13 +76,18 @@ class _OffloadFloor:
             self.kf = max(cf.values(), default=1) or 1
             self.kb = max(cb.values(), default=1) or 1
 
-    def cost(self, per_layer: dict[int, int]) -> float:
+    def layer(self, layer: int, nbytes: int) -> float:
+        """Stall floor for ``nbytes`` of ``layer`` offloaded (0 for no bytes)."""
+        if not nbytes:
+            return 0.0
         r = self.rates
-        out = 0.0
-        for layer, nb in per_layer.items():
-            out += max(0.0, nb / r.d2h_bytes_per_s - self.wf[layer]) / self.kf
-            out += max(0.0, nb / r.h2d_bytes_per_s - self.wb[layer]) / self.kb
-        return out
+        return (
+            max(0.0, nbytes / r.d2h_bytes_per_s - self.wf[layer]) / self.kf
+            + max(0.0, nbytes / r.h2d_bytes_per_s - self.wb[layer]) / self.kb
+        )
+
+    def cost(self, per_layer: dict[int, int]) -> float:
+        return sum(self.layer(k, v) for k, v in per_layer.items())
 
 
 def _option_floors(cs: ClusterSpace, floor: _OffloadFloor) -> dict[Strategy, list[float]]:
@@ -94,9 +99,10 @@ def _option_floors(cs: ClusterSpace, floor: _OffloadFloor) -> dict[Strategy, lis
         per: dict[int, int] = {}
         for i in range(m):
             if s == Strategy.OFFLOAD:
-                lay = cs.cands[i].layer
-                per[lay] = per.get(lay, 0) + cs.cands[i].nbytes  # type: ignore[index]
-                acc.append(floor.cost(per))
+                lay: int = cs.cands[i].layer  # type: ignore[assignment]
+                before = per.get(lay, 0)
+                per[lay] = before + cs.cands[i].nbytes
+                acc.append(acc[-1] + floor.layer(lay, per[lay]) - floor.layer(lay, before))
             else:
                 acc.append(acc[-1] + cs.rcost[i][s])
         out[s] = acc
@@ -123,6 +129,24 @@ def _hull(points: list[tuple[int, float]]) -> tuple[tuple[int, float], list[tupl
     return start, [(b[0] - a[0], b[1] - a[1]) for a, b in zip(chain, chain[1:])]
 
 
+def _lp(saves, floors, need: int, const: float) -> float:
+    """Cheapest convex combination of options saving ``need`` bytes, plus ``const``."""
+    total, steps = const, []
+    for sv, fl in zip(saves, floors):
+        pts = [(0, 0.0)] + [(a[n], fl[s][n]) for s, a in sv.items() for n in range(1, len(a))]
+        (x0, y0), segs = _hull(pts)
+        need -= x0
+        total += y0
+        steps += segs
+    steps.sort(key=lambda d: d[1] / d[0])
+    for dx, dy in steps:
+        if need <= 0:
+            break
+        total += min(1.0, need / dx) * dy
+        need -= dx
+    return total
+
+
 def compute_bounds(space: Space, budget: int, points: Sequence[int]) -> Bounds:
     """Bounds for ``space`` from the constraint at each of ``points`` (the best one wins)."""
     floor = _OffloadFloor(space)
@@ -133,30 +157,16 @@ def compute_bounds(space: Space, budget: int, points: Sequence[int]) -> Bounds:
         if s == Strategy.OFFLOAD:
             c = space.problem.by_name[name]
             fixed_off[c.layer] = fixed_off.get(c.layer, 0) + c.nbytes  # type: ignore[index]
-    base_s = fixed_s + floor.cost(fixed_off)
-    best_s, best_peak = base_s, 0
+    const = fixed_s + floor.cost(fixed_off)
+    best_s, best_peak = const, 0
     for t in points:
         need = space.base[t] - budget
-        saves = [space.saves_at(cs, t) for cs in space.clusters]
+        saves = [space.saves_at(i, t) for i in range(len(space.clusters))]
         most = sum(max((max(a) for a in sv.values()), default=0) for sv in saves)
         best_peak = max(best_peak, space.base[t] - most)
         if need <= 0:
             continue
         if most < need:
             return Bounds(float("inf"), best_peak)
-        total, steps = base_s, []
-        for sv, fl in zip(saves, floors):
-            pts = [(0, 0.0)] + [(a[n], fl[s][n]) for s, a in sv.items() for n in range(1, len(a))]
-            (x0, y0), segs = _hull(pts)
-            need -= x0
-            total += y0
-            steps += segs
-        steps.sort(key=lambda d: d[1] / d[0])
-        for dx, dy in steps:
-            if need <= 0:
-                break
-            take = min(1.0, need / dx)
-            total += take * dy
-            need -= dx
-        best_s = max(best_s, total)
+        best_s = max(best_s, _lp(saves, floors, need, const))
     return Bounds(best_s, best_peak)

@@ -24,6 +24,12 @@ from memopt.plan import Strategy
 from memopt.planner.space import KEEP0, Option, Space, State
 
 _TOL = 1e-12
+"""Seconds below which a time difference is noise."""
+_REL = 1e-9
+"""Relative difference below which two ratios (seconds per byte) are equal."""
+#: A checked offload move is taken if its ratio exceeds the best estimate by at most this
+#: fraction (of the estimate, or of the cost of reading a byte once, whichever is larger).
+_SLACK = 0.02
 
 
 @dataclass
@@ -31,7 +37,8 @@ class Descent:
     state: State
     peak: int
     reached: bool
-    """Whether the budget was met. If not, ``peak`` is the smallest peak of the space."""
+    """Whether the budget was met. If not (and nothing was frozen), ``peak`` is the smallest
+    peak of the space."""
 
 
 class _Costs:
@@ -85,7 +92,9 @@ class _Costs:
                 other = self.loads.get(lay, 0)
                 before = own.get(lay, 0)
                 own[lay] = before + c.nbytes
-                step = self.layer_s(lay, other + before + c.nbytes) - self.layer_s(lay, other + before)
+                step = self.layer_s(lay, other + before + c.nbytes) - self.layer_s(
+                    lay, other + before
+                )
                 acc.append(acc[-1] + step)
             self.move_loads(ci, current, 1)
             out[s] = acc
@@ -104,30 +113,66 @@ def _next_move(saves, costs, current: Option) -> tuple[float, Option] | None:
             if ds <= 0:
                 continue
             r = (carr[n] - cost0) / ds
-            if best is None or r < best[0] - _TOL or (abs(r - best[0]) <= _TOL and ds > best[2]):
+            if best is None:
+                best = (r, (s, n), ds)
+                continue
+            tie = abs(r - best[0]) <= _REL * max(abs(r), abs(best[0]))
+            if (r < best[0] and not tie) or (tie and ds > best[2]):
                 best = (r, (s, n), ds)
     return None if best is None else (best[0], best[1])
 
 
-def descend(space: Space, budget: int, max_moves: int = 100_000) -> Descent:
-    """Greedy descent from all-keep until the peak fits ``budget`` or nothing saves more."""
-    return _Descender(space, max_moves).go(budget)
+def descend(
+    space: Space,
+    budget: int,
+    *,
+    start: State | None = None,
+    frozen: frozenset[int] = frozenset(),
+    max_moves: int = 100_000,
+) -> Descent:
+    """Greedy descent from ``start`` (default all-keep) until the peak fits ``budget`` or
+    nothing saves more; clusters in ``frozen`` keep their starting option."""
+    return _Descender(space, start, frozen, max_moves).go(budget)
 
 
 class _Descender:
-    def __init__(self, space: Space, max_moves: int) -> None:
+    def __init__(
+        self, space: Space, start: State | None, frozen: frozenset[int], max_moves: int
+    ) -> None:
         self.space = space
         self.max_moves = max_moves
-        self.state: State = [KEEP0] * len(space.clusters)
+        self.frozen = frozen
+        self.state: State = list(start) if start is not None else [KEEP0] * len(space.clusters)
         self.costs = _Costs(space)
+        for i, opt in enumerate(self.state):
+            self.costs.move_loads(i, opt, 1)
         self.moves = 0
+        self.checks = 0
+        self.max_checks = 100 + 2 * len(space.clusters)
+        self.unit = 1.0 / space.rates.hbm_bytes_per_s  # seconds per byte of a memory-bound op
         self.version = 0
-        self._sim: tuple[int, float] | None = None
+        """Counts moves that change what is offloaded (checked ratios stay valid until then)."""
+        self._stall: tuple[int, float] | None = None
+        self._trial: tuple[int, int, Option, float] | None = None
 
-    def overhead(self) -> float:
-        if self._sim is None or self._sim[0] != self.version:
-            self._sim = (self.version, self.space.step_time(self.state).overhead_s)
-        return self._sim[1]
+    def stall(self) -> float:
+        if self._stall is None or self._stall[0] != self.version:
+            self._stall = (self.version, self.space.stall_s(self.state))
+        return self._stall[1]
+
+    def exact_cost(self, i: int, new: Option) -> float:
+        """Simulated seconds of moving cluster ``i`` to ``new`` (stalls without recompute
+        overlap, which only helps; recompute seconds are exact and additive)."""
+        old = self.state[i]
+        trial = list(self.state)
+        trial[i] = new
+        cs = self.space.clusters[i]
+        rec = sum(cs.rcost[k][new[0]] for k in range(new[1])) - sum(
+            cs.rcost[k][old[0]] for k in range(old[1])
+        )
+        after = self.space.stall_s(trial)
+        self._trial = (self.version, i, new, after)
+        return after - self.stall() + rec
 
     def go(self, budget: int) -> Descent:
         curve = self.space.curve(self.state)
@@ -149,7 +194,8 @@ class _Descender:
         cver = [0] * len(state)
         heap: list = []
         for i in range(len(state)):
-            self._push(heap, i, saves[i], carr[i], cver[i])
+            if i not in self.frozen:
+                self._push(heap, i, saves[i], carr[i], cver[i])
         applied = 0
         while heap and self.moves < self.max_moves:
             _ratio, checked, i, ver, opt = heapq.heappop(heap)
@@ -157,11 +203,11 @@ class _Descender:
                 continue
             old = state[i]
             ds = saves[i][opt[0]][opt[1]] - (saves[i][old[0]][old[1]] if old[1] else 0)
-            if Strategy.OFFLOAD in (old[0], opt[0]) and checked != self.version:
-                trial = list(state)
-                trial[i] = opt
-                exact = (space.step_time(trial).overhead_s - self.overhead()) / ds
-                if heap and exact > heap[0][0] + _TOL:
+            offload = Strategy.OFFLOAD in (old[0], opt[0])
+            if offload and checked != self.version and self.checks < self.max_checks:
+                self.checks += 1
+                exact = self.exact_cost(i, opt) / ds
+                if heap and exact > heap[0][0] + _SLACK * max(abs(heap[0][0]), self.unit):
                     heapq.heappush(heap, (exact, self.version, i, ver, opt))
                     continue
             self.costs.move_loads(i, old, -1)
@@ -169,7 +215,12 @@ class _Descender:
             state[i] = opt
             cur_t -= ds
             cver[i] += 1
-            self.version += 1
+            if offload:
+                tr = self._trial
+                known = tr is not None and tr[:3] == (self.version, i, opt)
+                self.version += 1
+                if known:  # the check just simulated this very state
+                    self._stall = (self.version, tr[3])  # type: ignore[index]
             self.moves += 1
             applied += 1
             self._push(heap, i, saves[i], carr[i], cver[i])
@@ -238,16 +289,36 @@ class _Tightener:
         self.state[i] = new
         self._overhead = None
 
+    def order(self) -> list[int]:
+        """Clusters by the predicted seconds per byte of their current option, dearest first."""
+        sim = self.space.step_time(self.state)
+        off_bytes = sum(
+            c.nbytes
+            for cs, (s, n) in zip(self.space.clusters, self.state)
+            if s == Strategy.OFFLOAD
+            for c in cs.cands[:n]
+        )
+        stall = (sim.d2h_stall_s + sim.h2d_stall_s) / off_bytes if off_bytes else 0.0
+
+        def dearness(i: int) -> float:
+            s, n = self.state[i]
+            cs = self.space.clusters[i]
+            nbytes = sum(c.nbytes for c in cs.cands[:n]) or 1
+            if s == Strategy.OFFLOAD:
+                return stall
+            return sum(cs.rcost[k].get(s, 0.0) for k in range(n)) / nbytes
+
+        return sorted(range(len(self.state)), key=lambda i: (-dearness(i), i))
+
     def cluster(self, i: int) -> bool:
         """Move cluster ``i`` to a cheaper option that fits; whether it moved."""
         s0, n0 = self.state[i]
         if s0 == Strategy.KEEP:
             return False
-        n = self.smallest_fit(i, s0, 0, n0 - 1)
-        if n is not None:  # fewer occurrences: never slower
-            self.apply(i, KEEP0 if n == 0 else (s0, n))
-            s0, n0 = self.state[i]
-            if s0 == Strategy.KEEP:
+        fewer = self.smallest_fit(i, s0, 0, n0 - 1)
+        if fewer is not None:  # fewer occurrences: never slower
+            self.apply(i, KEEP0 if fewer == 0 else (s0, fewer))
+            if fewer == 0:
                 return True
         best: tuple[float, Option] | None = None
         for s, m in self.space.clusters[i].maxn.items():
@@ -260,7 +331,7 @@ class _Tightener:
                     best = (gain, (s, n))
         if best is not None:
             self.apply(i, best[1])
-        return best is not None or n is not None
+        return best is not None or fewer is not None
 
 
 def tighten(space: Space, state: State, budget: int, passes: int = 3) -> State:
@@ -268,7 +339,7 @@ def tighten(space: Space, state: State, budget: int, passes: int = 3) -> State:
     run = _Tightener(space, state, budget)
     for _ in range(passes):
         moved = False
-        for i in range(len(space.clusters)):
+        for i in run.order():
             moved |= run.cluster(i)
         if not moved:
             break

@@ -21,7 +21,7 @@ from memopt.planner.emit import SyncEntry, lead_sync, plan_strings
 from memopt.planner.greedy import descend, tighten
 from memopt.planner.memory import SavedBytes, memory_profile, saved_bytes
 from memopt.planner.problem import PlanningProblem
-from memopt.planner.space import Space, State
+from memopt.planner.space import KEEP0, Option, Space, State
 from memopt.planner.timing import StepTime, step_time
 
 #: Largest lead tried by default (more in flight rarely pays once the link keeps up).
@@ -141,10 +141,13 @@ class _Result:
     exact: bool
 
     def key(self, feasible: bool) -> tuple:
+        """Order of preference: faster, then fewer changed candidates, lower peak, smaller lead
+        (or, when nothing fits: lower peak first)."""
         lead = self.space.lead or 0
+        changed = sum(n for _, n in self.state)
         if feasible:
-            return (round(self.overhead_s, 12), self.peak, lead)
-        return (self.peak, round(self.overhead_s, 12), lead)
+            return (round(self.overhead_s, 12), changed, self.peak, lead)
+        return (self.peak, round(self.overhead_s, 12), changed, lead)
 
 
 def _enumerate(space: Space, budget: int) -> tuple[_Result | None, _Result]:
@@ -163,15 +166,50 @@ def _enumerate(space: Space, budget: int) -> tuple[_Result | None, _Result]:
 
 
 def _search(space: Space, budget: int) -> tuple[_Result | None, _Result]:
+    """Descend and tighten. If the budget is out of reach, the descent ends at the smallest
+    peak of the space; that plan is tightened to it instead."""
     d = descend(space, budget)
-    if d.reached:
-        state = tighten(space, d.state, budget)
-        r = _Result(space, state, max(space.curve(state)), space.step_time(state).overhead_s, False)
-        return r, r
-    low = descend(space, None) if d.best_peak > budget else d
-    state = low.best_state
+    if not d.reached:
+        return None, _evaluate(space, tighten(space, d.state, d.peak))
+    r = _evaluate(space, tighten(space, d.state, budget))
+    return r, r
+
+
+def _restart(best: _Result, budget: int, restarts: int) -> _Result:
+    """Up to ``restarts`` more descents, each with one cluster pinned to another option: this
+    repairs what cheapest-ratio-first gets wrong when a few large items decide."""
+    space = best.space
+    seeds = [
+        (i, opt)
+        for i, cs in enumerate(space.clusters)
+        for opt in cs.options()
+        if opt != best.state[i]
+    ]
+    t0 = space.base.index(max(space.base))
+    seeds.sort(key=lambda x: _seed_rank(space, x[0], x[1], t0))
+    for i, opt in seeds[:restarts]:
+        start = [KEEP0] * len(space.clusters)
+        start[i] = opt
+        d = descend(space, budget, start=start, frozen=frozenset([i]))
+        if d.reached:
+            r = _evaluate(space, tighten(space, d.state, budget))
+            if r.key(True) < best.key(True):
+                best = r
+    return best
+
+
+def _seed_rank(space: Space, i: int, opt: Option, t: int) -> tuple[float, int]:
+    """Seeds that save most per recompute second at the base peak first (offload: by bytes)."""
+    s, n = opt
+    cs = space.clusters[i]
+    saved = space.saves_at(i, t)[s][n] if n else 0
+    cost = sum(cs.rcost[k][s] for k in range(n)) if s != Strategy.OFFLOAD else 0.0
+    return (cost / saved if saved > 0 else math.inf, i)
+
+
+def _evaluate(space: Space, state: State) -> _Result:
     peak = max(space.curve(state))
-    return None, _Result(space, state, peak, space.step_time(state).overhead_s, False)
+    return _Result(space, state, peak, space.step_time(state).overhead_s, False)
 
 
 def default_leads(problem: PlanningProblem) -> list[int | None]:
@@ -188,14 +226,17 @@ def solve(
     *,
     leads: Sequence[int | None] | None = None,
     exact_limit: int = 4096,
-    bound_points: int = 4,
+    restart_work: int = 10_000,
+    bound_points: int = 6,
 ) -> Solution:
     """The fastest predicted plan whose predicted peak fits ``budget_bytes``.
 
     ``leads``: offload leads to try (default 1..min(n_layers-1, 4); None means no offload).
     ``exact_limit``: enumerate a lead's space when it has at most this many combinations.
-    ``bound_points``: positions used for the lower bounds (the highest of the base curve, plus
-    the chosen plan's peak).
+    ``restart_work``: restarts of the greedy per lead, times the lead's number of options (a
+    deterministic work limit).
+    ``bound_points``: how many positions the lower bounds look at (peaks of the unplanned and
+    the chosen curves, overall and per phase).
     """
     leads = default_leads(problem) if leads is None else list(leads)
     if not leads:
@@ -224,16 +265,24 @@ def solve(
         if ok
         else min(smallest, key=lambda r: r.key(False))
     )
+    if ok and not chosen.exact:
+        n_opts = sum(len(cs.options()) for cs in chosen.space.clusters)
+        chosen = _restart(chosen, budget_bytes, restart_work // max(1, n_opts))
 
-    points = _bound_points(spaces[0].base, bound_points) + [
-        chosen.space.curve(chosen.state).index(chosen.peak)
-    ]
+    points = _bound_points(
+        [spaces[0].base, chosen.space.curve(chosen.state)], problem.timeline.n_fwd, bound_points
+    )
     bounds = [compute_bounds(sp, budget_bytes, points) for sp in spaces]
-    lb_s = min(b.overhead_s for b in bounds)
-    lb_peak = min(b.peak for b in bounds)
-    if all_exact:
-        lb_s = chosen.overhead_s if ok else math.inf
-        lb_peak = min(r.peak for r in smallest)
+    lb_s = min(b.overhead_s for b in bounds) if ok else math.inf
+    if all_exact and ok:
+        lb_s = chosen.overhead_s
+    # A space's smallest peak is exact when enumerated or when its descent got stuck (no
+    # option saves anything at the peak); otherwise only the bound is known.
+    floors = [
+        low.peak if (low.exact or not any(f.space is sp for f in feasible)) else b.peak
+        for sp, low, b in zip(spaces, smallest, bounds)
+    ]
+    lb_peak = min(floors)
     return _solution(
         problem,
         chosen,
@@ -248,9 +297,18 @@ def solve(
     )
 
 
-def _bound_points(curve: list[int], k: int) -> list[int]:
-    order = sorted(range(len(curve)), key=lambda i: -curve[i])
-    return order[:k]
+def _bound_points(curves: Sequence[list[int]], n_fwd: int, k: int) -> list[int]:
+    """Up to ``k`` positions for the bounds: each curve's peak, then its forward and backward
+    peaks (the constraint binds at different places for different strategies)."""
+    out: list[int] = []
+    for part in ((0, None), (0, n_fwd), (n_fwd, None)):
+        for curve in curves:
+            seg = curve[part[0] : part[1]]
+            if seg:
+                pos = part[0] + seg.index(max(seg))
+                if pos not in out:
+                    out.append(pos)
+    return out[:k]
 
 
 def _solution(

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 from memopt.plan import Strategy
 from memopt.planner.costs import DeviceRates
-from memopt.planner.memory import Interval, add_intervals, curve_from_diff, intervals, strategy_valid
+from memopt.planner.memory import (
+    Interval,
+    add_intervals,
+    curve_from_diff,
+    intervals,
+    strategy_valid,
+)
 from memopt.planner.problem import Candidate, OffloadWindow, PlanningProblem, covered, lead_windows
 from memopt.planner.timing import OffloadItem, StepTime, offload_item, recompute_s, simulate_step
 
@@ -154,6 +160,18 @@ class Space:
                     pos = cs.use_pos[i]
                     rec[pos] = rec.get(pos, 0.0) + cs.rcost[i][s]
         return simulate_step(self.problem.timeline, self.rates, rec, off)
+
+    def stall_s(self, state: State) -> float:
+        """Copy stalls of a state, simulated without recompute (faster; recompute time only
+        adds room for reloads to hide)."""
+        off = list(self._fixed_off)
+        for cs, (s, n) in zip(self.clusters, state):
+            if s == Strategy.OFFLOAD:
+                off += cs.items[:n]  # type: ignore[arg-type]
+        if not off:
+            return 0.0
+        t = simulate_step(self.problem.timeline, self.rates, {}, off)
+        return t.d2h_stall_s + t.h2d_stall_s
 
     def curve(self, state: State) -> list[int]:
         diff = [0] * (len(self.base) + 1)

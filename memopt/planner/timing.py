@@ -49,6 +49,7 @@ class StepTime:
 OffloadItem = tuple[str, int, int, int, int, int]
 
 _RELEASE, _RELOAD, _RECOMPUTE, _USE, _PRODUCE = range(5)
+_IDX = 21  # bits for the item index in an event key: (pos, kind, item) packed into one int
 
 
 def simulate_step(
@@ -58,36 +59,50 @@ def simulate_step(
     offloads: Sequence[OffloadItem],
 ) -> StepTime:
     """Step time given recompute seconds per position and the offloaded tensors."""
-    events: list[tuple[int, int, int, int]] = [(pos, _RECOMPUTE, 0, -1) for pos in recompute_at]
-    for i, (_key, _nb, p, r, q, u) in enumerate(offloads):
-        events += ((p, _PRODUCE, i, i), (r, _RELEASE, i, i), (q, _RELOAD, u, i), (u, _USE, i, i))
+    released: dict[int, list[int]] = {}
+    reloaded: dict[int, list[int]] = {}
+    for i, item in enumerate(offloads):
+        released.setdefault(item[3], []).append(i)
+        reloaded.setdefault(item[4], []).append(i)
+    events = [(pos << 3 | _RECOMPUTE) << _IDX for pos in recompute_at]
+    events += [(pos << 3 | _RELEASE) << _IDX for pos in released]
+    events += [(pos << 3 | _RELOAD) << _IDX for pos in reloaded]
+    events += [(item[5] << 3 | _USE) << _IDX | i for i, item in enumerate(offloads)]
+    events += [(item[2] << 3 | _PRODUCE) << _IDX | i for i, item in enumerate(offloads)]
     events.sort()
     start = timeline.start_s
+    d2h_rate, h2d_rate = rates.d2h_bytes_per_s, rates.h2d_bytes_per_s
+    mask = (1 << _IDX) - 1
     d2h_free = h2d_free = 0.0
     d2h_done = [0.0] * len(offloads)
     h2d_done = [0.0] * len(offloads)
     shift = rec = d2h_stall = h2d_stall = 0.0
-    for pos, kind, _sub, i in events:
+    for key in events:
+        pos = key >> (_IDX + 3)
+        kind = (key >> _IDX) & 7
         if kind == _PRODUCE:  # after the op at pos
-            now = start[pos + 1] + shift
-            d2h_free = max(now, d2h_free) + offloads[i][1] / rates.d2h_bytes_per_s
+            i = key & mask
+            d2h_free = max(start[pos + 1] + shift, d2h_free) + offloads[i][1] / d2h_rate
             d2h_done[i] = d2h_free
             continue
         now = start[pos] + shift
-        if kind == _RELEASE:
-            wait = max(0.0, d2h_done[i] - now)
-            shift += wait
-            d2h_stall += wait
+        if kind == _USE:
+            wait = h2d_done[key & mask] - now
+            if wait > 0:
+                shift += wait
+                h2d_stall += wait
+        elif kind == _RELEASE:
+            wait = max(d2h_done[i] for i in released[pos]) - now
+            if wait > 0:
+                shift += wait
+                d2h_stall += wait
         elif kind == _RELOAD:
-            h2d_free = max(now, h2d_free) + offloads[i][1] / rates.h2d_bytes_per_s
-            h2d_done[i] = h2d_free
-        elif kind == _RECOMPUTE:
+            for i in sorted(reloaded[pos], key=lambda j: offloads[j][5]):
+                h2d_free = max(now, h2d_free) + offloads[i][1] / h2d_rate
+                h2d_done[i] = h2d_free
+        else:
             shift += recompute_at[pos]
             rec += recompute_at[pos]
-        else:
-            wait = max(0.0, h2d_done[i] - now)
-            shift += wait
-            h2d_stall += wait
     return StepTime(start[-1], rec, d2h_stall, h2d_stall)
 
 
