@@ -38,13 +38,13 @@ def run(kind, layers, hidden, batch, seq):
         torch._dynamo.reset()
         compiled = torch.compile(model) if kw is None else memopt.optimize(model, **kw)
 
-        def step():
+        def step(compiled=compiled):
             model.zero_grad(set_to_none=True)
             compiled(input_ids=ids, labels=ids).loss.backward()
 
         ms, peak = step_stats(step)
         out, saved = measure_saved_activation_bytes(
-            lambda: compiled(input_ids=ids, labels=ids), exclude=[*params, ids]
+            lambda compiled=compiled: compiled(input_ids=ids, labels=ids), exclude=[*params, ids]
         )
         out.loss.backward()
         est = None

@@ -14,7 +14,7 @@ import memopt  # noqa: E402
 
 
 def probe(model, compiled, ids):
-    for i in range(3):
+    for _ in range(3):
         model.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()

@@ -161,7 +161,6 @@ def _resolve_chains(
     skipped: dict[str, int] = {}
     producer: dict[str, str] = {}  # tensor name -> root of the accepted recompute producing it
     inputs: dict[str, set[str]] = {}  # accepted root -> its boundary inputs
-    depth: dict[str, int] = {}
     for _key, c, s in wanted:
         if s not in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
             per_root[c.root] = s
@@ -174,7 +173,7 @@ def _resolve_chains(
         if max(new_depth.values()) > MAX_RECOMPUTE_DEPTH:
             skipped[c.cluster_id] = skipped.get(c.cluster_id, 0) + 1
             continue
-        producer, inputs, depth = trial_producer, trial_inputs, new_depth
+        producer, inputs = trial_producer, trial_inputs
         per_root[c.root] = s
     return per_root, skipped
 

@@ -74,6 +74,7 @@ class _Rewriter:
     deps: dict[tuple[bool, fx.Node], list[fx.Node]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
+    sync_nodes: set[fx.Node] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         n = self.schedule.num_layers
@@ -102,10 +103,13 @@ class _Rewriter:
         node.meta[mk.LAYER] = layer
         return node
 
-    def _gate(self, backward: bool, at: fx.Node, dep: fx.Node) -> None:
+    def _gate(self, backward: bool, at: fx.Node, dep: fx.Node, *, sync: bool = True) -> None:
+        """Make the first extern kernel from ``at`` on wait for ``dep``."""
         idx = self.bw_idx if backward else self.fw_idx
         if at is not idx.output:
             self.deps.setdefault((backward, at), []).append(dep)
+            if sync:
+                self.sync_nodes.add(at)
 
     # -- one unit -----------------------------------------------------------------------------
     def apply(self, u: _Unit) -> None:
@@ -119,7 +123,7 @@ class _Rewriter:
                       name=None if fwd_wait else host_name)  # fmt: skip
         p.meta[mk.DECISION] = "offload"
         following = fw_idx.nodes[fw_idx.pos[p] + 1]
-        self._gate(False, following, h)  # the copy is issued before the producer's next op
+        self._gate(False, following, h, sync=False)  # issue the copy before the next kernel
         device = p.meta["val"].device
         if not fwd_wait:
             self._offload_done_in_backward(u, h, host_name, device)
@@ -131,7 +135,7 @@ class _Rewriter:
             self.notes.append(
                 f"{p.name}: produced after its offload sync point; wait moved to {at.name}"
             )
-        after = fw_idx.anchor_before(at)
+        after = fw_idx.anchor_at(at)
         wait_name = None if s.reload_start.forward else host_name
         h2 = self._new(self.fw.graph, ops.wait_offload, (h, [p], after), before=at,
                        name=wait_name, layer=u.layer)  # fmt: skip
@@ -152,7 +156,7 @@ class _Rewriter:
         if first is not None and (at is bw_idx.output or bw_idx.pos[at] > bw_idx.pos[first]):
             self.notes.append(f"{u.source.name}: used in backward before its offload finishes")
             at = first
-        hw = self._new(self.bw.graph, ops.wait_offload, (hp, members, bw_idx.anchor_before(at)),
+        hw = self._new(self.bw.graph, ops.wait_offload, (hp, members, bw_idx.anchor_at(at)),
                        before=at, layer=u.layer)  # fmt: skip
         if at is not first:
             self._gate(True, at, hw)
@@ -164,11 +168,11 @@ class _Rewriter:
         at = fw_idx.point_node(s.reload_start.layer(n), forward=True)
         if at is not fw_idx.output and fw_idx.pos[at] < fw_idx.pos.get(wait_at, 0):
             at = wait_at
-        d = self._new(self.fw.graph, ops.reload, (h2, device, fw_idx.anchor_before(at)),
+        d = self._new(self.fw.graph, ops.reload, (h2, device, fw_idx.anchor_at(at)),
                       before=at, layer=u.layer)  # fmt: skip
         self._gate(False, at, d)
         out = fw_idx.output
-        d2 = self._new(self.fw.graph, ops.wait_reload, (d, fw_idx.anchor_before(out)),
+        d2 = self._new(self.fw.graph, ops.wait_reload, (d, None),
                        before=out, layer=u.layer)  # fmt: skip
         for i in u.members:
             rebuilt = self._rebuild(self.fw.graph, d2, u, self.slots.fw_node(i), before=out)
@@ -191,11 +195,11 @@ class _Rewriter:
                 f"reload moved to its first use ({first.name})"
             )
             at = first
-        d = self._new(self.bw.graph, ops.reload, (src, device, bw_idx.anchor_before(at)),
+        d = self._new(self.bw.graph, ops.reload, (src, device, bw_idx.anchor_at(at)),
                       before=at, layer=u.layer)  # fmt: skip
         if at is not first:
             self._gate(True, at, d)
-        d2 = self._new(self.bw.graph, ops.wait_reload, (d, bw_idx.anchor_before(first)),
+        d2 = self._new(self.bw.graph, ops.wait_reload, (d, bw_idx.anchor_of(first)),
                        before=first, layer=u.layer)  # fmt: skip
         for i, ph in zip(u.members, members):
             rebuilt = self._rebuild(self.bw.graph, d2, u, self.slots.fw_node(i), before=first)
@@ -214,27 +218,22 @@ class _Rewriter:
 
     # -- barriers -------------------------------------------------------------------------------
     def place_barriers(self) -> None:
-        alias: dict[tuple[bool, fx.Node], fx.Node] = {}
-        items = sorted(
-            self.deps.items(),
-            key=lambda kv: (kv[0][0], (self.bw_idx if kv[0][0] else self.fw_idx).pos[kv[0][1]]),
-        )
-        for (backward, at), deps in items:
+        """One barrier per sync point, on the input of the next extern kernel."""
+        current: dict[tuple[bool, fx.Node, fx.Node], fx.Node] = {}
+        for (backward, at), deps in self.deps.items():
             idx = self.bw_idx if backward else self.fw_idx
             graph = self.bw.graph if backward else self.fw.graph
             gate = idx.gate_after(at)
             if gate is None:
-                self.notes.append(f"no realized input to gate at {at.name}; ordering not pinned")
+                if at in self.sync_nodes:
+                    self.notes.append(f"no kernel after {at.name} to gate; ordering not pinned")
                 continue
-            user, x = gate
-            cur = alias.get((backward, x), x)
-            b = self._new(graph, ops.barrier, (cur, list(deps)), before=user,
-                          layer=user.meta.get(mk.LAYER))  # fmt: skip
-            start = idx.pos[user]
-            for u in list(cur.users):
-                if u in idx.pos and idx.pos[u] >= start and u is not idx.output:
-                    u.replace_input_with(cur, b)
-            alias[(backward, x)] = b
+            kernel, x = gate
+            cur = current.get((backward, kernel, x), x)
+            b = self._new(graph, ops.barrier, (cur, list(deps)), before=kernel,
+                          layer=kernel.meta.get(mk.LAYER))  # fmt: skip
+            kernel.replace_input_with(cur, b)
+            current[(backward, kernel, x)] = b
 
 
 def _plan_units(
@@ -315,7 +314,8 @@ def insert_offload_pass(
 
     ``saved_indices_to_offload`` index the saved tensors: forward output
     ``num_fwd_outputs + i``, backward placeholder ``num_saved_symints + i`` (default: all).
-    ``layer_of_saved[i]`` overrides the layer read from the saved node's ``meta[LAYER]``.
+    A saved tensor belongs to the layer whose backward uses it first (``meta[LAYER]`` of its
+    first backward user; else of its producer); ``layer_of_saved[i]`` overrides that.
     Saved tensors smaller than ``min_bytes`` (per host copy), graph inputs, and storages also
     returned by other outputs stay on the device; the result says why.
     """
@@ -331,9 +331,14 @@ def insert_offload_pass(
         if not 0 <= i < slots.num_tensors:
             raise IndexError(f"saved index {i} out of range: {slots.num_tensors} saved tensors")
 
+    bw_pos = {x: k for k, x in enumerate(bw_gm.graph.nodes)}
+
     def layer_of(i: int) -> int | None:
         if layer_of_saved is not None and i in layer_of_saved:
             return layer_of_saved[i]
+        for user in sorted(slots.bw_node(i).users, key=bw_pos.__getitem__):
+            if user.meta.get(mk.LAYER) is not None:
+                return user.meta[mk.LAYER]  # the layer whose backward needs it first
         return slots.fw_node(i).meta.get(mk.LAYER)
 
     units, kept = _plan_units(slots, indices, layer_of, schedule, min_bytes)

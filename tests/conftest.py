@@ -1,10 +1,16 @@
 import os
+import tempfile
 
 import pytest
 import torch
+import torch._functorch.config as fconfig
+import torch._inductor.config as iconfig
 
-# Each test compiles afresh: warm caches would skip the partitioner and hide bugs.
-os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+# Each test compiles afresh: warm caches would skip the partitioner and hide bugs
+# (tests/test_unknown_and_cache.py turns them back on on purpose).
+iconfig.fx_graph_cache = False
+fconfig.enable_autograd_cache = False
+os.environ["MEMOPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="memopt-test-cache-")
 for _name in (
     "MEMOPT_LEVEL",
     "MEMOPT_CONFIG",

@@ -1,9 +1,4 @@
-"""Graph facts the offload rewrite reads: storage roots, layer regions, anchors and gates.
-
-"Realized" tensors are ones Inductor always materializes in memory (graph inputs and
-outputs, extern kernels such as matmuls and attention). The rewrite only hangs its ordering
-edges on realized tensors, so adding an edge never changes Inductor's fusion (and numerics).
-"""
+"""Graph facts the offload rewrite reads: storage roots, layer regions, anchors and gates."""
 
 from __future__ import annotations
 
@@ -20,7 +15,7 @@ from memopt.meta_keys import LAYER
 aten = torch.ops.aten
 
 
-def _realized_targets() -> frozenset:
+def _extern_targets() -> frozenset:
     names = [
         "mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backward",
         "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
@@ -41,7 +36,7 @@ def _realized_targets() -> frozenset:
     return frozenset(out)
 
 
-REALIZED_TARGETS = _realized_targets()
+REALIZED_TARGETS = _extern_targets()
 
 
 def tensor_val(node: object) -> torch.Tensor | None:
@@ -106,40 +101,42 @@ def storage_closure(root: fx.Node) -> set[fx.Node]:
     return seen
 
 
-def is_realized(node: fx.Node, outputs: Iterable[fx.Node]) -> bool:
-    if tensor_val(node) is None:
-        return False
-    if node.op == "placeholder" or node in outputs:
-        return True
+def is_extern(node: fx.Node) -> bool:
+    """A kernel Inductor never fuses (matmul, attention, convolution) or one of its outputs."""
     if node.op != "call_function":
         return False
     target = node.target
     if target is operator.getitem:
         src = node.args[0]
         return isinstance(src, fx.Node) and src.target in REALIZED_TARGETS
-    if getattr(target, "namespace", None) == "memopt":
-        return True
     return target in REALIZED_TARGETS
 
 
 @dataclass
 class GraphIndex:
-    """Positions and layer regions of one graph, computed before it is rewritten."""
+    """Positions, layer regions and extern-kernel ancestry of one graph, computed before it
+    is rewritten.
+
+    The rewrite hangs its ordering edges on extern kernels only: an op placed at a sync
+    point follows the latest extern kernel that the gated node already depends on, and the
+    gate is the input of the next extern kernel. Such edges add no constraint that changes
+    which nodes Inductor can fuse, so numerics stay bitwise equal.
+    """
 
     graph: fx.Graph
     nodes: list[fx.Node]
     pos: dict[fx.Node, int]
     output: fx.Node
-    outputs: set[fx.Node]
     starts: dict[int, fx.Node]
     """First node of each layer's region (in this graph's execution order)."""
+    extern_ancestor: dict[fx.Node, fx.Node | None]
+    """The latest (by position) extern kernel among each node's ancestors."""
 
     @classmethod
     def build(cls, graph: fx.Graph, num_layers: int, forward: bool) -> GraphIndex:
         nodes = list(graph.nodes)
         pos = {n: i for i, n in enumerate(nodes)}
         output = graph.find_nodes(op="output")[0]
-        outputs = set(_flat(output.args))
         starts: dict[int, fx.Node] = {}
         order = range(num_layers) if forward else range(num_layers - 1, -1, -1)
         floor = -1
@@ -155,7 +152,15 @@ class GraphIndex:
             if first is not None:
                 starts[layer] = first
                 floor = pos[first]
-        return cls(graph, nodes, pos, output, outputs, starts)
+        lea: dict[fx.Node, fx.Node | None] = {}
+        for n in nodes:
+            best = None
+            for a in n.all_input_nodes:
+                cand = a if is_extern(a) else lea.get(a)
+                if cand is not None and (best is None or pos[cand] > pos[best]):
+                    best = cand
+            lea[n] = best
+        return cls(graph, nodes, pos, output, starts, lea)
 
     def point_node(self, layer: int | None, forward: bool) -> fx.Node:
         """The node before which a sync point's ops go: the start of ``layer`` (or of the next
@@ -168,28 +173,28 @@ class GraphIndex:
         later = [k for k in self.starts if k <= layer]
         return self.starts[max(later)] if later else self.output
 
-    def anchor_before(self, node: fx.Node) -> fx.Node | None:
-        """The latest realized tensor computed before ``node`` (what an op must follow)."""
-        limit = self.pos.get(node, len(self.nodes))
-        for n in reversed(self.nodes[:limit]):
-            if n.op == "call_function" and is_realized(n, self.outputs):
-                return n
-        return None
-
     def gate_after(self, node: fx.Node) -> tuple[fx.Node, fx.Node] | None:
-        """``(user, x)``: the first node from ``node`` on that reads a realized tensor ``x``
-        computed before ``node``. A barrier on ``x`` for that user makes the user (and the
-        layer that begins there) wait for the barrier's dependencies."""
+        """``(kernel, x)``: the first extern kernel from ``node`` on, and the input to route
+        through a barrier (a graph input such as a weight when there is one)."""
         if node is self.output:
             return None
-        start = self.pos[node]
-        for n in self.nodes[start:]:
-            if n.op != "call_function":
-                continue
-            for a in n.all_input_nodes:
-                if self.pos.get(a, start) < start and is_realized(a, self.outputs):
-                    return n, a
+        for n in self.nodes[self.pos[node] :]:
+            if n.op == "call_function" and n.target is not operator.getitem and is_extern(n):
+                inputs = [a for a in n.all_input_nodes if tensor_val(a) is not None]
+                if inputs:
+                    x = next((a for a in inputs if a.op == "placeholder"), inputs[0])
+                    return n, x
         return None
+
+    def anchor_at(self, node: fx.Node) -> fx.Node | None:
+        """What an op placed before ``node`` follows: the latest extern kernel that the next
+        gated kernel (or ``node`` itself) already depends on."""
+        gate = self.gate_after(node)
+        return self.extern_ancestor.get(gate[0] if gate else node)
+
+    def anchor_of(self, node: fx.Node) -> fx.Node | None:
+        """The latest extern kernel ``node`` depends on."""
+        return self.extern_ancestor.get(node)
 
     def first_user(self, nodes: Iterable[fx.Node]) -> fx.Node | None:
         users = [u for n in nodes for u in n.users if u in self.pos]

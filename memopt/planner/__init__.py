@@ -6,7 +6,8 @@ Modules: :mod:`~memopt.planner.problem` (inputs), :mod:`~memopt.planner.costs` (
 roofline, calibration), :mod:`~memopt.planner.memory` (liveness and peak),
 :mod:`~memopt.planner.timing` (step-time simulation), :mod:`~memopt.planner.space`,
 :mod:`~memopt.planner.greedy`, :mod:`~memopt.planner.bounds`, :mod:`~memopt.planner.solver`
-(the search) and :mod:`~memopt.planner.emit` (plan strings and sync dict).
+(the search), :mod:`~memopt.planner.emit` (plan strings and sync dict) and
+:mod:`~memopt.planner.synthetic` (layer stacks for tests and benchmarks).
 """
 
 from __future__ import annotations

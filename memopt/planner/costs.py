@@ -75,11 +75,6 @@ def ops_s(ops: Iterable[OpCost], rates: DeviceRates) -> float:
     return sum(roofline_s(op, rates) for op in ops)
 
 
-def transfer_s(nbytes: int, rate: float) -> float:
-    """Seconds to copy ``nbytes`` at ``rate`` bytes per second."""
-    return nbytes / rate
-
-
 # ---------------------------------------------------------------- calibration
 
 

@@ -25,8 +25,9 @@ from memopt.planner.space import KEEP0, Option, Space, State
 
 _TOL = 1e-12
 """Seconds below which a time difference is noise."""
-_REL = 1e-9
-"""Relative difference below which two ratios (seconds per byte) are equal."""
+_TIE = 10.0
+"""Ratios (seconds per byte saved) closer than the time to move this many bytes through device
+memory count as equal; the larger saving is taken then (tightening gives back the excess)."""
 #: A checked offload move is taken if its ratio exceeds the best estimate by at most this
 #: fraction (of the estimate, or of the cost of reading a byte once, whichever is larger).
 _SLACK = 0.02
@@ -101,7 +102,9 @@ class _Costs:
         return out
 
 
-def _next_move(saves, costs, current: Option) -> tuple[float, Option] | None:
+def _next_move(saves, costs, current: Option, tie: float) -> tuple[float, Option] | None:
+    """The move of one cluster with the least extra seconds per byte saved; ratios within
+    ``tie`` of each other count as equal and the larger saving wins."""
     s0, n0 = current
     save0 = saves[s0][n0] if n0 else 0
     cost0 = costs[s0][n0] if n0 else 0.0
@@ -113,11 +116,7 @@ def _next_move(saves, costs, current: Option) -> tuple[float, Option] | None:
             if ds <= 0:
                 continue
             r = (carr[n] - cost0) / ds
-            if best is None:
-                best = (r, (s, n), ds)
-                continue
-            tie = abs(r - best[0]) <= _REL * max(abs(r), abs(best[0]))
-            if (r < best[0] and not tie) or (tie and ds > best[2]):
+            if best is None or r < best[0] - tie or (r <= best[0] + tie and ds > best[2]):
                 best = (r, (s, n), ds)
     return None if best is None else (best[0], best[1])
 
@@ -229,7 +228,7 @@ class _Descender:
         return applied
 
     def _push(self, heap: list, i: int, saves, costs, ver: int) -> None:
-        mv = _next_move(saves, costs, self.state[i])
+        mv = _next_move(saves, costs, self.state[i], _TIE * self.unit)
         if mv is not None:
             heapq.heappush(heap, (mv[0], -1, i, ver, mv[1]))
 

@@ -68,11 +68,6 @@ def intervals(
     return [iv for iv in out if iv[1] > iv[0] and iv[2] != 0]
 
 
-def value_at(ivs: list[Interval], pos: int) -> int:
-    """Bytes these intervals hold at ``pos``."""
-    return sum(b for s, e, b in ivs if s <= pos < e)
-
-
 def add_intervals(diff: list[int], ivs: list[Interval], sign: int = 1) -> None:
     """Add intervals to a difference array (``len(diff) == n_positions + 1``)."""
     for s, e, b in ivs:

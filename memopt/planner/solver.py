@@ -38,7 +38,8 @@ class Solution:
     decisions: dict[str, Strategy]
     """Non-keep decision per candidate name."""
     cluster_plans: dict[str, tuple[Strategy, int]]
-    """Per cluster ``(strategy, n)``: the first ``n`` candidates take the strategy."""
+    """Per planned cluster ``(strategy, n)``: its first ``n`` candidates take the strategy
+    (explicit plans are not repeated here; they are in ``plan_strings``)."""
     plan_strings: tuple[str, ...]
     """``ClusterId:Strategy:Count`` strings (the user's explicit plans included, verbatim)."""
     sync: dict[int, SyncEntry]
@@ -122,7 +123,9 @@ class Solution:
             "sync": {str(k): list(v) for k, v in self.sync.items()},
             "min_feasible_peak": self.min_feasible_peak,
             "peak_lower_bound": self.peak_lower_bound,
-            "overhead_lower_bound_s": self.overhead_lower_bound_s,
+            "overhead_lower_bound_s": (
+                None if math.isinf(self.overhead_lower_bound_s) else self.overhead_lower_bound_s
+            ),
             "exact": self.exact,
             "notes": list(self.notes),
         }
@@ -175,9 +178,10 @@ def _search(space: Space, budget: int) -> tuple[_Result | None, _Result]:
     return r, r
 
 
-def _restart(best: _Result, budget: int, restarts: int) -> _Result:
+def _restart(best: _Result, budget: int, restarts: int) -> tuple[_Result, int]:
     """Up to ``restarts`` more descents, each with one cluster pinned to another option: this
-    repairs what cheapest-ratio-first gets wrong when a few large items decide."""
+    repairs what cheapest-ratio-first gets wrong when a few large items decide. Returns the
+    best result and the number of restarts used."""
     space = best.space
     seeds = [
         (i, opt)
@@ -187,7 +191,8 @@ def _restart(best: _Result, budget: int, restarts: int) -> _Result:
     ]
     t0 = space.base.index(max(space.base))
     seeds.sort(key=lambda x: _seed_rank(space, x[0], x[1], t0))
-    for i, opt in seeds[:restarts]:
+    seeds = seeds[: max(0, restarts)]
+    for i, opt in seeds:
         start = [KEEP0] * len(space.clusters)
         start[i] = opt
         d = descend(space, budget, start=start, frozen=frozenset([i]))
@@ -195,7 +200,7 @@ def _restart(best: _Result, budget: int, restarts: int) -> _Result:
             r = _evaluate(space, tighten(space, d.state, budget))
             if r.key(True) < best.key(True):
                 best = r
-    return best
+    return best, len(seeds)
 
 
 def _seed_rank(space: Space, i: int, opt: Option, t: int) -> tuple[float, int]:
@@ -225,14 +230,15 @@ def solve(
     rates: DeviceRates,
     *,
     leads: Sequence[int | None] | None = None,
-    exact_limit: int = 4096,
+    exact_work: int = 2_000_000,
     restart_work: int = 10_000,
     bound_points: int = 6,
 ) -> Solution:
     """The fastest predicted plan whose predicted peak fits ``budget_bytes``.
 
     ``leads``: offload leads to try (default 1..min(n_layers-1, 4); None means no offload).
-    ``exact_limit``: enumerate a lead's space when it has at most this many combinations.
+    ``exact_work``: enumerate a lead's space when its number of combinations times the size
+    of one evaluation (positions plus candidates) is at most this; 0 never enumerates.
     ``restart_work``: restarts of the greedy per lead, times the lead's number of options (a
     deterministic work limit).
     ``bound_points``: how many positions the lower bounds look at (peaks of the unplanned and
@@ -249,9 +255,10 @@ def solve(
     feasible: list[_Result] = []
     smallest: list[_Result] = []
     all_exact = True
+    unit = problem.timeline.n_positions + len(problem.candidates)
     for space in spaces:
         size = math.prod(len(cs.options()) for cs in space.clusters)
-        if size <= exact_limit:
+        if size * unit <= exact_work:
             best, low = _enumerate(space, budget_bytes)
         else:
             all_exact = False
@@ -259,15 +266,19 @@ def solve(
         if best is not None:
             feasible.append(best)
         smallest.append(low)
+    feasible.sort(key=lambda r: r.key(True))
+    work = restart_work
+    for k, r in enumerate(feasible):  # best lead first, while the work limit lasts
+        if not r.exact:
+            n_opts = sum(len(cs.options()) for cs in r.space.clusters)
+            feasible[k], used = _restart(r, budget_bytes, work // max(1, n_opts))
+            work -= used * n_opts
     ok = bool(feasible)
     chosen = (
         min(feasible, key=lambda r: r.key(True))
         if ok
         else min(smallest, key=lambda r: r.key(False))
     )
-    if ok and not chosen.exact:
-        n_opts = sum(len(cs.options()) for cs in chosen.space.clusters)
-        chosen = _restart(chosen, budget_bytes, restart_work // max(1, n_opts))
 
     points = _bound_points(
         [spaces[0].base, chosen.space.curve(chosen.state)], problem.timeline.n_fwd, bound_points

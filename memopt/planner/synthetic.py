@@ -30,6 +30,7 @@ class LayerTensor:
     recompute_ops: tuple[OpCost, ...] | None = None
     """None: not recomputable."""
     compromise_kept_bytes: int | None = None
+    compromise_ops: tuple[OpCost, ...] | None = None
     offloadable: bool = True
 
 
@@ -75,6 +76,7 @@ def layered_problem(
                     recomputable=t.recompute_ops is not None,
                     recompute_ops=t.recompute_ops or (),
                     compromise_kept_bytes=t.compromise_kept_bytes,
+                    compromise_ops=t.compromise_ops,
                     offloadable=t.offloadable,
                 )
             )

@@ -1,0 +1,75 @@
+"""Device rates: documented defaults, calibration and its cache (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from memopt.planner import costs
+from memopt.planner.costs import (
+    CPU_DEFAULTS,
+    H100_DEFAULTS,
+    CalibrationSizes,
+    DeviceRates,
+    calibrate,
+)
+
+FAKE = DeviceRates(
+    name="cuda",
+    matmul_flops_per_s=1e14,
+    hbm_bytes_per_s=2e12,
+    h2d_bytes_per_s=2e10,
+    d2h_bytes_per_s=3e10,
+    source="measured",
+)
+
+
+def test_defaults_are_documented_round_numbers() -> None:
+    assert CPU_DEFAULTS.matmul_flops_per_s == 100e9 and CPU_DEFAULTS.hbm_bytes_per_s == 10e9
+    assert H100_DEFAULTS.matmul_flops_per_s == 600e12 and H100_DEFAULTS.d2h_bytes_per_s == 50e9
+
+
+def test_cpu_uses_defaults_without_measuring(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(costs, "_measure", lambda *a: pytest.fail("measured on CPU"))
+    assert calibrate("cpu", tmp_path) is CPU_DEFAULTS
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_measured_once_then_cached(monkeypatch, tmp_path) -> None:
+    calls = []
+    monkeypatch.setattr(costs, "_device_name", lambda dev: "Fake GPU 80GB")
+    monkeypatch.setattr(costs, "_measure", lambda dev, sizes: calls.append(dev) or FAKE)
+    first = calibrate("cuda", tmp_path)
+    assert first.source == "measured" and first.name == "Fake GPU 80GB"
+    assert first.d2h_bytes_per_s == 3e10
+    (path,) = tmp_path.iterdir()
+    assert path.name.startswith("rates-Fake-GPU-80GB-torch")
+    assert json.loads(path.read_text())["version"] == costs.CALIBRATION_VERSION
+    second = calibrate("cuda", tmp_path)
+    assert len(calls) == 1
+    assert second.source == f"cache:{path}"
+    assert (second.matmul_flops_per_s, second.h2d_bytes_per_s) == (1e14, 2e10)
+    calibrate("cuda", tmp_path, refresh=True)
+    assert len(calls) == 2
+    # A cache from another calibration version is measured again.
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "version": -1}))
+    calibrate("cuda", tmp_path)
+    assert len(calls) == 3
+
+
+def test_no_cache_dir_measures_every_time(monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(costs, "_device_name", lambda dev: "Fake GPU")
+    monkeypatch.setattr(costs, "_measure", lambda dev, sizes: calls.append(1) or FAKE)
+    calibrate("cuda")
+    calibrate("cuda")
+    assert len(calls) == 2
+
+
+def test_measure_runs_on_cpu() -> None:
+    rates = costs._measure(torch.device("cpu"), CalibrationSizes(64, 1 << 16, 1 << 16, 2))
+    assert rates.matmul_flops_per_s > 0 and rates.hbm_bytes_per_s > 0
+    assert rates.h2d_bytes_per_s > 0 and rates.d2h_bytes_per_s > 0

@@ -1,0 +1,241 @@
+"""The budget planner's solver on hand-made problems: exact plans, peaks and times.
+
+Units: 1 MiB tensors and milliseconds. The rates make 1 MiB of memory traffic or of PCIe copy
+take 1 ms and 1 GFLOP take 1 ms.
+
+The 4-layer problem (2 ops per layer, forward ops take 1 ms, backward ops 2 ms):
+
+    A_l  4 MiB, made by op 0 of layer l, first used by op 1 of its backward; recompute is one
+         op reading+writing 2 MiB (1 GFLOP): memory-bound, 2 ms
+    B_l  2 MiB, made by op 1, first used by op 0 of its backward; recompute: 8 GFLOP, 8 ms
+
+Keeping everything peaks at 24 MiB around the forward/backward boundary.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import time
+
+import pytest
+
+from memopt.config import resolve_config
+from memopt.plan import Strategy
+from memopt.planner import (
+    DeviceRates,
+    OpCost,
+    PlanningProblem,
+    lead_windows,
+    memory_profile,
+    resolve_budget,
+    solve,
+    step_time,
+)
+from memopt.planner.solver import default_leads
+from memopt.planner.synthetic import LayerTensor, MiB, layered_problem, random_layer_tensors
+
+MS = 1e-3
+RATES = DeviceRates(
+    name="test",
+    matmul_flops_per_s=1e12,
+    hbm_bytes_per_s=MiB / MS,
+    h2d_bytes_per_s=MiB / MS,
+    d2h_bytes_per_s=MiB / MS,
+)
+A = LayerTensor("A+", 4 * MiB, 0, (OpCost(flops=1e9, bytes=2 * MiB),))
+B = LayerTensor("B+", 2 * MiB, 1, (OpCost(flops=8e9, bytes=MiB),))
+
+
+def four_layers(**kw) -> PlanningProblem:
+    return layered_problem([A, B], n_layers=4, ops_per_layer=2, fwd_op_s=MS, **kw)
+
+
+# budget MiB -> (plan strings, sync, overhead ms)
+CASES = {
+    24: ((), {}, 0.0),
+    # Offload A_0 with lead 2: 4 ms of copy, 3 ms of forward to hide it -> 1 ms stall; beats
+    # recomputing A_0 (2 ms) and lead 3 (its reload lands on the 24 MiB peak).
+    20: (("A+:3:1",), {0: (True, 2, False, 1)}, 1.0),
+    16: (("A+:1:2",), {}, 4.0),
+    12: (("A+:1:3",), {}, 6.0),
+    # Recomputing every A fits 8 MiB at the boundary, but A_3 comes back at backward op 2
+    # while B_2, B_1, B_0 are still live (10 MiB): B_0 must leave too, offloaded for free.
+    8: (("A+:1:-1", "B+:3:1"), {0: (True, 2, False, 1)}, 8.0),
+    4: (("A+:1:-1", "B+:1:3"), {}, 32.0),
+}
+
+
+@pytest.mark.parametrize("exact_work", [10**6, 0], ids=["enumerate", "greedy"])
+@pytest.mark.parametrize("budget", sorted(CASES))
+def test_four_layers_exact_plans(budget: int, exact_work: int) -> None:
+    plans, sync, overhead_ms = CASES[budget]
+    sol = solve(four_layers(), budget * MiB, RATES, exact_work=exact_work)
+    assert sol.feasible
+    assert sol.plan_strings == plans
+    assert sol.sync == sync
+    assert sol.predicted_peak == budget * MiB
+    assert sol.predicted_overhead_s == pytest.approx(overhead_ms * MS, abs=1e-12)
+    assert sol.baseline_peak == 24 * MiB
+    assert sol.baseline_step_s == pytest.approx(30 * MS)
+    assert sol.overhead_lower_bound_s <= sol.predicted_overhead_s + 1e-12
+    assert sol.exact == (exact_work > 0)
+    if sol.exact:
+        assert sol.overhead_lower_bound_s == pytest.approx(overhead_ms * MS, abs=1e-12)
+
+
+def test_time_breakdown_and_saved_bytes() -> None:
+    sol = solve(four_layers(), 20 * MiB, RATES)
+    assert sol.time.d2h_stall_s == pytest.approx(1 * MS)
+    assert sol.time.recompute_s == 0.0 and sol.time.h2d_stall_s == 0.0
+    assert sol.decisions == {"A_0": Strategy.OFFLOAD}
+    assert sol.saved.on_device == 20 * MiB and sol.saved.offloaded == 4 * MiB
+    sol = solve(four_layers(), 8 * MiB, RATES)
+    assert sol.time.recompute_s == pytest.approx(8 * MS)
+    assert sol.saved.on_device == 6 * MiB and sol.saved.offloaded == 2 * MiB
+
+
+@pytest.mark.parametrize("exact_work", [10**6, 0], ids=["enumerate", "greedy"])
+def test_infeasible_budget_reports_smallest_peak(exact_work: int) -> None:
+    sol = solve(four_layers(), 3 * MiB, RATES, exact_work=exact_work)
+    assert not sol.feasible
+    # Every A_l must exist at its backward use: 4 MiB is the floor, and it is reached.
+    assert sol.min_feasible_peak == 4 * MiB
+    assert sol.predicted_peak == 4 * MiB
+    assert sol.peak_lower_bound == 4 * MiB
+    assert sol.overhead_lower_bound_s == float("inf")
+    assert "INFEASIBLE" in sol.summary()
+    assert json.loads(json.dumps(sol.to_dict()))["min_feasible_peak"] == 4 * MiB
+
+
+def test_explicit_plan_is_kept_and_planned_around() -> None:
+    # The user recomputes every B (4 x 8 ms). That leaves 18 MiB (four A plus B_3 where it
+    # is made and used); one A must go: offloading A_0 (1 ms stall) beats recomputing it.
+    problem = four_layers(fixed={"B+": (1, -1)})
+    sol = solve(problem, 16 * MiB, RATES)
+    assert sol.plan_strings == ("A+:3:1", "B+:1:-1")
+    assert sol.predicted_overhead_s == pytest.approx(33 * MS)
+    assert sol.time.recompute_s == pytest.approx(32 * MS)
+    assert sol.predicted_peak == 14 * MiB
+
+
+def test_explicit_offload_that_cannot_apply_is_noted() -> None:
+    # Layer 3 has no window (nothing after it), so B_3 stays; the note says so.
+    sol = solve(four_layers(fixed={"B+": (3, -1)}), 24 * MiB, RATES, leads=[1])
+    assert any("B_3" in n for n in sol.notes)
+    assert sol.plan_strings == ("B+:3:-1",)
+
+
+def test_compromise_when_it_is_cheaper() -> None:
+    # Three layers of a 4 MiB cast output. Recomputing it reads+writes 8 MiB (8 ms); the
+    # compromise keeps a 1 MiB input and redoes a 1 ms op. 9 MiB needs 3 MiB saved: one
+    # compromise does it; 6 MiB needs two compromises (6 MiB saved).
+    t = LayerTensor(
+        "Cast+",
+        4 * MiB,
+        0,
+        (OpCost(bytes=8 * MiB),),
+        compromise_kept_bytes=MiB,
+        compromise_ops=(OpCost(bytes=MiB),),
+        offloadable=False,
+    )
+    problem = layered_problem([t], n_layers=3, ops_per_layer=2, fwd_op_s=MS)
+    for work in (10**6, 0):
+        sol = solve(problem, 9 * MiB, RATES, exact_work=work)
+        assert sol.plan_strings == ("Cast+:2:1",)
+        assert sol.predicted_peak == 9 * MiB and sol.predicted_overhead_s == pytest.approx(MS)
+        sol = solve(problem, 6 * MiB, RATES, exact_work=work)
+        assert sol.plan_strings == ("Cast+:2:2",)
+        assert sol.saved.on_device == 6 * MiB
+        # Compromising all three fits the boundary (3 MiB) but not the backward: when layer 2
+        # rebuilds its 4 MiB the other two stashes are still there (6 MiB). Recompute two.
+        sol = solve(problem, 5 * MiB, RATES, exact_work=work)
+        assert sol.plan_strings == ("Cast+:1:2",)
+        assert sol.predicted_overhead_s == pytest.approx(16 * MS)
+
+
+def test_freeze_round_trips_through_config() -> None:
+    sol = solve(four_layers(), 8 * MiB, RATES)
+    cfg = resolve_config(**sol.freeze())
+    assert cfg.plan_strings() == ["A+:1:-1", "B+:3:1"]
+    assert dict(cfg.sync) == {0: (True, 2, False, 1)}
+
+
+def test_resolve_budget() -> None:
+    problem = four_layers()
+    assert resolve_budget(10 * MiB, problem) == 10 * MiB
+    # peak 24 MiB minus (1 - 0.25) of the 24 MiB saved.
+    assert resolve_budget(0.25, problem) == 6 * MiB
+    assert resolve_budget(1.0, problem) == 24 * MiB
+    with pytest.raises(ValueError):
+        resolve_budget(1.5, problem)
+
+
+# ---------------------------------------------------------------- against brute force
+
+
+def _brute_force(problem: PlanningProblem, budget: int) -> float | None:
+    """Fastest overhead over every expressible plan and lead, from the public evaluators."""
+    best = None
+    clusters = problem.clusters
+    per_cluster = [
+        [(Strategy.KEEP, 0)]
+        + [(s, n) for s in list(Strategy)[1:] for n in range(1, len(cands) + 1)]
+        for cands in clusters.values()
+    ]
+    for lead in default_leads(problem):
+        windows = {} if lead is None else lead_windows(problem.timeline, lead)
+        for combo in itertools.product(*per_cluster):
+            decisions = {}
+            for cands, (s, n) in zip(clusters.values(), combo):
+                decisions.update({c.name: s for c in cands[:n]})
+            try:
+                peak = memory_profile(problem, decisions, windows).peak
+            except ValueError:  # a strategy that does not apply
+                continue
+            if peak <= budget:
+                t = step_time(problem, decisions, RATES, windows).overhead_s
+                best = t if best is None else min(best, t)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_matches_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    n_layers, m = rng.randint(2, 4), rng.randint(2, 3)
+    tensors = random_layer_tensors(rng, rng.randint(1, 2), m)
+    problem = layered_problem(
+        tensors, n_layers=n_layers, ops_per_layer=m, fwd_op_s=MS * rng.choice([1, 4, 16])
+    )
+    budget = resolve_budget(rng.choice([0.8, 0.5, 0.3]), problem)
+    best = _brute_force(problem, budget)
+    for exact_work in (10**7, 0):
+        sol = solve(problem, budget, RATES, exact_work=exact_work)
+        assert sol.feasible == (best is not None)
+        if best is None:
+            continue
+        assert sol.predicted_peak <= budget
+        assert sol.predicted_overhead_s == pytest.approx(best, abs=1e-12)
+        assert sol.overhead_lower_bound_s <= best + 1e-12
+
+
+# ---------------------------------------------------------------- size
+
+
+def test_two_thousand_candidates_under_two_seconds() -> None:
+    tensors = random_layer_tensors(random.Random(0), 40, 25)
+    problem = layered_problem(
+        tensors, n_layers=50, ops_per_layer=25, fwd_op_s=2e-4, live_bytes=512 * MiB
+    )
+    assert len(problem.candidates) == 2000
+    from memopt.planner import H100_DEFAULTS
+
+    for fraction in (0.5, 0.2):
+        budget = resolve_budget(fraction, problem)
+        t0 = time.process_time()
+        sol = solve(problem, budget, H100_DEFAULTS)
+        elapsed = time.process_time() - t0
+        assert elapsed < 2.0, f"solve took {elapsed:.2f} s"
+        assert sol.feasible and sol.predicted_peak <= budget
+        assert sol.overhead_lower_bound_s <= sol.predicted_overhead_s
