@@ -24,8 +24,8 @@ class Strategy(enum.IntEnum):
     OFFLOAD = 3
 
 
-#: Strategies this build can apply. Offload (3) is implemented by memopt.offload.
-SUPPORTED_STRATEGIES = frozenset(Strategy)
+#: Strategies this build can apply.
+SUPPORTED_STRATEGIES = frozenset({Strategy.KEEP, Strategy.RECOMPUTE, Strategy.COMPROMISE})
 
 _CLUSTER_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\+(?:[A-Za-z][A-Za-z0-9_]*\+)*$")
 
@@ -78,7 +78,10 @@ def parse_plan(text: str) -> PlanSpec:
             "(0 keep, 1 recompute, 2 recompute with compromise, 3 offload)"
         )
     if Strategy(s) not in SUPPORTED_STRATEGIES:
-        raise PlanError(f"plan {raw!r}: field Strategy {s} is not supported by this build")
+        raise PlanError(
+            f"plan {raw!r}: field Strategy {s} ({Strategy(s).name.lower()}) is not supported by "
+            "this build; use 1 (recompute) or 2 (recompute with compromise)"
+        )
     try:
         n = int(count)
     except ValueError:

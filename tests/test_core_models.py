@@ -172,6 +172,33 @@ def test_dropout_is_excluded_and_reported():
             assert c["note"] == "recomputes dropout from its saved mask (same random numbers)"
 
 
+def test_dropout_training_grads_match_plain_compile():
+    class Drop(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(32, 64)
+            self.drop = torch.nn.Dropout(0.3)
+            self.fc2 = torch.nn.Linear(64, 32)
+
+        def forward(self, x):
+            return self.fc2(self.drop(torch.nn.functional.gelu(self.fc1(x))))
+
+    torch.manual_seed(0)
+    model = Drop()
+    x = torch.randn(16, 32)
+    grads = []
+    for make in (lambda: torch.compile(model), lambda: memopt.optimize(model, level=1)):
+        torch._dynamo.reset()
+        compiled = make()
+        torch.manual_seed(123)
+        model.zero_grad()
+        compiled(x).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert memopt.report(compiled).enabled
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+
+
 def test_report_logged_at_first_compile(caplog):
     torch.manual_seed(0)
     model = MLP(n=1)

@@ -15,7 +15,7 @@ from memopt.plan import PlanSpec, Strategy, parse_plan, parse_plans
 def test_parse_valid():
     assert parse_plan("BiasGelu+:1:-1") == PlanSpec("BiasGelu+", Strategy.RECOMPUTE, -1)
     assert parse_plan(" Reshape+Where+:2:3 ") == PlanSpec("Reshape+Where+", Strategy.COMPROMISE, 3)
-    assert str(parse_plan("Gemm+:3:1")) == "Gemm+:3:1"
+    assert str(parse_plan("Gemm+:2:1")) == "Gemm+:2:1"
     assert parse_plans("A+:1:-1, B+:0:-1,A+:2:1") == (
         PlanSpec("B+", Strategy.KEEP, -1),
         PlanSpec("A+", Strategy.COMPROMISE, 1),
@@ -34,6 +34,10 @@ def test_parse_valid():
         ("BiasGelu+:x:-1", "plan 'BiasGelu+:x:-1': field Strategy 'x' is not an integer"),
         ("BiasGelu+:7:-1", "plan 'BiasGelu+:7:-1': field Strategy 7 is out of range"),
         ("BiasGelu+:1:0", "plan 'BiasGelu+:1:0': field Count 0 is invalid"),
+        (
+            "BiasGelu+:3:-1",
+            "plan 'BiasGelu+:3:-1': field Strategy 3 (offload) is not supported by this build",
+        ),
         ("BiasGelu+:1:-2", "plan 'BiasGelu+:1:-2': field Count -2 is invalid"),
         ("BiasGelu+:1:all", "plan 'BiasGelu+:1:all': field Count 'all' is not an integer"),
     ],

@@ -240,6 +240,7 @@ class _Tightener:
         self.budget = budget
         self.curve = space.curve(self.state)
         self._overhead: float | None = None
+        self._trial: tuple[int, Option, float] | None = None
 
     def fits(self, i: int, new: Option) -> bool:
         curve, budget = self.curve, self.budget
@@ -275,7 +276,9 @@ class _Tightener:
         if Strategy.OFFLOAD in (old[0], new[0]):
             trial = list(self.state)
             trial[i] = new
-            return self.overhead() - self.space.step_time(trial).overhead_s
+            after = self.space.step_time(trial).overhead_s
+            self._trial = (i, new, after)
+            return self.overhead() - after
         cs = self.space.clusters[i]
         return sum(cs.rcost[k][old[0]] for k in range(old[1])) - sum(
             cs.rcost[k][new[0]] for k in range(new[1])
@@ -286,7 +289,9 @@ class _Tightener:
         for a, b, d in self.space.change_pieces(i, self.state[i], new):
             curve[a:b] = [x + d for x in curve[a:b]]
         self.state[i] = new
-        self._overhead = None
+        known = self._trial is not None and self._trial[:2] == (i, new)
+        self._overhead = self._trial[2] if known else None  # type: ignore[index]
+        self._trial = None
 
     def order(self) -> list[int]:
         """Clusters by the predicted seconds per byte of their current option, dearest first."""

@@ -251,7 +251,8 @@ def solve(
     baseline_peak = memory_profile(keep_all, {}).peak
     baseline_s = problem.timeline.start_s[-1]
 
-    spaces = [Space(problem, rates, lead) for lead in leads]
+    shared: dict = {}
+    spaces = [Space(problem, rates, lead, shared) for lead in leads]
     feasible: list[_Result] = []
     smallest: list[_Result] = []
     all_exact = True

@@ -59,8 +59,16 @@ class ClusterSpace:
 class Space:
     """Clusters, base curve and evaluators for one lead (``None``: no offload)."""
 
-    def __init__(self, problem: PlanningProblem, rates: DeviceRates, lead: int | None) -> None:
+    def __init__(
+        self,
+        problem: PlanningProblem,
+        rates: DeviceRates,
+        lead: int | None,
+        shared: dict | None = None,
+    ) -> None:
+        """``shared``: a dict reused across the leads of one problem (lead-independent data)."""
         self.problem = problem
+        self._shared: dict = {} if shared is None else shared
         self.rates = rates
         self.lead = lead
         tl = problem.timeline
@@ -107,9 +115,18 @@ class Space:
                 if not strategy_valid(c, s, w, self.n_fwd):
                     live.discard(s)
                     continue
-                rc[s] = recompute_s(c, s, self.rates)
-                mine = intervals(c, s, self.n_fwd, w)
-                sv[s] = pieces(keep + [(a, b, -d) for a, b, d in mine])
+                key = (c.name, s)
+                if s == Strategy.OFFLOAD or key not in self._shared:
+                    mine = intervals(c, s, self.n_fwd, w)
+                    got = (
+                        recompute_s(c, s, self.rates),
+                        pieces(keep + [(a, b, -d) for a, b, d in mine]),
+                    )
+                    if s != Strategy.OFFLOAD:
+                        self._shared[key] = got
+                else:
+                    got = self._shared[key]
+                rc[s], sv[s] = got
                 if s in live:
                     maxn[s] += 1
             rcost.append(rc)
