@@ -20,11 +20,13 @@ PROBLEM = layered_problem(
 def test_plan_strings_use_first_n_counts() -> None:
     plans = {
         "BiasGelu+": (Strategy.RECOMPUTE, 4),  # all four occurrences -> -1
-        "Reshape+Where+": (Strategy.OFFLOAD, 2),
+        "Reshape+Where+": (Strategy.COMPROMISE, 2),
     }
     out = plan_strings(plans, PROBLEM.clusters)
-    assert out == ("BiasGelu+:1:-1", "Reshape+Where+:3:2")
+    assert out == ("BiasGelu+:1:-1", "Reshape+Where+:2:2")
     assert [str(p) for p in parse_plans(",".join(out))] == list(out)
+    offload = {"Reshape+Where+": (Strategy.OFFLOAD, 3)}
+    assert plan_strings(offload, PROBLEM.clusters) == ("Reshape+Where+:3:3",)
     assert plan_strings({"BiasGelu+": (Strategy.KEEP, 0)}, PROBLEM.clusters) == ()
 
 

@@ -37,6 +37,7 @@ from memopt.planner.solver import default_leads
 from memopt.planner.synthetic import LayerTensor, MiB, layered_problem, random_layer_tensors
 
 MS = 1e-3
+ALL = frozenset(Strategy)  # the solver's tests do not depend on what this build can apply
 RATES = DeviceRates(
     name="test",
     matmul_flops_per_s=1e12,
@@ -71,7 +72,7 @@ CASES = {
 @pytest.mark.parametrize("budget", sorted(CASES))
 def test_four_layers_exact_plans(budget: int, exact_work: int) -> None:
     plans, sync, overhead_ms = CASES[budget]
-    sol = solve(four_layers(), budget * MiB, RATES, exact_work=exact_work)
+    sol = solve(four_layers(), budget * MiB, RATES, exact_work=exact_work, strategies=ALL)
     assert sol.feasible
     assert sol.plan_strings == plans
     assert sol.sync == sync
@@ -86,19 +87,19 @@ def test_four_layers_exact_plans(budget: int, exact_work: int) -> None:
 
 
 def test_time_breakdown_and_saved_bytes() -> None:
-    sol = solve(four_layers(), 20 * MiB, RATES)
+    sol = solve(four_layers(), 20 * MiB, RATES, strategies=ALL)
     assert sol.time.d2h_stall_s == pytest.approx(1 * MS)
     assert sol.time.recompute_s == 0.0 and sol.time.h2d_stall_s == 0.0
     assert sol.decisions == {"A_0": Strategy.OFFLOAD}
     assert sol.saved.on_device == 20 * MiB and sol.saved.offloaded == 4 * MiB
-    sol = solve(four_layers(), 8 * MiB, RATES)
+    sol = solve(four_layers(), 8 * MiB, RATES, strategies=ALL)
     assert sol.time.recompute_s == pytest.approx(8 * MS)
     assert sol.saved.on_device == 6 * MiB and sol.saved.offloaded == 2 * MiB
 
 
 @pytest.mark.parametrize("exact_work", [10**6, 0], ids=["enumerate", "greedy"])
 def test_infeasible_budget_reports_smallest_peak(exact_work: int) -> None:
-    sol = solve(four_layers(), 3 * MiB, RATES, exact_work=exact_work)
+    sol = solve(four_layers(), 3 * MiB, RATES, exact_work=exact_work, strategies=ALL)
     assert not sol.feasible
     # Every A_l must exist at its backward use: 4 MiB is the floor, and it is reached.
     assert sol.min_feasible_peak == 4 * MiB
@@ -113,7 +114,7 @@ def test_explicit_plan_is_kept_and_planned_around() -> None:
     # The user recomputes every B (4 x 8 ms). That leaves 18 MiB (four A plus B_3 where it
     # is made and used); one A must go: offloading A_0 (1 ms stall) beats recomputing it.
     problem = four_layers(fixed={"B+": (1, -1)})
-    sol = solve(problem, 16 * MiB, RATES)
+    sol = solve(problem, 16 * MiB, RATES, strategies=ALL)
     assert sol.plan_strings == ("A+:3:1", "B+:1:-1")
     assert sol.predicted_overhead_s == pytest.approx(33 * MS)
     assert sol.time.recompute_s == pytest.approx(32 * MS)
@@ -142,24 +143,37 @@ def test_compromise_when_it_is_cheaper() -> None:
     )
     problem = layered_problem([t], n_layers=3, ops_per_layer=2, fwd_op_s=MS)
     for work in (10**6, 0):
-        sol = solve(problem, 9 * MiB, RATES, exact_work=work)
+        sol = solve(problem, 9 * MiB, RATES, exact_work=work, strategies=ALL)
         assert sol.plan_strings == ("Cast+:2:1",)
         assert sol.predicted_peak == 9 * MiB and sol.predicted_overhead_s == pytest.approx(MS)
-        sol = solve(problem, 6 * MiB, RATES, exact_work=work)
+        sol = solve(problem, 6 * MiB, RATES, exact_work=work, strategies=ALL)
         assert sol.plan_strings == ("Cast+:2:2",)
         assert sol.saved.on_device == 6 * MiB
         # Compromising all three fits the boundary (3 MiB) but not the backward: when layer 2
         # rebuilds its 4 MiB the other two stashes are still there (6 MiB). Recompute two.
-        sol = solve(problem, 5 * MiB, RATES, exact_work=work)
+        sol = solve(problem, 5 * MiB, RATES, exact_work=work, strategies=ALL)
         assert sol.plan_strings == ("Cast+:1:2",)
         assert sol.predicted_overhead_s == pytest.approx(16 * MS)
 
 
 def test_freeze_round_trips_through_config() -> None:
-    sol = solve(four_layers(), 8 * MiB, RATES)
+    sol = solve(four_layers(), 8 * MiB, RATES, strategies=ALL)
+    assert sol.freeze() == {"config": "A+:1:-1,B+:3:1", "sync": {0: (True, 2, False, 1)}}
+    sol = solve(four_layers(), 16 * MiB, RATES, strategies=ALL)
     cfg = resolve_config(**sol.freeze())
-    assert cfg.plan_strings() == ["A+:1:-1", "B+:3:1"]
-    assert dict(cfg.sync) == {0: (True, 2, False, 1)}
+    assert cfg.plan_strings() == ["A+:1:2"]
+
+
+def test_only_allowed_strategies(monkeypatch) -> None:
+    no_offload = {Strategy.KEEP, Strategy.RECOMPUTE, Strategy.COMPROMISE}
+    sol = solve(four_layers(), 20 * MiB, RATES, strategies=no_offload)
+    assert sol.plan_strings == ("A+:1:1",) and sol.sync == {} and sol.lead is None
+    assert sol.predicted_overhead_s == pytest.approx(2 * MS)
+    # By default the planner only emits what this build's plan strings accept.
+    monkeypatch.setattr("memopt.plan.SUPPORTED_STRATEGIES", frozenset(no_offload))
+    assert solve(four_layers(), 20 * MiB, RATES).plan_strings == ("A+:1:1",)
+    monkeypatch.setattr("memopt.plan.SUPPORTED_STRATEGIES", ALL)
+    assert solve(four_layers(), 20 * MiB, RATES).plan_strings == ("A+:3:1",)
 
 
 def test_resolve_budget() -> None:
@@ -211,7 +225,7 @@ def test_matches_brute_force(seed: int) -> None:
     budget = resolve_budget(rng.choice([0.8, 0.5, 0.3]), problem)
     best = _brute_force(problem, budget)
     for exact_work in (10**7, 0):
-        sol = solve(problem, budget, RATES, exact_work=exact_work)
+        sol = solve(problem, budget, RATES, exact_work=exact_work, strategies=ALL)
         assert sol.feasible == (best is not None)
         if best is None:
             continue
@@ -234,7 +248,7 @@ def test_two_thousand_candidates_under_two_seconds() -> None:
     for fraction in (0.5, 0.2):
         budget = resolve_budget(fraction, problem)
         t0 = time.process_time()
-        sol = solve(problem, budget, H100_DEFAULTS)
+        sol = solve(problem, budget, H100_DEFAULTS, strategies=ALL)
         elapsed = time.process_time() - t0
         assert elapsed < 2.0, f"solve took {elapsed:.2f} s"
         assert sol.feasible and sol.predicted_peak <= budget

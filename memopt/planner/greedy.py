@@ -5,14 +5,15 @@
    cluster's cost/savings hull, which is how the LP of a multiple-choice knapsack is solved;
    among equally good options the one saving most). Moves are taken cheapest-ratio first until
    ``t`` fits, then the peak is found again. Offload costs are estimated per layer (its share
-   of the link over its window) and checked with the step simulation before a move is taken;
-   a move whose checked ratio no longer leads goes back on the heap (lazy evaluation).
+   of the link over its window) and checked with the step simulation before a move is taken
+   (up to ``50 + clusters`` checks per descent); a move whose checked ratio no longer leads
+   goes back on the heap (lazy evaluation).
    If nothing saves memory at the peak any more, every cluster already saves the most it can
    at ``t``: the peak equals the lower bound at ``t``, so it is the smallest peak possible.
 2. *Tighten.* With the whole curve at hand, each cluster moves to the cheapest option that
    keeps every position within the budget: fewer occurrences (never slower: the step is a
-   max-plus system, dropping work cannot delay it), or another strategy if the simulation says
-   it is faster.
+   max-plus system, dropping work cannot delay it), or (first pass) another strategy if the
+   simulation says it is faster.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 from memopt.plan import Strategy
 from memopt.planner.space import KEEP0, Option, Space, State
+from memopt.planner.timing import StepTime
 
 _TOL = 1e-12
 """Seconds below which a time difference is noise."""
@@ -147,7 +149,7 @@ class _Descender:
             self.costs.move_loads(i, opt, 1)
         self.moves = 0
         self.checks = 0
-        self.max_checks = 100 + 2 * len(space.clusters)
+        self.max_checks = 50 + len(space.clusters)
         self.unit = 1.0 / space.rates.hbm_bytes_per_s  # seconds per byte of a memory-bound op
         self.version = 0
         """Counts moves that change what is offloaded (checked ratios stay valid until then)."""
@@ -239,8 +241,8 @@ class _Tightener:
         self.state = list(state)
         self.budget = budget
         self.curve = space.curve(self.state)
-        self._overhead: float | None = None
-        self._trial: tuple[int, Option, float] | None = None
+        self._time: StepTime | None = None
+        self._trial: tuple[int, Option, StepTime] | None = None
 
     def fits(self, i: int, new: Option) -> bool:
         curve, budget = self.curve, self.budget
@@ -265,24 +267,31 @@ class _Tightener:
                 lo = mid + 1
         return lo
 
-    def overhead(self) -> float:
-        if self._overhead is None:
-            self._overhead = self.space.step_time(self.state).overhead_s
-        return self._overhead
+    def time(self) -> StepTime:
+        if self._time is None:
+            self._time = self.space.step_time(self.state)
+        return self._time
 
     def switch_gain(self, i: int, new: Option) -> float:
-        """Seconds saved by moving cluster ``i`` to ``new`` (simulated when offload is involved)."""
+        """Seconds saved by moving cluster ``i`` to ``new`` (simulated when offload is involved,
+        unless a bound already shows there is nothing to gain)."""
         old = self.state[i]
-        if Strategy.OFFLOAD in (old[0], new[0]):
-            trial = list(self.state)
-            trial[i] = new
-            after = self.space.step_time(trial).overhead_s
-            self._trial = (i, new, after)
-            return self.overhead() - after
         cs = self.space.clusters[i]
-        return sum(cs.rcost[k][old[0]] for k in range(old[1])) - sum(
-            cs.rcost[k][new[0]] for k in range(new[1])
-        )
+        rec_old = sum(cs.rcost[k][old[0]] for k in range(old[1]))
+        rec_new = sum(cs.rcost[k][new[0]] for k in range(new[1]))
+        if Strategy.OFFLOAD not in (old[0], new[0]):
+            return rec_old - rec_new
+        # Dropping r seconds of recompute shortens the step by at most r, adding copies never
+        # shortens it, and the step is never shorter than its compute plus recompute.
+        now = self.time()
+        most = rec_old if new[0] == Strategy.OFFLOAD else now.d2h_stall_s + now.h2d_stall_s
+        if most - rec_new <= _TOL:
+            return 0.0
+        trial = list(self.state)
+        trial[i] = new
+        after = self.space.step_time(trial)
+        self._trial = (i, new, after)
+        return now.overhead_s - after.overhead_s
 
     def apply(self, i: int, new: Option) -> None:
         curve = self.curve
@@ -290,12 +299,12 @@ class _Tightener:
             curve[a:b] = [x + d for x in curve[a:b]]
         self.state[i] = new
         known = self._trial is not None and self._trial[:2] == (i, new)
-        self._overhead = self._trial[2] if known else None  # type: ignore[index]
+        self._time = self._trial[2] if known else None  # type: ignore[index]
         self._trial = None
 
     def order(self) -> list[int]:
         """Clusters by the predicted seconds per byte of their current option, dearest first."""
-        sim = self.space.step_time(self.state)
+        sim = self.time()
         off_bytes = sum(
             c.nbytes
             for cs, (s, n) in zip(self.space.clusters, self.state)
@@ -314,8 +323,9 @@ class _Tightener:
 
         return sorted(range(len(self.state)), key=lambda i: (-dearness(i), i))
 
-    def cluster(self, i: int) -> bool:
-        """Move cluster ``i`` to a cheaper option that fits; whether it moved."""
+    def cluster(self, i: int, switch: bool) -> bool:
+        """Move cluster ``i`` to a cheaper option that fits (another strategy too if
+        ``switch``); whether it moved."""
         s0, n0 = self.state[i]
         if s0 == Strategy.KEEP:
             return False
@@ -326,7 +336,7 @@ class _Tightener:
                 return True
         best: tuple[float, Option] | None = None
         for s, m in self.space.clusters[i].maxn.items():
-            if s == s0 or not m:
+            if s == s0 or not m or not switch:
                 continue
             n = self.smallest_fit(i, s, 1, m)
             if n is not None:
@@ -341,10 +351,10 @@ class _Tightener:
 def tighten(space: Space, state: State, budget: int, passes: int = 3) -> State:
     """Move clusters to cheaper options while every position stays within ``budget``."""
     run = _Tightener(space, state, budget)
-    for _ in range(passes):
+    for k in range(passes):
         moved = False
         for i in run.order():
-            moved |= run.cluster(i)
+            moved |= run.cluster(i, switch=k == 0)
         if not moved:
             break
     return run.state

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from memopt import plan as plan_module
 from memopt.plan import Strategy
 from memopt.planner.bounds import compute_bounds
 from memopt.planner.costs import DeviceRates
@@ -217,9 +218,12 @@ def _evaluate(space: Space, state: State) -> _Result:
     return _Result(space, state, peak, space.step_time(state).overhead_s, False)
 
 
-def default_leads(problem: PlanningProblem) -> list[int | None]:
+def default_leads(
+    problem: PlanningProblem, strategies: Collection[Strategy] = tuple(Strategy)
+) -> list[int | None]:
     n = problem.timeline.n_layers
-    if n < 2 or not any(c.offloadable and c.layer is not None for c in problem.candidates):
+    can = any(c.offloadable and c.layer is not None for c in problem.candidates)
+    if n < 2 or not can or Strategy.OFFLOAD not in strategies:
         return [None]
     return list(range(1, min(n - 1, MAX_LEAD) + 1))
 
@@ -230,6 +234,7 @@ def solve(
     rates: DeviceRates,
     *,
     leads: Sequence[int | None] | None = None,
+    strategies: Collection[Strategy] | None = None,
     exact_work: int = 2_000_000,
     restart_work: int = 10_000,
     bound_points: int = 6,
@@ -237,6 +242,8 @@ def solve(
     """The fastest predicted plan whose predicted peak fits ``budget_bytes``.
 
     ``leads``: offload leads to try (default 1..min(n_layers-1, 4); None means no offload).
+    ``strategies``: what the planner may choose; default: what this build's plan strings
+    accept (:data:`memopt.plan.SUPPORTED_STRATEGIES`), so that the plan can be frozen.
     ``exact_work``: enumerate a lead's space when its number of combinations times the size
     of one evaluation (positions plus candidates) is at most this; 0 never enumerates.
     ``restart_work``: restarts of the greedy per lead, times the lead's number of options (a
@@ -244,7 +251,8 @@ def solve(
     ``bound_points``: how many positions the lower bounds look at (peaks of the unplanned and
     the chosen curves, overall and per phase).
     """
-    leads = default_leads(problem) if leads is None else list(leads)
+    allowed = frozenset(plan_module.SUPPORTED_STRATEGIES if strategies is None else strategies)
+    leads = default_leads(problem, allowed) if leads is None else list(leads)
     if not leads:
         raise ValueError("no offload lead to try")
     keep_all = PlanningProblem(candidates=problem.candidates, timeline=problem.timeline)
@@ -252,7 +260,7 @@ def solve(
     baseline_s = problem.timeline.start_s[-1]
 
     shared: dict = {}
-    spaces = [Space(problem, rates, lead, shared) for lead in leads]
+    spaces = [Space(problem, rates, lead, shared, allowed) for lead in leads]
     feasible: list[_Result] = []
     smallest: list[_Result] = []
     all_exact = True

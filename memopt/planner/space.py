@@ -11,7 +11,7 @@ searchable cluster kept and the fixed (user) plans applied.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from memopt.plan import Strategy
@@ -65,9 +65,12 @@ class Space:
         rates: DeviceRates,
         lead: int | None,
         shared: dict | None = None,
+        strategies: Collection[Strategy] = tuple(Strategy),
     ) -> None:
-        """``shared``: a dict reused across the leads of one problem (lead-independent data)."""
+        """``shared``: a dict reused across the leads of one problem (lead-independent data);
+        ``strategies``: what the planner may choose (explicit plans are taken as given)."""
         self.problem = problem
+        self.moves = tuple(s for s in MOVES if s in strategies)
         self._shared: dict = {} if shared is None else shared
         self.rates = rates
         self.lead = lead
@@ -112,7 +115,7 @@ class Space:
             rc: dict[Strategy, float] = {}
             sv: dict[Strategy, list[Interval]] = {}
             for s in MOVES:
-                if not strategy_valid(c, s, w, self.n_fwd):
+                if s not in self.moves or not strategy_valid(c, s, w, self.n_fwd):
                     live.discard(s)
                     continue
                 key = (c.name, s)

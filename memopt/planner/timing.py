@@ -59,11 +59,11 @@ def simulate_step(
     offloads: Sequence[OffloadItem],
 ) -> StepTime:
     """Step time given recompute seconds per position and the offloaded tensors."""
-    released: dict[int, list[int]] = {}
+    by_use = sorted(range(len(offloads)), key=lambda j: offloads[j][5])
     reloaded: dict[int, list[int]] = {}
-    for i, item in enumerate(offloads):
-        released.setdefault(item[3], []).append(i)
-        reloaded.setdefault(item[4], []).append(i)
+    for i in by_use:  # each reload group in first-use order
+        reloaded.setdefault(offloads[i][4], []).append(i)
+    released = {item[3] for item in offloads}
     events = [(pos << 3 | _RECOMPUTE) << _IDX for pos in recompute_at]
     events += [(pos << 3 | _RELEASE) << _IDX for pos in released]
     events += [(pos << 3 | _RELOAD) << _IDX for pos in reloaded]
@@ -74,16 +74,17 @@ def simulate_step(
     d2h_rate, h2d_rate = rates.d2h_bytes_per_s, rates.h2d_bytes_per_s
     mask = (1 << _IDX) - 1
     d2h_free = h2d_free = 0.0
-    d2h_done = [0.0] * len(offloads)
+    release_at = dict.fromkeys(released, 0.0)  # when the last copy freed there is done
     h2d_done = [0.0] * len(offloads)
     shift = rec = d2h_stall = h2d_stall = 0.0
     for key in events:
         pos = key >> (_IDX + 3)
         kind = (key >> _IDX) & 7
         if kind == _PRODUCE:  # after the op at pos
-            i = key & mask
-            d2h_free = max(start[pos + 1] + shift, d2h_free) + offloads[i][1] / d2h_rate
-            d2h_done[i] = d2h_free
+            item = offloads[key & mask]
+            now = start[pos + 1] + shift
+            d2h_free = (now if now > d2h_free else d2h_free) + item[1] / d2h_rate
+            release_at[item[3]] = d2h_free  # the queue is FIFO: the latest copy ends last
             continue
         now = start[pos] + shift
         if kind == _USE:
@@ -92,13 +93,13 @@ def simulate_step(
                 shift += wait
                 h2d_stall += wait
         elif kind == _RELEASE:
-            wait = max(d2h_done[i] for i in released[pos]) - now
+            wait = release_at[pos] - now
             if wait > 0:
                 shift += wait
                 d2h_stall += wait
         elif kind == _RELOAD:
-            for i in sorted(reloaded[pos], key=lambda j: offloads[j][5]):
-                h2d_free = max(now, h2d_free) + offloads[i][1] / h2d_rate
+            for i in reloaded[pos]:
+                h2d_free = (now if now > h2d_free else h2d_free) + offloads[i][1] / h2d_rate
                 h2d_done[i] = h2d_free
         else:
             shift += recompute_at[pos]
