@@ -84,6 +84,16 @@ class RegionReport:
             used |= {str(x) for x in sympy.sympify(e).free_symbols}
         for c in clusters:
             used |= {str(x) for x in sympy.sympify(c["saving_symbolic"]).free_symbols}
+        extra: dict[str, Any] = {}
+        if getattr(result, "layers", None):
+            extra["layers"] = {"names": list(result.layers)}
+        if getattr(result, "budget", None) is not None:
+            sol = result.budget.solution
+            extra["planner"] = {
+                **sol.to_dict(),
+                "budget_bytes": result.budget.budget_bytes,
+                "text": "Budget planner: " + sol.summary(),
+            }
         return RegionReport(
             index=index,
             symbols={k: v for k, v in sym.values.items() if k in used},
@@ -95,6 +105,7 @@ class RegionReport:
             final_saved_bytes=sym.evaluate(result.final_saved),
             warnings=list(result.decisions.warnings),
             plan_seconds=result.plan_seconds,
+            extra=extra,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 import sympy
 import torch
 import torch.fx
-from memopt.passes.find_recompute_subgraphs import Subgraph
 
 from memopt import meta_keys as mk
 from memopt.candidates import Candidate
 from memopt.naming import cluster_id
+from memopt.passes.find_recompute_subgraphs import Subgraph
 from memopt.plan import Strategy
 from memopt.symbolic import SymbolTable, tensor_bytes_expr
 

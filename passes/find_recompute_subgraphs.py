@@ -20,16 +20,28 @@ from dataclasses import dataclass
 
 import torch
 import torch.fx
-from memopt.passes.find_saved_activations import SavedGroup, is_view_op
 
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
+from memopt.passes.find_saved_activations import SavedGroup, is_view_op
 
 aten = torch.ops.aten
 
 _MATMUL = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul"})
 _CAST = frozenset({"convert_element_type", "_to_copy"})
-_GATHER = frozenset({"gather", "index", "index_select", "embedding", "where", "masked_fill"})
+_GATHER = frozenset(
+    {
+        "gather",
+        "index",
+        "index_select",
+        "embedding",
+        "where",
+        "masked_fill",
+        "cat",
+        "stack",
+        "constant_pad_nd",
+    }
+)
 _CONSTANT = frozenset({"full", "scalar_tensor", "arange", "iota", "zeros", "ones", "empty"})
 _NORM_ATEN = frozenset(
     {

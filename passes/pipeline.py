@@ -5,12 +5,13 @@ step   pass                              file
 =====  ===============================  =================================================
 1      baseline min-cut partition        memopt/_torch_compat.py (torch's partitioner)
 2      find_saved_activations_pass      passes/find_saved_activations.py
-3      detect_layers_pass               passes/detect_layers.py (when present)
-4      find_recompute_subgraphs_pass    passes/find_recompute_subgraphs.py
+3      find_recompute_subgraphs_pass    passes/find_recompute_subgraphs.py
+4      detect_layers_pass               passes/detect_layers.py
 5      cluster_subgraphs_pass           passes/cluster_subgraphs.py
-6      decide (plain data, no FX)       memopt/decide.py
-7      apply_recompute_pass             passes/apply_recompute.py
-8      final min-cut partition           memopt/_torch_compat.py
+6      plan_budget (with a budget)      passes/plan_budget.py -> memopt/planner (no FX)
+7      decide (plain data, no FX)       memopt/decide.py
+8      apply_recompute_pass             passes/apply_recompute.py
+9      final min-cut partition           memopt/_torch_compat.py
 =====  ===============================  =================================================
 
 Steps 2-5 only annotate (``node.meta``) and return plain data; step 6 decides; step 7 is the
@@ -30,16 +31,18 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from memopt.passes.apply_recompute import apply_recompute_pass
-from memopt.passes.cluster_subgraphs import cluster_subgraphs_pass
-from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
-from memopt.passes.find_saved_activations import find_saved_activations_pass, storage_root
 
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
 from memopt.candidates import Candidate
 from memopt.config import MemoptConfig
 from memopt.decide import Decisions, decide
+from memopt.passes.apply_recompute import apply_recompute_pass
+from memopt.passes.cluster_subgraphs import cluster_subgraphs_pass
+from memopt.passes.detect_layers import detect_layers_pass
+from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
+from memopt.passes.find_saved_activations import find_saved_activations_pass, storage_root
+from memopt.passes.plan_budget import plan_budget
 from memopt.symbolic import SymbolTable, build_symbol_table, tensor_bytes_expr
 
 log = logging.getLogger("memopt")
@@ -61,6 +64,8 @@ class PipelineResult:
     decisions: Decisions
     baseline_saved: sympy.Expr  # activation bytes saved for backward without memopt
     final_saved: sympy.Expr  # after memopt's decisions
+    layers: list[str]  # the repeated layers detected (module paths)
+    budget: Any  # passes.plan_budget.BudgetResult when a budget was given
     num_joint_nodes: int
     plan_seconds: float
 
@@ -141,14 +146,23 @@ def run_pipeline(
     )
     if r is not None:
         subgraphs = r[1]
+    layers: list[str] = []
+    if "detect_layers" not in disabled:
+        layers = detect_layers_pass(gm, config.layers)
     candidates: list[Candidate] = []
     r = step.run("cluster_subgraphs", cluster_subgraphs_pass, subgraphs, symbols)
     if r is not None:
         candidates = r[1]
+    plans, level, budget = config.plans, config.level, None
+    if config.budget is not None and "plan_budget" not in disabled:
+        detect_layers_pass(fw, config.layers)
+        detect_layers_pass(bw, config.layers)
+        budget = plan_budget(gm, fw, bw, candidates, symbols, config, joint_inputs)
+        plans, level = budget.plans, 0
     decisions = decide(
         candidates,
-        level=config.level,
-        plans=config.plans,
+        level=level,
+        plans=plans,
         known_elsewhere=known_elsewhere,
         strict=config.strict,
         value=symbols.evaluate,
@@ -165,6 +179,8 @@ def run_pipeline(
         decisions=decisions,
         baseline_saved=baseline,
         final_saved=final,
+        layers=layers,
+        budget=budget,
         num_joint_nodes=len(gm.graph.nodes),
         plan_seconds=time.perf_counter() - t0,
     )

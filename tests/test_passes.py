@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import sympy
 import torch
-from memopt.passes.apply_recompute import apply_recompute_pass
-from memopt.passes.cluster_subgraphs import cluster_subgraphs_pass
-from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
-from memopt.passes.find_saved_activations import find_saved_activations_pass
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -16,6 +12,10 @@ from memopt._torch_compat import CheckpointPolicy
 from memopt.candidates import Candidate
 from memopt.decide import decide
 from memopt.naming import cluster_id
+from memopt.passes.apply_recompute import apply_recompute_pass
+from memopt.passes.cluster_subgraphs import cluster_subgraphs_pass
+from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
+from memopt.passes.find_saved_activations import find_saved_activations_pass
 from memopt.plan import PlanSpec, Strategy
 from memopt.symbolic import SymbolTable
 

@@ -1,0 +1,204 @@
+"""build_planning_problem: turn the baseline forward/backward graphs and the analysis's
+candidates into the budget planner's plain data (:mod:`memopt.planner.problem`).
+
+Reads ``node.meta["val"]`` (sizes at the compile-time hints), ``node.meta[LAYER]`` (from
+detect_layers_pass, when present) and the :class:`memopt.candidates.Candidate` list. Writes
+nothing. Positions are op indices in the baseline forward graph, then the backward graph.
+Per-op time is a roofline (FLOPs of matmuls and attention over the matmul rate, bytes read and
+written over the memory rate: pointwise ops are memory-bound, not free). Live bytes come from a
+liveness sweep of each graph with every candidate left out (the planner adds them back per its
+decisions); graph inputs count as static bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import sympy
+import torch
+import torch.fx
+
+from memopt import meta_keys as mk
+from memopt.candidates import Candidate as Analysis
+from memopt.passes.find_saved_activations import is_view_op, storage_root
+from memopt.plan import PlanSpec, Strategy
+from memopt.planner.problem import Candidate, OpCost, PlanningProblem, StepTimeline
+
+aten = torch.ops.aten
+_MM = {"mm": 2, "addmm": 2, "bmm": 2, "baddbmm": 2}
+
+
+def _nbytes(val, value: Callable[[sympy.Expr], int | None]) -> int:
+    if isinstance(val, torch.Tensor):
+        n = val.numel()
+        n = value(n.node.expr) if isinstance(n, torch.SymInt) else n
+        return int(n or 0) * val.element_size()
+    if isinstance(val, tuple | list):
+        return sum(_nbytes(v, value) for v in val)
+    return 0
+
+
+def _size(x, value) -> int:
+    if isinstance(x, torch.SymInt):
+        return int(value(x.node.expr) or 0)
+    return int(x)
+
+
+def op_cost(node: torch.fx.Node, value) -> OpCost:
+    """FLOPs and bytes moved by one node (views move nothing)."""
+    if node.op != "call_function" or is_view_op(node):
+        return OpCost()
+    out = node.meta.get(mk.TORCH_VAL)
+    moved = _nbytes(out, value)
+    for a in node.all_input_nodes:
+        moved += _nbytes(a.meta.get(mk.TORCH_VAL), value)
+    name = getattr(node.target, "__name__", "").split(".")[0]
+    flops = 0.0
+    if name in _MM and isinstance(out, torch.Tensor):
+        a = node.args[1] if name in ("addmm", "baddbmm") else node.args[0]
+        k = _size(a.meta[mk.TORCH_VAL].shape[-1], value)
+        flops = 2.0 * k * math.prod(_size(s, value) for s in out.shape)
+    elif "attention" in name:
+        q = node.args[0].meta.get(mk.TORCH_VAL)
+        if isinstance(q, torch.Tensor) and q.dim() == 4:
+            b, h, s, d = (_size(x, value) for x in q.shape)
+            flops = 4.0 * b * h * s * s * d * (2.5 if "backward" in name else 1.0)
+    return OpCost(flops=flops, bytes=moved)
+
+
+def _liveness(
+    gm: torch.fx.GraphModule, skip: set[str], value, outputs_live: bool
+) -> tuple[list[torch.fx.Node], list[int]]:
+    """Bytes live while each call_function node runs, leaving out ``skip`` storages and
+    placeholders (graph inputs are static)."""
+    ops = [n for n in gm.graph.nodes if n.op == "call_function"]
+    pos = {n: i for i, n in enumerate(ops)}
+    out_node = gm.graph.output_node()
+    delta = [0] * (len(ops) + 1)
+    for n in ops:
+        root = storage_root(n)
+        if root is not n or n.name in skip:
+            continue
+        size = _nbytes(n.meta.get(mk.TORCH_VAL), value)
+        users = [u for u in _alias_users(n)]
+        if outputs_live and any(u is out_node for u in users):
+            end = len(ops)
+        else:
+            end = max((pos[u] for u in users if u in pos), default=pos[n]) + 1
+        delta[pos[n]] += size
+        delta[min(end, len(ops))] -= size
+    live, acc = [], 0
+    for i in range(len(ops)):
+        acc += delta[i]
+        live.append(acc)
+    return ops, live
+
+
+def _alias_users(n: torch.fx.Node) -> list[torch.fx.Node]:
+    out, stack = [], list(n.users)
+    while stack:
+        u = stack.pop()
+        out.append(u)
+        if is_view_op(u):
+            stack.extend(u.users)
+    return out
+
+
+def build_planning_problem(
+    joint: torch.fx.GraphModule,
+    fw: torch.fx.GraphModule,
+    bw: torch.fx.GraphModule,
+    analysis: Sequence[Analysis],
+    *,
+    value: Callable[[sympy.Expr], int | None],
+    fixed: Sequence[PlanSpec] = (),
+    rates_op_s: Callable[[OpCost], float],
+    min_offload_bytes: int = 1 << 20,
+) -> PlanningProblem:
+    usable = [a for a in analysis if a.cluster_id is not None or a.layer is not None]
+    skip = {m for a in usable for m in (a.root, *a.members)}
+    fw_ops, fw_live = _liveness(fw, skip, value, outputs_live=True)
+    bw_ops, bw_live = _liveness(bw, skip, value, outputs_live=True)
+    fw_pos = {n.name: i for i, n in enumerate(fw_ops)}
+    bw_pos = {n.name: i for i, n in enumerate(bw_ops)}
+    bw_by_name = {n.name: n for n in bw.graph.nodes}
+    joint_by_name = {n.name: n for n in joint.graph.nodes}
+    static = sum(
+        _nbytes(n.meta.get(mk.TORCH_VAL), value) for n in fw.graph.nodes if n.op == "placeholder"
+    )
+    layer_fwd: dict[int, int] = {}
+    layer_bwd: dict[int, int] = {}
+    for i, n in enumerate(fw_ops):
+        lay = n.meta.get(mk.LAYER)
+        if lay is not None and lay not in layer_fwd:
+            layer_fwd[lay] = i
+    for i, n in enumerate(bw_ops):
+        lay = n.meta.get(mk.LAYER)
+        if lay is not None and lay not in layer_bwd:
+            layer_bwd[lay] = i
+    layers = sorted(set(layer_fwd) & set(layer_bwd))
+    f_starts = [layer_fwd[x] for x in layers]
+    b_starts = [layer_bwd[x] for x in layers]
+    ok = all(a < b for a, b in zip(f_starts, f_starts[1:])) and all(
+        a > b for a, b in zip(b_starts, b_starts[1:])
+    )
+    if not ok:
+        layers, f_starts, b_starts = [], [], []
+    index_of_layer = {lay: k for k, lay in enumerate(layers)}
+
+    cands = []
+    for a in usable:
+        members = [m for m in (a.root, *a.members) if m in fw_pos or m in bw_by_name]
+        fpos = [fw_pos[m] for m in members if m in fw_pos]
+        uses = [
+            bw_pos[u.name]
+            for m in members
+            if m in bw_by_name
+            for u in _alias_users(bw_by_name[m])
+            if u.name in bw_pos
+        ]
+        if not fpos or not uses:
+            continue
+        rec = a.recompute_nodes.get(Strategy.RECOMPUTE, ())
+        comp = a.recompute_nodes.get(Strategy.COMPROMISE)
+        nbytes = int(value(a.nbytes) or 0)
+        kept = None
+        if Strategy.COMPROMISE in a.savings:
+            kept = nbytes - int(value(a.savings[Strategy.COMPROMISE]) or 0)
+        layer = index_of_layer.get(a.layer) if a.layer is not None else None
+        cands.append(
+            Candidate(
+                name=a.root,
+                cluster_id=a.cluster_id or f"Saved_{a.root}+",
+                occurrence=max(a.occurrence, 0),
+                layer=layer,
+                nbytes=nbytes,
+                produce_pos=min(fpos),
+                last_fwd_use_pos=max(fpos),
+                first_bwd_use_pos=min(uses),
+                last_bwd_use_pos=max(uses),
+                recomputable=Strategy.RECOMPUTE in a.savings or Strategy.COMPROMISE in a.savings,
+                recompute_ops=tuple(op_cost(joint_by_name[x], value) for x in (rec or comp or ())),
+                compromise_kept_bytes=kept,
+                compromise_ops=(
+                    tuple(op_cost(joint_by_name[x], value) for x in comp) if comp else None
+                ),
+                offloadable=layer is not None and nbytes >= min_offload_bytes,
+                nbytes_expr=a.nbytes,
+            )
+        )
+    timeline = StepTimeline(
+        fwd_op_s=tuple(rates_op_s(op_cost(n, value)) for n in fw_ops),
+        bwd_op_s=tuple(rates_op_s(op_cost(n, value)) for n in bw_ops),
+        fwd_live_bytes=tuple(fw_live),
+        bwd_live_bytes=tuple(bw_live),
+        static_bytes=static,
+        layer_fwd_start=tuple(f_starts),
+        layer_bwd_start=tuple(b_starts),
+    )
+    return PlanningProblem(
+        candidates=tuple(cands),
+        timeline=timeline,
+        fixed={p.cluster_id: (int(p.strategy), p.count) for p in fixed},
+    )

@@ -1,0 +1,94 @@
+"""plan_budget: run the budget planner on one compiled graph and return the plans it chose.
+
+FX in (baseline partition, candidates), plain data to the solver (memopt.planner), plan
+strings out. The user's explicit plans, and the clusters the level enables, are fixed: the
+planner works around them. Device rates come from a one-time calibration on CUDA (cached under
+the memopt cache dir) and from documented defaults on CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+from memopt.candidates import Candidate
+from memopt.config import MemoptConfig, cache_dir
+from memopt.passes.build_planning_problem import build_planning_problem
+from memopt.plan import PlanSpec, Strategy, parse_plans
+from memopt.planner import CPU_DEFAULTS, calibrate, resolve_budget, roofline_s, solve
+from memopt.symbolic import SymbolTable, fmt_bytes
+
+log = logging.getLogger("memopt")
+
+
+@dataclass
+class BudgetResult:
+    plans: tuple[PlanSpec, ...]
+    solution: Any  # memopt.planner.Solution
+    budget_bytes: int
+
+
+def _device(inputs: Sequence[Any]) -> torch.device:
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            return x.device
+        if isinstance(x, list | tuple):
+            for y in x:
+                if isinstance(y, torch.Tensor):
+                    return y.device
+    return torch.device("cpu")
+
+
+def device_rates(device: torch.device):
+    if device.type == "cuda":
+        return calibrate(device, os.path.join(cache_dir(), "rates"))
+    return CPU_DEFAULTS
+
+
+def plan_budget(
+    joint: torch.fx.GraphModule,
+    fw: torch.fx.GraphModule,
+    bw: torch.fx.GraphModule,
+    candidates: Sequence[Candidate],
+    symbols: SymbolTable,
+    config: MemoptConfig,
+    joint_inputs: Sequence[Any],
+) -> BudgetResult:
+    fixed = list(config.plans)
+    if config.level >= 1:
+        named = {p.cluster_id for p in fixed}
+        for c in candidates:
+            if c.cluster_id and c.cluster_id not in named:
+                s = c.default_strategy
+                if s == Strategy.RECOMPUTE or (s == Strategy.COMPROMISE and config.level >= 2):
+                    fixed.append(PlanSpec(c.cluster_id, s, -1))
+                    named.add(c.cluster_id)
+    rates = device_rates(_device(joint_inputs))
+    problem = build_planning_problem(
+        joint,
+        fw,
+        bw,
+        candidates,
+        value=symbols.evaluate,
+        fixed=fixed,
+        rates_op_s=lambda op: roofline_s(op, rates),
+        min_offload_bytes=config.offload_min_bytes,
+    )
+    budget = resolve_budget(config.budget, problem)
+    solution = solve(problem, budget, rates)
+    plans = parse_plans([s for s in solution.plan_strings if not s.startswith("Saved_")])
+    if not solution.feasible:
+        log.warning(
+            "memopt: budget %s (%s) is infeasible for this graph; the smallest feasible "
+            "predicted peak is %s (using that plan)",
+            config.budget,
+            fmt_bytes(budget),
+            fmt_bytes(solution.min_feasible_peak),
+        )
+    return BudgetResult(plans, solution, budget)
