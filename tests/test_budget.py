@@ -12,7 +12,7 @@ from tests.helpers import compare, run_step, tiny_llama
 
 def test_fractional_budget_on_llama_saves_what_it_predicts():
     torch.manual_seed(0)
-    model = tiny_llama(num_hidden_layers=3)
+    model = tiny_llama(num_hidden_layers=4)
     ids = torch.randint(1, 128, (4, 32))
     rep, before, after, _ = compare(model, {"input_ids": ids, "labels": ids}, budget=0.5)
     pred_before, pred_after = rep.saved_bytes()
