@@ -249,5 +249,21 @@ def saved_for_backward_descs(flags: Sequence[bool]) -> list | None:
     ]
 
 
+def aot_eager_backend(partition_fn):
+    """A torch.compile backend: AOTAutograd with Inductor's decompositions and
+    ``partition_fn``, the partitioned graphs run as FX code (no Inductor codegen). Fast tests
+    of partition-time rewrites."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+    from torch._inductor.compile_fx import select_decomp_table
+
+    return aot_autograd(
+        fw_compiler=boxed_nop,
+        bw_compiler=boxed_nop,
+        decompositions=select_decomp_table(),
+        partition_fn=partition_fn,
+    )
+
+
 NO_VC_CHECK_META = "saved_tensor_with_no_vc_check"
 """node.meta flag of saved tensors stashed on ctx (sorted last among the saved tensors)."""

@@ -26,40 +26,21 @@ Reads ``node.meta[LAYER]`` (from ``detect_layers_pass``) and ``node.meta["val"]`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
 
-from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
 from memopt.offload import ops
-from memopt.offload.fx_helpers import (
-    GraphIndex,
-    fake_mode_of,
-    is_static,
-    nbytes_hint,
-    same_layout,
-    storage_root,
-    tensor_val,
-)
+from memopt.offload.fx_helpers import MOVED, GraphIndex, fake_mode_of, same_layout
 from memopt.offload.result import OffloadedTensor, OffloadResult
 from memopt.offload.slots import Slots
 from memopt.offload.sync import Schedule, SyncEntry, build_schedule
+from memopt.offload.units import Unit, plan_units
 
 aten = torch.ops.aten
-
-
-@dataclass
-class _Unit:
-    """One host copy: ``source`` is copied; every member (saved index) is rebuilt from it."""
-
-    source: fx.Node
-    members: list[int]
-    layer: int
-    nbytes: int
-    via_base: bool
 
 
 @dataclass
@@ -90,8 +71,18 @@ class _Rewriter:
         self.names.add(name)
         return name
 
-    def _new(self, graph: fx.Graph, target, args: tuple, *, before: fx.Node | None = None,
-             after: fx.Node | None = None, name: str | None = None, layer: int | None = None) -> fx.Node:  # fmt: skip
+    def _new(
+        self,
+        graph: fx.Graph,
+        target,
+        args: tuple,
+        *,
+        before: fx.Node | None = None,
+        after: fx.Node | None = None,
+        name: str | None = None,
+        layer: int | None = None,
+        moved: bool = False,
+    ) -> fx.Node:
         ctx = graph.inserting_before(before) if before is not None else graph.inserting_after(after)
         with ctx:
             node = graph.create_node("call_function", target, args, {}, name=name)
@@ -101,6 +92,8 @@ class _Rewriter:
         with self.fake_mode:
             node.meta["val"] = target(*vals)
         node.meta[mk.LAYER] = layer
+        if moved:
+            node.meta[MOVED] = True
         return node
 
     def _gate(self, backward: bool, at: fx.Node, dep: fx.Node, *, sync: bool = True) -> None:
@@ -112,15 +105,21 @@ class _Rewriter:
                 self.sync_nodes.add(at)
 
     # -- one unit -----------------------------------------------------------------------------
-    def apply(self, u: _Unit) -> None:
+    def apply(self, u: Unit) -> None:
         n = self.schedule.num_layers
         s = self.schedule.get(u.layer)
         assert s is not None
         fw_idx, p = self.fw_idx, u.source
         host_name = self._unique(f"{p.name}_host")
         fwd_wait = s.offload_done.forward
-        h = self._new(self.fw.graph, ops.offload, (p,), after=p, layer=u.layer,
-                      name=None if fwd_wait else host_name)  # fmt: skip
+        h = self._new(
+            self.fw.graph,
+            ops.offload,
+            (p,),
+            after=p,
+            layer=u.layer,
+            name=None if fwd_wait else host_name,
+        )
         p.meta[mk.DECISION] = "offload"
         following = fw_idx.nodes[fw_idx.pos[p] + 1]
         self._gate(False, following, h, sync=False)  # issue the copy before the next kernel
@@ -129,7 +128,8 @@ class _Rewriter:
             self._offload_done_in_backward(u, h, host_name, device)
             return
         at = fw_idx.point_node(s.offload_done.layer(n), forward=True)
-        if at is not fw_idx.output and fw_idx.pos[at] <= fw_idx.pos[p]:
+        moved = at is not fw_idx.output and fw_idx.pos[at] <= fw_idx.pos[p]
+        if moved:
             later = [x for x in fw_idx.starts.values() if fw_idx.pos[x] > fw_idx.pos[p]]
             at = min(later, key=fw_idx.pos.__getitem__, default=fw_idx.output)
             self.notes.append(
@@ -137,8 +137,15 @@ class _Rewriter:
             )
         after = fw_idx.anchor_at(at)
         wait_name = None if s.reload_start.forward else host_name
-        h2 = self._new(self.fw.graph, ops.wait_offload, (h, [p], after), before=at,
-                       name=wait_name, layer=u.layer)  # fmt: skip
+        h2 = self._new(
+            self.fw.graph,
+            ops.wait_offload,
+            (h, [p], after),
+            before=at,
+            name=wait_name,
+            layer=u.layer,
+            moved=moved,
+        )
         self._gate(False, at, h2)
         if s.reload_start.forward:
             self._reload_in_forward(u, h2, at, device)
@@ -146,40 +153,60 @@ class _Rewriter:
         hp = self.slots.replace_with_host(u.members, h2, self.fake_mode)
         self._reload_in_backward(u, hp, device, keep_users=())
 
-    def _offload_done_in_backward(self, u: _Unit, h: fx.Node, host_name: str, device) -> None:
+    def _offload_done_in_backward(self, u: Unit, h: fx.Node, host_name: str, device) -> None:
         n, bw_idx = self.schedule.num_layers, self.bw_idx
         s = self.schedule.get(u.layer)
         hp = self.slots.add_host(h)
         members = [self.slots.bw_node(i) for i in u.members]
         first = bw_idx.first_user(members)
         at = bw_idx.point_node(s.offload_done.layer(n), forward=False)
-        if first is not None and (at is bw_idx.output or bw_idx.pos[at] > bw_idx.pos[first]):
+        moved = first is not None and (at is bw_idx.output or bw_idx.pos[at] > bw_idx.pos[first])
+        if moved:
             self.notes.append(f"{u.source.name}: used in backward before its offload finishes")
             at = first
-        hw = self._new(self.bw.graph, ops.wait_offload, (hp, members, bw_idx.anchor_at(at)),
-                       before=at, layer=u.layer)  # fmt: skip
+        hw = self._new(
+            self.bw.graph,
+            ops.wait_offload,
+            (hp, members, bw_idx.anchor_at(at)),
+            before=at,
+            layer=u.layer,
+            moved=moved,
+        )
         if at is not first:
             self._gate(True, at, hw)
         self._reload_in_backward(u, hw, device, keep_users=(hw,), not_before=at)
 
-    def _reload_in_forward(self, u: _Unit, h2: fx.Node, wait_at: fx.Node, device) -> None:
+    def _reload_in_forward(self, u: Unit, h2: fx.Node, wait_at: fx.Node, device) -> None:
         n, fw_idx = self.schedule.num_layers, self.fw_idx
         s = self.schedule.get(u.layer)
         at = fw_idx.point_node(s.reload_start.layer(n), forward=True)
-        if at is not fw_idx.output and fw_idx.pos[at] < fw_idx.pos.get(wait_at, 0):
+        moved = at is not fw_idx.output and fw_idx.pos[at] < fw_idx.pos.get(wait_at, 0)
+        if moved:
             at = wait_at
-        d = self._new(self.fw.graph, ops.reload, (h2, device, fw_idx.anchor_at(at)),
-                      before=at, layer=u.layer)  # fmt: skip
+        d = self._new(
+            self.fw.graph,
+            ops.reload,
+            (h2, device, fw_idx.anchor_at(at)),
+            before=at,
+            layer=u.layer,
+            moved=moved,
+        )
         self._gate(False, at, d)
         out = fw_idx.output
-        d2 = self._new(self.fw.graph, ops.wait_reload, (d, None),
-                       before=out, layer=u.layer)  # fmt: skip
+        d2 = self._new(self.fw.graph, ops.wait_reload, (d, None), before=out, layer=u.layer)
         for i in u.members:
             rebuilt = self._rebuild(self.fw.graph, d2, u, self.slots.fw_node(i), before=out)
             self.slots.replace_fw(i, rebuilt)
 
-    def _reload_in_backward(self, u: _Unit, src: fx.Node, device, *, keep_users: tuple,
-                            not_before: fx.Node | None = None) -> None:  # fmt: skip
+    def _reload_in_backward(
+        self,
+        u: Unit,
+        src: fx.Node,
+        device,
+        *,
+        keep_users: tuple,
+        not_before: fx.Node | None = None,
+    ) -> None:
         n, bw_idx = self.schedule.num_layers, self.bw_idx
         s = self.schedule.get(u.layer)
         members = [self.slots.bw_node(i) for i in u.members]
@@ -187,28 +214,41 @@ class _Rewriter:
         if first is None:
             raise AssertionError(f"{u.source.name}: saved for backward but never used there")
         at = bw_idx.point_node(s.reload_start.layer(n), forward=False)
+        moved = False
         if not_before is not None and bw_idx.pos[at] < bw_idx.pos[not_before]:
-            at = not_before
+            at, moved = not_before, True
         if at is bw_idx.output or bw_idx.pos[at] > bw_idx.pos[first]:
             self.notes.append(
                 f"{u.source.name}: first used in backward before its reload point; "
                 f"reload moved to its first use ({first.name})"
             )
-            at = first
-        d = self._new(self.bw.graph, ops.reload, (src, device, bw_idx.anchor_at(at)),
-                      before=at, layer=u.layer)  # fmt: skip
+            at, moved = first, True
+        d = self._new(
+            self.bw.graph,
+            ops.reload,
+            (src, device, bw_idx.anchor_at(at)),
+            before=at,
+            layer=u.layer,
+            moved=moved,
+        )
         if at is not first:
             self._gate(True, at, d)
-        d2 = self._new(self.bw.graph, ops.wait_reload, (d, bw_idx.anchor_of(first)),
-                       before=first, layer=u.layer)  # fmt: skip
+        d2 = self._new(
+            self.bw.graph,
+            ops.wait_reload,
+            (d, bw_idx.anchor_of(first)),
+            before=first,
+            layer=u.layer,
+        )
         for i, ph in zip(u.members, members):
             rebuilt = self._rebuild(self.bw.graph, d2, u, self.slots.fw_node(i), before=first)
             for user in list(ph.users):
                 if user not in keep_users:
                     user.replace_input_with(ph, rebuilt)
 
-    def _rebuild(self, graph: fx.Graph, d2: fx.Node, u: _Unit, member: fx.Node,
-                 before: fx.Node) -> fx.Node:  # fmt: skip
+    def _rebuild(
+        self, graph: fx.Graph, d2: fx.Node, u: Unit, member: fx.Node, before: fx.Node
+    ) -> fx.Node:
         mv, sv = member.meta["val"], u.source.meta["val"]
         if member is u.source or same_layout(mv, sv):
             return d2
@@ -230,73 +270,15 @@ class _Rewriter:
                 continue
             kernel, x = gate
             cur = current.get((backward, kernel, x), x)
-            b = self._new(graph, ops.barrier, (cur, list(deps)), before=kernel,
-                          layer=kernel.meta.get(mk.LAYER))  # fmt: skip
+            b = self._new(
+                graph,
+                ops.barrier,
+                (cur, list(deps)),
+                before=kernel,
+                layer=kernel.meta.get(mk.LAYER),
+            )
             kernel.replace_input_with(cur, b)
             current[(backward, kernel, x)] = b
-
-
-def _plan_units(
-    slots: Slots,
-    indices: Sequence[int],
-    layer_of: Callable[[int], int | None],
-    schedule: Schedule,
-    min_bytes: int,
-) -> tuple[list[_Unit], list[tuple[int, str, str]]]:
-    """Group the chosen saved tensors by storage and decide what each group copies."""
-    kept: list[tuple[int, str, str]] = []
-    by_root: dict[fx.Node, list[int]] = {}
-    for i in indices:
-        node = slots.fw_node(i)
-        layer = layer_of(i)
-        reason = None
-        if node.op == "placeholder":
-            reason = "a graph input"
-        elif storage_root(node).op == "placeholder":
-            reason = "a view of a graph input"
-        elif layer is None:
-            reason = "in no detected layer"
-        elif schedule.get(layer) is None:
-            reason = f"layer {layer} is not in the sync dict"
-        if reason:
-            kept.append((i, node.name, reason))
-        else:
-            by_root.setdefault(storage_root(node), []).append(i)
-    units = []
-    for root, members in by_root.items():
-        unit, reason = _make_unit(slots, root, members, layer_of)
-        if unit is not None and unit.nbytes < min_bytes:
-            unit, reason = None, f"{unit.nbytes} bytes < min_bytes={min_bytes}"
-        if unit is None:
-            kept.extend((i, slots.fw_node(i).name, reason) for i in members)
-        else:
-            units.append(unit)
-    return units, kept
-
-
-def _make_unit(slots: Slots, root: fx.Node, members: list[int], layer_of) -> tuple:
-    rv = root.meta["val"]
-    member_nodes = [slots.fw_node(i) for i in members]
-    holder = slots.other_holder(root, set(members))
-    if holder is not None:
-        return None, f"its storage is also kept by output {holder.name}"
-    layer = min(layer_of(i) for i in members)
-    total = compat.int_hint(rv.numel())
-    covering = [
-        m for m in member_nodes
-        if ops.is_dense(m.meta["val"]) and compat.int_hint(m.meta["val"].numel()) == total
-    ]  # fmt: skip
-    source = root if root in member_nodes else (covering[0] if covering else None)
-    if source is None and is_static(rv) and ops.is_dense(rv) and root.op == "call_function":
-        source = root
-    if source is None:
-        return None, "a partial view whose base cannot be copied (non-dense or symbolic)"
-    sv = source.meta["val"]
-    for m in member_nodes:
-        mv = m.meta["val"]
-        if m is not source and not same_layout(mv, sv) and not (is_static(mv) and is_static(sv)):
-            return None, "views of one storage with symbolic layouts"
-    return _Unit(source, members, layer, nbytes_hint(sv), via_base=source not in member_nodes), ""
 
 
 def insert_offload_pass(
@@ -324,9 +306,11 @@ def insert_offload_pass(
         num_layers = 1 + max((t for t in tags if t is not None), default=-1)
     schedule = sync if isinstance(sync, Schedule) else build_schedule(sync, num_layers)
     slots = Slots.read(fw_gm.graph, bw_gm.graph, num_fwd_outputs)
-    indices = range(slots.num_tensors) if saved_indices_to_offload is None else sorted(
-        set(saved_indices_to_offload)
-    )  # fmt: skip
+    indices = (
+        range(slots.num_tensors)
+        if saved_indices_to_offload is None
+        else sorted(set(saved_indices_to_offload))
+    )
     for i in indices:
         if not 0 <= i < slots.num_tensors:
             raise IndexError(f"saved index {i} out of range: {slots.num_tensors} saved tensors")
@@ -341,7 +325,7 @@ def insert_offload_pass(
                 return user.meta[mk.LAYER]  # the layer whose backward needs it first
         return slots.fw_node(i).meta.get(mk.LAYER)
 
-    units, kept = _plan_units(slots, indices, layer_of, schedule, min_bytes)
+    units, kept = plan_units(slots, indices, layer_of, schedule, min_bytes)
     fake_mode = fake_mode_of(fw_gm.graph, bw_gm.graph)
     rw = _Rewriter(fw_gm, bw_gm, slots, schedule, fake_mode)
     for u in units:
@@ -373,6 +357,3 @@ def insert_offload_pass(
         notes=tuple(rw.notes),
         synchronous=synchronous,
     )
-
-
-__all__ = ["insert_offload_pass", "tensor_val"]

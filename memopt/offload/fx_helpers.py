@@ -17,17 +17,27 @@ aten = torch.ops.aten
 
 def _extern_targets() -> frozenset:
     names = [
-        "mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backward",
-        "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "convolution",
+        "convolution_backward",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
         "_scaled_dot_product_flash_attention_backward",
         "_scaled_dot_product_efficient_attention_backward",
         "_scaled_dot_product_cudnn_attention_backward",
         "_scaled_dot_product_flash_attention_for_cpu_backward",
-        "_flash_attention_forward", "_flash_attention_backward",
-        "_efficient_attention_forward", "_efficient_attention_backward",
-        "_scaled_mm", "_grouped_mm",
-    ]  # fmt: skip
+        "_flash_attention_forward",
+        "_flash_attention_backward",
+        "_efficient_attention_forward",
+        "_efficient_attention_backward",
+        "_scaled_mm",
+        "_grouped_mm",
+    ]
     out = set()
     for name in names:
         packet = getattr(aten, name, None)
@@ -37,6 +47,9 @@ def _extern_targets() -> frozenset:
 
 
 REALIZED_TARGETS = _extern_targets()
+
+MOVED = "memopt_offload_moved"
+"""node.meta flag: the rewrite placed this op away from its sync point (see the notes)."""
 
 
 def tensor_val(node: object) -> torch.Tensor | None:
@@ -101,6 +114,10 @@ def storage_closure(root: fx.Node) -> set[fx.Node]:
     return seen
 
 
+def is_memopt_op(node: fx.Node) -> bool:
+    return node.op == "call_function" and getattr(node.target, "namespace", None) == "memopt"
+
+
 def is_extern(node: fx.Node) -> bool:
     """A kernel Inductor never fuses (matmul, attention, convolution) or one of its outputs."""
     if node.op != "call_function":
@@ -142,11 +159,7 @@ class GraphIndex:
         floor = -1
         for layer in order:
             first = next(
-                (
-                    n
-                    for n in nodes
-                    if pos[n] > floor and n.meta.get(LAYER) == layer and _is_work(n)
-                ),
+                (n for n in nodes if pos[n] > floor and n.meta.get(LAYER) == layer and _is_work(n)),
                 None,
             )
             if first is not None:
@@ -210,7 +223,7 @@ def _flat(args: object) -> list[fx.Node]:
 def _is_work(n: fx.Node) -> bool:
     """A node that marks where a layer's computation begins: not a placeholder and not a view
     of one (weight transposes can sit anywhere)."""
-    if n.op != "call_function" or tensor_val(n) is None:
+    if n.op != "call_function" or tensor_val(n) is None or is_memopt_op(n):
         return False
     inputs = n.all_input_nodes
     return not (inputs and all(a.op == "placeholder" for a in inputs) and _is_view_node(n))

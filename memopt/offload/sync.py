@@ -180,9 +180,7 @@ def _check_entry(layer: object, entry: object, n: int) -> None:
     if not isinstance(layer, int) or isinstance(layer, bool):
         raise SyncError(f"sync: key {layer!r} is not a layer index")
     if not 0 <= layer < n:
-        raise SyncError(
-            f"sync: unknown layer {layer}; the model has {n} layers (0..{n - 1})"
-        )
+        raise SyncError(f"sync: unknown layer {layer}; the model has {n} layers (0..{n - 1})")
     if not (isinstance(entry, tuple | list) and len(entry) == 4):
         raise SyncError(
             f"sync[{layer}]={entry!r}: expected (offload_fwd, offload_num, reload_fwd, reload_num)"

@@ -1,0 +1,93 @@
+"""check_offload: the invariants an offload rewrite must satisfy (tests and debug runs).
+
+* every ``wait_offload`` sits right before the node where its layer's offload must finish
+  (``offload_done``), every ``reload`` right before the node where it must start;
+* every ``wait_reload`` sits right before the first use of the reloaded value;
+* a host copy is only ever read by memopt's ops (never by compute).
+
+"Right before" ignores other memopt ops and rebuilt views. A placement the rewrite had to
+move (``node.meta[MOVED]``, explained in ``result.notes``) is exempt from the position checks.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from memopt.meta_keys import LAYER
+from memopt.offload import ops
+from memopt.offload.fx_helpers import MOVED, GraphIndex, is_memopt_op
+from memopt.offload.result import OffloadResult
+
+aten = torch.ops.aten
+
+
+def op_sequence(gm: fx.GraphModule) -> list[tuple[str, int | None]]:
+    """``(op, layer)`` of the memopt copy ops in graph order (barriers left out)."""
+    return [
+        (n.target._opname, n.meta.get(LAYER))
+        for n in gm.graph.nodes
+        if is_memopt_op(n) and n.target is not ops.barrier
+    ]
+
+
+def _next_compute(node: fx.Node) -> fx.Node:
+    cur = node.next
+    while is_memopt_op(cur) or (
+        cur.target is aten.as_strided.default and is_memopt_op(cur.args[0])
+    ):
+        cur = cur.next
+    return cur
+
+
+def check_offload(result: OffloadResult) -> None:
+    """Raise AssertionError naming the first violated invariant."""
+    sched = result.schedule
+    n = sched.num_layers
+    fw_idx = GraphIndex.build(result.fw.graph, n, forward=True)
+    bw_idx = GraphIndex.build(result.bw.graph, n, forward=False)
+    for graph, idx, forward in (
+        (result.fw.graph, fw_idx, True),
+        (result.bw.graph, bw_idx, False),
+    ):
+        for node in graph.nodes:
+            if not is_memopt_op(node) or node.target is ops.barrier:
+                continue
+            layer = node.meta.get(LAYER)
+            entry = sched.get(layer)
+            assert entry is not None, f"{node.name}: layer {layer} is not offloaded"
+            if node.target is ops.wait_offload:
+                _expect(result, node, idx, entry.offload_done, forward, n)
+            elif node.target is ops.reload:
+                _expect(result, node, idx, entry.reload_start, forward, n)
+            elif node.target is ops.wait_reload:
+                users = [u for u in node.users if not is_memopt_op(u)]
+                firsts = [u for u in users if u.target is not aten.as_strided.default]
+                for v in users:
+                    if v.target is aten.as_strided.default:
+                        firsts.extend(v.users)
+                if firsts:
+                    first = min(firsts, key=idx.pos.__getitem__)
+                    assert _next_compute(node) is first or first is idx.output, (
+                        f"{node.name}: not right before the first use {first.name}"
+                    )
+    for ph in result.bw.graph.find_nodes(op="placeholder"):
+        if any(u.target in (ops.reload, ops.wait_offload) and u.args[0] is ph for u in ph.users):
+            bad = [u.name for u in ph.users if not is_memopt_op(u)]
+            assert not bad, f"host copy {ph.name} is read by compute: {bad}"
+
+
+def _expect(result: OffloadResult, node: fx.Node, idx: GraphIndex, point, forward: bool, n: int):
+    if point.forward != forward:
+        raise AssertionError(
+            f"{node.name}: placed in the {'forward' if forward else 'backward'} graph, but "
+            f"its sync point is {point.describe(n)}"
+        )
+    if node.meta.get(MOVED):
+        return
+    expected = idx.point_node(point.layer(n), forward)
+    got = _next_compute(node)
+    assert got is expected, (
+        f"{node.name} (layer {node.meta.get(LAYER)}): expected right before {expected.name} "
+        f"({point.describe(n)}), found before {got.name}"
+    )

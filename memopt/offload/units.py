@@ -1,0 +1,99 @@
+"""Which saved tensors the offload rewrite copies, and through which node (plain decisions
+over a partitioned forward graph; the rewrite reads them).
+
+Saved tensors that share a storage (a tensor and its views, interleaved q/k/v slices of one
+projection) form one unit and are copied once, through their base when the layouts are
+static; each saved value is rebuilt from the reloaded copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch.fx as fx
+
+from memopt import _torch_compat as compat
+from memopt.offload import ops
+from memopt.offload.fx_helpers import is_static, nbytes_hint, same_layout, storage_root
+from memopt.offload.slots import Slots
+from memopt.offload.sync import Schedule
+
+
+@dataclass
+class Unit:
+    """One host copy: ``source`` is copied; every member (saved index) is rebuilt from it."""
+
+    source: fx.Node
+    members: list[int]
+    layer: int
+    nbytes: int
+    via_base: bool
+
+
+def plan_units(
+    slots: Slots,
+    indices: Sequence[int],
+    layer_of: Callable[[int], int | None],
+    schedule: Schedule,
+    min_bytes: int,
+) -> tuple[list[Unit], list[tuple[int, str, str]]]:
+    """Group the chosen saved tensors by storage and decide what each group copies."""
+    kept: list[tuple[int, str, str]] = []
+    by_root: dict[fx.Node, list[int]] = {}
+    for i in indices:
+        node = slots.fw_node(i)
+        layer = layer_of(i)
+        reason = None
+        if node.op == "placeholder":
+            reason = "a graph input"
+        elif storage_root(node).op == "placeholder":
+            reason = "a view of a graph input"
+        elif layer is None:
+            reason = "in no detected layer"
+        elif schedule.get(layer) is None:
+            reason = f"layer {layer} is not in the sync dict"
+        if reason:
+            kept.append((i, node.name, reason))
+        else:
+            by_root.setdefault(storage_root(node), []).append(i)
+    units = []
+    for root, members in by_root.items():
+        unit, reason = _make_unit(slots, root, members, layer_of)
+        if unit is not None and unit.nbytes < min_bytes:
+            unit, reason = None, f"{unit.nbytes} bytes < min_bytes={min_bytes}"
+        if unit is None:
+            kept.extend((i, slots.fw_node(i).name, reason) for i in members)
+        else:
+            units.append(unit)
+    return units, kept
+
+
+def _make_unit(slots: Slots, root: fx.Node, members: list[int], layer_of) -> tuple:
+    rv = root.meta["val"]
+    member_nodes = [slots.fw_node(i) for i in members]
+    holder = slots.other_holder(root, set(members))
+    if holder is not None:
+        return None, f"its storage is also kept by output {holder.name}"
+    layer = max(layer_of(i) for i in members)  # the first backward to need any of them
+    total = compat.int_hint(rv.numel())
+    covering = [
+        m
+        for m in member_nodes
+        if ops.is_dense(m.meta["val"]) and compat.int_hint(m.meta["val"].numel()) == total
+    ]
+    # Prefer copying the base: it exists as soon as its producer ran, while a saved view may
+    # be created late (the partitioner moves backward-only views to the end of the forward).
+    static = is_static(rv) and all(is_static(m.meta["val"]) for m in member_nodes)
+    if root.op == "call_function" and ops.is_dense(rv) and (static or root in member_nodes):
+        source = root
+    else:
+        source = covering[0] if covering else None
+    if source is None:
+        return None, "a partial view whose base cannot be copied (non-dense or symbolic)"
+    sv = source.meta["val"]
+    for m in member_nodes:
+        mv = m.meta["val"]
+        if m is not source and not same_layout(mv, sv) and not (is_static(mv) and is_static(sv)):
+            return None, "views of one storage with symbolic layouts"
+    return Unit(source, members, layer, nbytes_hint(sv), via_base=source not in member_nodes), ""
