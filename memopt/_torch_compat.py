@@ -224,6 +224,13 @@ def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     return StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
 
 
+def storage_key(t: torch.Tensor) -> Any:
+    """A hashable identity of a (fake or real) tensor's storage."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return StorageWeakRef(t.untyped_storage())
+
+
 def int_hint(value: Any) -> int:
     """An int for an int or SymInt: the backed value of the compile that traced it."""
     if isinstance(value, torch.SymInt):
@@ -267,3 +274,70 @@ def aot_eager_backend(partition_fn):
 
 NO_VC_CHECK_META = "saved_tensor_with_no_vc_check"
 """node.meta flag of saved tensors stashed on ctx (sorted last among the saved tensors)."""
+
+
+# --------------------------------------------------------------------------- memopt.cli (plan/fit)
+
+
+def fake_tensor_mode():
+    """A fresh FakeTensorMode (no shape env: dynamo makes its own when it traces)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def boxed_callable(fn):
+    """Mark ``fn(args_list)`` as using AOTAutograd's boxed calling convention."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(fn)
+
+
+def dynamo_reset() -> None:
+    torch._dynamo.reset()
+
+
+def dynamo_config(**changes: Any):
+    """``torch._dynamo.config.patch(...)`` as a context manager."""
+    return torch._dynamo.config.patch(**changes)
+
+
+def unwrap_backend_error(e: BaseException) -> BaseException:
+    """The exception a torch.compile backend raised, out of dynamo's wrappers."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    seen = 0
+    while isinstance(e, BackendCompilerFailed) and seen < 8:
+        inner = getattr(e, "inner_exception", None) or e.__cause__
+        if inner is None:
+            break
+        e, seen = inner, seen + 1
+    return e
+
+
+def sdpa_kernels() -> dict[str, Any]:
+    """The fused attention ATen ops a CUDA device dispatches ``scaled_dot_product_attention``
+    to (they have meta kernels, so fake CPU tensors can trace them)."""
+    aten = torch.ops.aten
+    return {
+        "flash": aten._scaled_dot_product_flash_attention.default,
+        "efficient": aten._scaled_dot_product_efficient_attention.default,
+    }
+
+
+def mark_dynamic(t: torch.Tensor, dim: int) -> None:
+    """Trace dimension ``dim`` of input ``t`` symbolically (floats and other inputs stay static)."""
+    torch._dynamo.mark_dynamic(t, dim)
+
+
+def sympy_locals() -> dict[str, Any]:
+    """Torch's sympy functions by name, to parse expressions printed from shape-env sizes
+    (``CeilToInt(IntTrueDiv(s, 32))``) back into evaluable sympy."""
+    import torch.utils._sympy.functions as fns
+
+    return {
+        n: getattr(fns, n)
+        for n in dir(fns)
+        if n[:1].isupper() and isinstance(getattr(fns, n), type)
+        and issubclass(getattr(fns, n), sympy.Basic)
+    }

@@ -25,7 +25,7 @@ class Strategy(enum.IntEnum):
 
 
 #: Strategies this build can apply.
-SUPPORTED_STRATEGIES = frozenset({Strategy.KEEP, Strategy.RECOMPUTE, Strategy.COMPROMISE})
+SUPPORTED_STRATEGIES = frozenset(Strategy)
 
 _CLUSTER_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\+(?:[A-Za-z][A-Za-z0-9_]*\+)*$")
 

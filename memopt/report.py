@@ -47,10 +47,21 @@ class RegionReport:
         for c in result.candidates:
             if c.cluster_id and c.note:
                 notes_by_cluster[c.cluster_id] = c.note
+        off = getattr(result, "offload", None)
+        offloaded_saving: dict[str, sympy.Expr] = {}
+        if off is not None:
+            moved = {n for t in off.offloaded for n in (t.source, *t.saved)}
+            for c in result.candidates:
+                if c.cluster_id and moved & {c.root, *c.members}:
+                    offloaded_saving[c.cluster_id] = (
+                        offloaded_saving.get(c.cluster_id, sympy.Integer(0)) + c.nbytes
+                    )
         clusters = []
         for d in result.decisions.clusters:
             shown = d.strategy if d.enabled else d.default_strategy
             saving = d.saving if d.enabled else d.potential
+            if d.strategy == Strategy.OFFLOAD:
+                saving = offloaded_saving.get(d.cluster_id, sympy.Integer(0))
             clusters.append(
                 {
                     "cluster_id": d.cluster_id,
@@ -87,6 +98,9 @@ class RegionReport:
         extra: dict[str, Any] = {}
         if getattr(result, "layers", None):
             extra["layers"] = {"names": list(result.layers)}
+        off = getattr(result, "offload", None)
+        if off is not None:
+            extra["offload"] = {**off.to_dict(), "text": off.summary()}
         if getattr(result, "budget", None) is not None:
             sol = result.budget.solution
             extra["planner"] = {
@@ -170,6 +184,10 @@ class Report:
 
         return total("baseline_saved_bytes"), total("final_saved_bytes")
 
+    def offloaded_bytes(self) -> int:
+        """Activation bytes copied to host memory per step (activation offload)."""
+        return sum(r.extra.get("offload", {}).get("total_bytes", 0) for r in self.regions)
+
     def to_dict(self) -> dict[str, Any]:
         before, after = self.saved_bytes()
         return {
@@ -198,6 +216,7 @@ class Report:
             ],
             "saved_bytes_before": before,
             "saved_bytes_after": after,
+            "offloaded_bytes": self.offloaded_bytes(),
             "regions": [r.to_dict() for r in self.regions],
             "placement": list(self.placement),
         }
@@ -246,7 +265,12 @@ class Report:
             "strategy-1 plan, level=2 also the strategy-2 (compromise) plans.",
             f"Note 2: saving values use these symbol values: {syms}.",
             f"Note 3: activation bytes saved for backward: {fmt_bytes(before)} without memopt, "
-            f"{fmt_bytes(after)} with this plan ({len(self.regions)} compiled region(s)).",
+            f"{fmt_bytes(after)} with this plan ({len(self.regions)} compiled region(s))"
+            + (
+                f", of which {fmt_bytes(self.offloaded_bytes())} are offloaded to host memory."
+                if self.offloaded_bytes()
+                else "."
+            ),
         ]
         excluded = [e for r in self.regions for e in r.excluded]
         if excluded:

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
+from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
 from memopt.offload import ops
-from memopt.offload.fx_helpers import MOVED, GraphIndex, fake_mode_of, same_layout
+from memopt.offload.fx_helpers import MOVED, GraphIndex, fake_mode_of, gate_input, same_layout
 from memopt.offload.result import OffloadedTensor, OffloadResult
 from memopt.offload.slots import Slots
 from memopt.offload.sync import Schedule, SyncEntry, build_schedule
@@ -44,18 +45,38 @@ aten = torch.ops.aten
 
 
 @dataclass
+class _Gate:
+    """An extern kernel whose activation input ``x`` is routed through barriers."""
+
+    kernel: fx.Node
+    x: fx.Node
+    marker: fx.Node | None = None
+    """``barrier(x, [])``: what copy ops placed at this kernel follow."""
+    deps: list[fx.Node] = field(default_factory=list)
+    """What the kernel must wait for."""
+
+
+@dataclass
+class _Place:
+    before: fx.Node
+    after: fx.Node | None
+    gate: _Gate | None
+
+
+@dataclass
 class _Rewriter:
     fw: fx.GraphModule
     bw: fx.GraphModule
     slots: Slots
     schedule: Schedule
     fake_mode: object
+    banned: set = field(default_factory=set)
+    """Storages that must not carry ordering edges (saved placeholders being replaced)."""
     fw_idx: GraphIndex = field(init=False)
     bw_idx: GraphIndex = field(init=False)
-    deps: dict[tuple[bool, fx.Node], list[fx.Node]] = field(default_factory=dict)
+    gates: dict[fx.Node, _Gate] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
-    sync_nodes: set[fx.Node] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         n = self.schedule.num_layers
@@ -73,7 +94,6 @@ class _Rewriter:
 
     def _new(
         self,
-        graph: fx.Graph,
         target,
         args: tuple,
         *,
@@ -83,6 +103,8 @@ class _Rewriter:
         layer: int | None = None,
         moved: bool = False,
     ) -> fx.Node:
+        anchor = before if before is not None else after
+        graph = anchor.graph
         ctx = graph.inserting_before(before) if before is not None else graph.inserting_after(after)
         with ctx:
             node = graph.create_node("call_function", target, args, {}, name=name)
@@ -96,116 +118,121 @@ class _Rewriter:
             node.meta[MOVED] = True
         return node
 
-    def _gate(self, backward: bool, at: fx.Node, dep: fx.Node, *, sync: bool = True) -> None:
-        """Make the first extern kernel from ``at`` on wait for ``dep``."""
-        idx = self.bw_idx if backward else self.fw_idx
-        if at is not idx.output:
-            self.deps.setdefault((backward, at), []).append(dep)
-            if sync:
-                self.sync_nodes.add(at)
+    # -- gates and places ---------------------------------------------------------------------
+    def _gate(self, kernel: fx.Node | None) -> _Gate | None:
+        if kernel is None:
+            return None
+        if kernel not in self.gates:
+            x = self._gate_input(kernel)
+            if x is None:
+                return None
+            self.gates[kernel] = _Gate(kernel, x)
+        return self.gates[kernel]
+
+    def _gate_input(self, kernel: fx.Node) -> fx.Node | None:
+        x = gate_input(kernel)
+        if compat.storage_key(x.meta["val"]) in self.banned:
+            return None
+        return x
+
+    def _marker(self, gate: _Gate) -> fx.Node:
+        if gate.marker is None:
+            gate.marker = self._new(ops.barrier, (gate.x, []), before=gate.kernel)
+        return gate.marker
+
+    def _place_at(self, idx: GraphIndex, point: fx.Node) -> _Place:
+        """Ops of a sync point go right before the first gateable kernel from ``point`` on and
+        follow its marker; that kernel waits for them."""
+        if point is idx.output:
+            return _Place(idx.output, None, None)
+        for kernel in idx.kernels:
+            if idx.pos[kernel] >= idx.pos[point]:
+                gate = self._gate(kernel)
+                if gate is not None:
+                    return _Place(kernel, self._marker(gate), gate)
+        return _Place(idx.output, None, None)
+
+    def _place_before(self, idx: GraphIndex, user: fx.Node) -> _Place:
+        """Ops needed by ``user`` go right before it, following the last kernel before it."""
+        for kernel in reversed(idx.kernels):
+            if idx.pos[kernel] < idx.pos[user]:
+                gate = self._gate(kernel)
+                if gate is not None:
+                    return _Place(user, self._marker(gate), None)
+        return _Place(user, None, None)
+
+    def _emit(self, target, args: tuple, place: _Place, **kw) -> fx.Node:
+        node = self._new(target, (*args, place.after), before=place.before, **kw)
+        if place.gate is not None:
+            place.gate.deps.append(node)
+        return node
 
     # -- one unit -----------------------------------------------------------------------------
     def apply(self, u: Unit) -> None:
-        n = self.schedule.num_layers
+        n, fw_idx, p = self.schedule.num_layers, self.fw_idx, u.source
         s = self.schedule.get(u.layer)
-        assert s is not None
-        fw_idx, p = self.fw_idx, u.source
         host_name = self._unique(f"{p.name}_host")
         fwd_wait = s.offload_done.forward
         h = self._new(
-            self.fw.graph,
-            ops.offload,
-            (p,),
-            after=p,
-            layer=u.layer,
-            name=None if fwd_wait else host_name,
+            ops.offload, (p,), after=p, layer=u.layer, name=None if fwd_wait else host_name
         )
         p.meta[mk.DECISION] = "offload"
         following = fw_idx.nodes[fw_idx.pos[p] + 1]
-        self._gate(False, following, h, sync=False)  # issue the copy before the next kernel
+        gate = self._gate(fw_idx.kernel_from(following))
+        if gate is not None:
+            gate.deps.append(h)  # the copy is issued before the next kernel runs
         device = p.meta["val"].device
         if not fwd_wait:
-            self._offload_done_in_backward(u, h, host_name, device)
+            self._offload_done_in_backward(u, h, device)
             return
-        at = fw_idx.point_node(s.offload_done.layer(n), forward=True)
-        moved = at is not fw_idx.output and fw_idx.pos[at] <= fw_idx.pos[p]
+        place = self._place_at(fw_idx, fw_idx.point_node(s.offload_done.layer(n), True))
+        moved = place.before is not fw_idx.output and fw_idx.pos[place.before] <= fw_idx.pos[p]
         if moved:
             later = [x for x in fw_idx.starts.values() if fw_idx.pos[x] > fw_idx.pos[p]]
-            at = min(later, key=fw_idx.pos.__getitem__, default=fw_idx.output)
-            self.notes.append(
-                f"{p.name}: produced after its offload sync point; wait moved to {at.name}"
+            place = self._place_at(
+                fw_idx, min(later, key=fw_idx.pos.__getitem__, default=fw_idx.output)
             )
-        after = fw_idx.anchor_at(at)
-        wait_name = None if s.reload_start.forward else host_name
-        h2 = self._new(
-            self.fw.graph,
-            ops.wait_offload,
-            (h, [p], after),
-            before=at,
-            name=wait_name,
-            layer=u.layer,
-            moved=moved,
-        )
-        self._gate(False, at, h2)
+            self.notes.append(
+                f"{p.name}: produced after its offload sync point; wait moved to {place.before.name}"
+            )
+        name = None if s.reload_start.forward else host_name
+        h2 = self._emit(ops.wait_offload, (h, [p]), place, name=name, layer=u.layer, moved=moved)
         if s.reload_start.forward:
-            self._reload_in_forward(u, h2, at, device)
+            self._reload_in_forward(u, h2, place, device)
             return
-        hp = self.slots.replace_with_host(u.members, h2, self.fake_mode)
-        self._reload_in_backward(u, hp, device, keep_users=())
+        hp = self.slots.replace_with_host(u.members, h2)
+        self._reload_in_backward(u, hp, device, keep=None, not_before=None)
 
-    def _offload_done_in_backward(self, u: Unit, h: fx.Node, host_name: str, device) -> None:
+    def _offload_done_in_backward(self, u: Unit, h: fx.Node, device) -> None:
         n, bw_idx = self.schedule.num_layers, self.bw_idx
         s = self.schedule.get(u.layer)
         hp = self.slots.add_host(h)
         members = [self.slots.bw_node(i) for i in u.members]
         first = bw_idx.first_user(members)
-        at = bw_idx.point_node(s.offload_done.layer(n), forward=False)
-        moved = first is not None and (at is bw_idx.output or bw_idx.pos[at] > bw_idx.pos[first])
+        place = self._place_at(bw_idx, bw_idx.point_node(s.offload_done.layer(n), False))
+        moved = place.before is bw_idx.output or bw_idx.pos[place.before] > bw_idx.pos[first]
         if moved:
             self.notes.append(f"{u.source.name}: used in backward before its offload finishes")
-            at = first
-        hw = self._new(
-            self.bw.graph,
-            ops.wait_offload,
-            (hp, members, bw_idx.anchor_at(at)),
-            before=at,
-            layer=u.layer,
-            moved=moved,
-        )
-        if at is not first:
-            self._gate(True, at, hw)
-        self._reload_in_backward(u, hw, device, keep_users=(hw,), not_before=at)
+            place = self._place_before(bw_idx, first)
+        hw = self._emit(ops.wait_offload, (hp, members), place, layer=u.layer, moved=moved)
+        self._reload_in_backward(u, hw, device, keep=hw, not_before=place)
 
-    def _reload_in_forward(self, u: Unit, h2: fx.Node, wait_at: fx.Node, device) -> None:
+    def _reload_in_forward(self, u: Unit, h2: fx.Node, wait: _Place, device) -> None:
         n, fw_idx = self.schedule.num_layers, self.fw_idx
         s = self.schedule.get(u.layer)
-        at = fw_idx.point_node(s.reload_start.layer(n), forward=True)
-        moved = at is not fw_idx.output and fw_idx.pos[at] < fw_idx.pos.get(wait_at, 0)
+        place = self._place_at(fw_idx, fw_idx.point_node(s.reload_start.layer(n), True))
+        moved = fw_idx.pos[place.before] < fw_idx.pos[wait.before]
         if moved:
-            at = wait_at
-        d = self._new(
-            self.fw.graph,
-            ops.reload,
-            (h2, device, fw_idx.anchor_at(at)),
-            before=at,
-            layer=u.layer,
-            moved=moved,
-        )
-        self._gate(False, at, d)
-        out = fw_idx.output
-        d2 = self._new(self.fw.graph, ops.wait_reload, (d, None), before=out, layer=u.layer)
+            place = wait
+        d = self._emit(ops.reload, (h2, device), place, layer=u.layer, moved=moved)
+        out = self._place_before(fw_idx, fw_idx.output)
+        d2 = self._emit(ops.wait_reload, (d,), out, layer=u.layer)
         for i in u.members:
-            rebuilt = self._rebuild(self.fw.graph, d2, u, self.slots.fw_node(i), before=out)
+            rebuilt = self._rebuild(d2, u, self.slots.fw_node(i), before=fw_idx.output)
             self.slots.replace_fw(i, rebuilt)
 
     def _reload_in_backward(
-        self,
-        u: Unit,
-        src: fx.Node,
-        device,
-        *,
-        keep_users: tuple,
-        not_before: fx.Node | None = None,
+        self, u: Unit, src: fx.Node, device, *, keep: fx.Node | None, not_before: _Place | None
     ) -> None:
         n, bw_idx = self.schedule.num_layers, self.bw_idx
         s = self.schedule.get(u.layer)
@@ -213,72 +240,44 @@ class _Rewriter:
         first = bw_idx.first_user(members)
         if first is None:
             raise AssertionError(f"{u.source.name}: saved for backward but never used there")
-        at = bw_idx.point_node(s.reload_start.layer(n), forward=False)
+        place = self._place_at(bw_idx, bw_idx.point_node(s.reload_start.layer(n), False))
         moved = False
-        if not_before is not None and bw_idx.pos[at] < bw_idx.pos[not_before]:
-            at, moved = not_before, True
-        if at is bw_idx.output or bw_idx.pos[at] > bw_idx.pos[first]:
+        if not_before is not None and bw_idx.pos[place.before] < bw_idx.pos[not_before.before]:
+            place, moved = not_before, True
+        if place.before is bw_idx.output or bw_idx.pos[place.before] > bw_idx.pos[first]:
             self.notes.append(
                 f"{u.source.name}: first used in backward before its reload point; "
-                f"reload moved to its first use ({first.name})"
+                f"reload moved before its first use ({first.name})"
             )
-            at, moved = first, True
-        d = self._new(
-            self.bw.graph,
-            ops.reload,
-            (src, device, bw_idx.anchor_at(at)),
-            before=at,
-            layer=u.layer,
-            moved=moved,
-        )
-        if at is not first:
-            self._gate(True, at, d)
-        d2 = self._new(
-            self.bw.graph,
-            ops.wait_reload,
-            (d, bw_idx.anchor_of(first)),
-            before=first,
-            layer=u.layer,
-        )
+            place, moved = self._place_before(bw_idx, first), True
+        d = self._emit(ops.reload, (src, device), place, layer=u.layer, moved=moved)
+        d2 = self._emit(ops.wait_reload, (d,), self._place_before(bw_idx, first), layer=u.layer)
         for i, ph in zip(u.members, members):
-            rebuilt = self._rebuild(self.bw.graph, d2, u, self.slots.fw_node(i), before=first)
+            rebuilt = self._rebuild(d2, u, self.slots.fw_node(i), before=first)
             for user in list(ph.users):
-                if user not in keep_users:
+                if user is not keep:
                     user.replace_input_with(ph, rebuilt)
 
-    def _rebuild(
-        self, graph: fx.Graph, d2: fx.Node, u: Unit, member: fx.Node, before: fx.Node
-    ) -> fx.Node:
+    def _rebuild(self, d2: fx.Node, u: Unit, member: fx.Node, before: fx.Node) -> fx.Node:
         mv, sv = member.meta["val"], u.source.meta["val"]
         if member is u.source or same_layout(mv, sv):
             return d2
         offset = mv.storage_offset() - sv.storage_offset()
         args = (d2, list(mv.shape), list(mv.stride()), offset)
-        return self._new(graph, aten.as_strided.default, args, before=before, layer=u.layer)
+        return self._new(aten.as_strided.default, args, before=before, layer=u.layer)
 
     # -- barriers -------------------------------------------------------------------------------
-    def place_barriers(self) -> None:
-        """One barrier per sync point, on the input of the next extern kernel."""
-        current: dict[tuple[bool, fx.Node, fx.Node], fx.Node] = {}
-        for (backward, at), deps in self.deps.items():
-            idx = self.bw_idx if backward else self.fw_idx
-            graph = self.bw.graph if backward else self.fw.graph
-            gate = idx.gate_after(at)
-            if gate is None:
-                if at in self.sync_nodes:
-                    self.notes.append(f"no kernel after {at.name} to gate; ordering not pinned")
-                continue
-            kernel, x = gate
-            cur = current.get((backward, kernel, x), x)
-            b = self._new(
-                graph,
-                ops.barrier,
-                (cur, list(deps)),
-                before=kernel,
-                layer=kernel.meta.get(mk.LAYER),
-            )
-            kernel.replace_input_with(cur, b)
-            current[(backward, kernel, x)] = b
+    def splice_gates(self) -> None:
+        """Route each gate's input through ``marker`` and ``barrier(deps)``."""
+        for gate in self.gates.values():
+            head = gate.marker if gate.marker is not None else gate.x
+            if gate.deps:
+                layer = gate.kernel.meta.get(mk.LAYER)
+                head = self._new(
+                    ops.barrier, (head, list(gate.deps)), before=gate.kernel, layer=layer
+                )
+            if head is not gate.x:
+                gate.kernel.replace_input_with(gate.x, head)
 
 
 def insert_offload_pass(
@@ -327,11 +326,12 @@ def insert_offload_pass(
 
     units, kept = plan_units(slots, indices, layer_of, schedule, min_bytes)
     fake_mode = fake_mode_of(fw_gm.graph, bw_gm.graph)
-    rw = _Rewriter(fw_gm, bw_gm, slots, schedule, fake_mode)
+    banned = {compat.storage_key(slots.bw_node(i).meta["val"]) for u in units for i in u.members}
+    rw = _Rewriter(fw_gm, bw_gm, slots, schedule, fake_mode, banned)
     for u in units:
         rw.apply(u)
-    rw.place_barriers()
-    slots.write(fake_mode)
+    rw.splice_gates()
+    slots.write()
     for gm in (fw_gm, bw_gm):
         gm.graph.eliminate_dead_code()
         gm.graph.lint()

@@ -12,6 +12,7 @@ step   pass                              file
 7      decide (plain data, no FX)       memopt/decide.py
 8      apply_recompute_pass             passes/apply_recompute.py
 9      final min-cut partition           memopt/_torch_compat.py
+10     offload_step -> insert_offload   passes/offload_step.py, passes/insert_offload.py
 =====  ===============================  =================================================
 
 Steps 2-5 only annotate (``node.meta``) and return plain data; step 6 decides; step 7 is the
@@ -42,6 +43,7 @@ from memopt.passes.cluster_subgraphs import cluster_subgraphs_pass
 from memopt.passes.detect_layers import detect_layers_pass
 from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
 from memopt.passes.find_saved_activations import find_saved_activations_pass, storage_root
+from memopt.passes.offload_step import offload_step, wants_offload
 from memopt.passes.plan_budget import plan_budget
 from memopt.symbolic import SymbolTable, build_symbol_table, tensor_bytes_expr
 
@@ -66,6 +68,7 @@ class PipelineResult:
     final_saved: sympy.Expr  # after memopt's decisions
     layers: list[str]  # the repeated layers detected (module paths)
     budget: Any  # passes.plan_budget.BudgetResult when a budget was given
+    offload: Any  # memopt.offload.result.OffloadResult when activations were offloaded
     num_joint_nodes: int
     plan_seconds: float
 
@@ -171,6 +174,18 @@ def run_pipeline(
         if step.run("apply_recompute", apply_recompute_pass, candidates, decisions.per_root):
             fw, bw = compat.min_cut_partition(gm, joint_inputs, **partition_kwargs)
     final = saved_activation_bytes(fw, nfw, symbols)
+    offload = None
+    if "offload" not in disabled and wants_offload(config, decisions.per_root):
+        offload = offload_step(
+            fw,
+            bw,
+            config=config,
+            num_fwd_outputs=nfw,
+            candidates=candidates,
+            per_root=decisions.per_root,
+        )
+        if offload is not None:
+            fw, bw = offload.fw, offload.bw
     return PipelineResult(
         fw=fw,
         bw=bw,
@@ -181,6 +196,7 @@ def run_pipeline(
         final_saved=final,
         layers=layers,
         budget=budget,
+        offload=offload,
         num_joint_nodes=len(gm.graph.nodes),
         plan_seconds=time.perf_counter() - t0,
     )

@@ -1,7 +1,8 @@
 """check_offload: the invariants an offload rewrite must satisfy (tests and debug runs).
 
-* every ``wait_offload`` sits right before the node where its layer's offload must finish
-  (``offload_done``), every ``reload`` right before the node where it must start;
+* every ``wait_offload`` sits right before the first kernel of the layer where its offload
+  must finish (``offload_done``), every ``reload`` right before the first kernel of the layer
+  where it must start, and that kernel waits for it (it reads memopt's barrier);
 * every ``wait_reload`` sits right before the first use of the reloaded value;
 * a host copy is only ever read by memopt's ops (never by compute).
 
@@ -16,7 +17,7 @@ import torch.fx as fx
 
 from memopt.meta_keys import LAYER
 from memopt.offload import ops
-from memopt.offload.fx_helpers import MOVED, GraphIndex, is_memopt_op
+from memopt.offload.fx_helpers import MOVED, GraphIndex, is_memopt_op, is_offload_node
 from memopt.offload.result import OffloadResult
 
 aten = torch.ops.aten
@@ -33,11 +34,13 @@ def op_sequence(gm: fx.GraphModule) -> list[tuple[str, int | None]]:
 
 def _next_compute(node: fx.Node) -> fx.Node:
     cur = node.next
-    while is_memopt_op(cur) or (
-        cur.target is aten.as_strided.default and is_memopt_op(cur.args[0])
-    ):
+    while is_offload_node(cur):
         cur = cur.next
     return cur
+
+
+def _gated(kernel: fx.Node) -> bool:
+    return any(a.target is ops.barrier for a in kernel.all_input_nodes)
 
 
 def check_offload(result: OffloadResult) -> None:
@@ -85,7 +88,10 @@ def _expect(result: OffloadResult, node: fx.Node, idx: GraphIndex, point, forwar
         )
     if node.meta.get(MOVED):
         return
-    expected = idx.point_node(point.layer(n), forward)
+    start = idx.point_node(point.layer(n), forward)
+    expected = next(
+        (k for k in idx.kernels if idx.pos[k] >= idx.pos[start] and _gated(k)), idx.output
+    )
     got = _next_compute(node)
     assert got is expected, (
         f"{node.name} (layer {node.meta.get(LAYER)}): expected right before {expected.name} "

@@ -118,6 +118,18 @@ def is_memopt_op(node: fx.Node) -> bool:
     return node.op == "call_function" and getattr(node.target, "namespace", None) == "memopt"
 
 
+def is_offload_node(node: fx.Node) -> bool:
+    """A node the offload rewrite inserted: a memopt op or a view rebuilt from a reload."""
+    if is_memopt_op(node):
+        return True
+    return (
+        node.op == "call_function"
+        and node.target is aten.as_strided.default
+        and isinstance(node.args[0], fx.Node)
+        and is_memopt_op(node.args[0])
+    )
+
+
 def is_extern(node: fx.Node) -> bool:
     """A kernel Inductor never fuses (matmul, attention, convolution) or one of its outputs."""
     if node.op != "call_function":
@@ -131,13 +143,14 @@ def is_extern(node: fx.Node) -> bool:
 
 @dataclass
 class GraphIndex:
-    """Positions, layer regions and extern-kernel ancestry of one graph, computed before it
-    is rewritten.
+    """Positions, layer regions and extern kernels of one graph, computed before it is
+    rewritten.
 
-    The rewrite hangs its ordering edges on extern kernels only: an op placed at a sync
-    point follows the latest extern kernel that the gated node already depends on, and the
-    gate is the input of the next extern kernel. Such edges add no constraint that changes
-    which nodes Inductor can fuse, so numerics stay bitwise equal.
+    The rewrite orders its ops through *gates*: the first extern kernel (matmul, attention)
+    at or after a sync point. A gate's activation input ``x`` is routed through memopt's
+    barriers (``x -> marker -> ... -> barrier(deps) -> kernel``), so copy ops can follow the
+    marker and the kernel waits for them, while no original node gains or loses a user --
+    Inductor's pattern matching and fusion (hence the numerics) are unchanged.
     """
 
     graph: fx.Graph
@@ -146,8 +159,8 @@ class GraphIndex:
     output: fx.Node
     starts: dict[int, fx.Node]
     """First node of each layer's region (in this graph's execution order)."""
-    extern_ancestor: dict[fx.Node, fx.Node | None]
-    """The latest (by position) extern kernel among each node's ancestors."""
+    kernels: list[fx.Node]
+    """The extern kernels, in graph order."""
 
     @classmethod
     def build(cls, graph: fx.Graph, num_layers: int, forward: bool) -> GraphIndex:
@@ -165,19 +178,12 @@ class GraphIndex:
             if first is not None:
                 starts[layer] = first
                 floor = pos[first]
-        lea: dict[fx.Node, fx.Node | None] = {}
-        for n in nodes:
-            best = None
-            for a in n.all_input_nodes:
-                cand = a if is_extern(a) else lea.get(a)
-                if cand is not None and (best is None or pos[cand] > pos[best]):
-                    best = cand
-            lea[n] = best
-        return cls(graph, nodes, pos, output, starts, lea)
+        kernels = [n for n in nodes if _is_kernel(n)]
+        return cls(graph, nodes, pos, output, starts, kernels)
 
     def point_node(self, layer: int | None, forward: bool) -> fx.Node:
-        """The node before which a sync point's ops go: the start of ``layer`` (or of the next
-        layer that has nodes here), or the output node at the end of the pass."""
+        """Where a sync point is: the start of ``layer`` (or of the next layer that has nodes
+        here), or the output node at the end of the pass."""
         if layer is None:
             return self.output
         if forward:
@@ -186,32 +192,41 @@ class GraphIndex:
         later = [k for k in self.starts if k <= layer]
         return self.starts[max(later)] if later else self.output
 
-    def gate_after(self, node: fx.Node) -> tuple[fx.Node, fx.Node] | None:
-        """``(kernel, x)``: the first extern kernel from ``node`` on, and the input to route
-        through a barrier (a graph input such as a weight when there is one)."""
-        if node is self.output:
-            return None
-        for n in self.nodes[self.pos[node] :]:
-            if n.op == "call_function" and n.target is not operator.getitem and is_extern(n):
-                inputs = [a for a in n.all_input_nodes if tensor_val(a) is not None]
-                if inputs:
-                    x = next((a for a in inputs if a.op == "placeholder"), inputs[0])
-                    return n, x
-        return None
+    def kernel_from(self, node: fx.Node) -> fx.Node | None:
+        """The first extern kernel at or after ``node``."""
+        start = self.pos[node]
+        return next((k for k in self.kernels if self.pos[k] >= start), None)
 
-    def anchor_at(self, node: fx.Node) -> fx.Node | None:
-        """What an op placed before ``node`` follows: the latest extern kernel that the next
-        gated kernel (or ``node`` itself) already depends on."""
-        gate = self.gate_after(node)
-        return self.extern_ancestor.get(gate[0] if gate else node)
-
-    def anchor_of(self, node: fx.Node) -> fx.Node | None:
-        """The latest extern kernel ``node`` depends on."""
-        return self.extern_ancestor.get(node)
+    def kernel_before(self, node: fx.Node) -> fx.Node | None:
+        """The last extern kernel strictly before ``node``."""
+        limit = self.pos[node]
+        return next((k for k in reversed(self.kernels) if self.pos[k] < limit), None)
 
     def first_user(self, nodes: Iterable[fx.Node]) -> fx.Node | None:
         users = [u for n in nodes for u in n.users if u in self.pos]
         return min(users, key=self.pos.__getitem__, default=None)
+
+
+def gate_input(kernel: fx.Node) -> fx.Node:
+    """The input of a gate kernel to route through barriers: an activation (something
+    computed, so ops following it wait for the previous layer), else any tensor input."""
+    inputs = [a for a in kernel.all_input_nodes if tensor_val(a) is not None]
+    computed = [a for a in inputs if a.op != "placeholder" and not _is_view_of_input(a)]
+    return (computed or inputs)[0]
+
+
+def _is_kernel(n: fx.Node) -> bool:
+    return (
+        n.op == "call_function"
+        and n.target is not operator.getitem
+        and is_extern(n)
+        and any(tensor_val(a) is not None for a in n.all_input_nodes)
+    )
+
+
+def _is_view_of_input(n: fx.Node) -> bool:
+    inputs = n.all_input_nodes
+    return bool(inputs) and all(a.op == "placeholder" for a in inputs) and _is_view_node(n)
 
 
 def _flat(args: object) -> list[fx.Node]:
@@ -223,10 +238,9 @@ def _flat(args: object) -> list[fx.Node]:
 def _is_work(n: fx.Node) -> bool:
     """A node that marks where a layer's computation begins: not a placeholder and not a view
     of one (weight transposes can sit anywhere)."""
-    if n.op != "call_function" or tensor_val(n) is None or is_memopt_op(n):
+    if n.op != "call_function" or tensor_val(n) is None or is_offload_node(n):
         return False
-    inputs = n.all_input_nodes
-    return not (inputs and all(a.op == "placeholder" for a in inputs) and _is_view_node(n))
+    return not _is_view_of_input(n)
 
 
 def _is_view_node(n: fx.Node) -> bool:

@@ -40,15 +40,19 @@ class LayerOffloadPartitioner(compat.CustomPartitionerFn):
         self.min_bytes = min_bytes
         self.layers = layers
         self.layer_names: list[str] = []
+        """The layers of the last graph that had any."""
         self.results: list[OffloadResult] = []
+        """One per compiled graph with layers, in compile order."""
 
     def __call__(
         self, gm: fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
         names = detect_layers_pass(gm, self.layers)
         fw, bw = compat.min_cut_partition(gm, joint_inputs, **kwargs)
+        if not names:  # e.g. a loss computed in its own graph after a graph break
+            return fw, bw
         self.layer_names = names
-        if not names or self.offload_layers == 0:
+        if self.offload_layers == 0:
             return fw, bw
         sync = self.sync if self.sync is not None else default_sync(len(names), self.offload_layers)
         result = insert_offload_pass(

@@ -93,7 +93,7 @@ class Slots:
                 return o
         return None
 
-    def replace_with_host(self, members: list[int], host: fx.Node, fake_mode) -> fx.Node:
+    def replace_with_host(self, members: list[int], host: fx.Node) -> fx.Node:
         """Slot ``members[0]`` now carries ``host``; the other members' slots are dropped.
         Returns the new backward placeholder (named like ``host``)."""
         first = self.entries[members[0]]
@@ -129,7 +129,7 @@ class Slots:
             node.meta[compat.NO_VC_CHECK_META] = True
         e.fw = node
 
-    def write(self, fake_mode) -> None:
+    def write(self) -> None:
         """Write the forward outputs and drop the backward placeholders no longer bound."""
         flag = compat.NO_VC_CHECK_META
         live = [e for e in self.entries if not e.removed]

@@ -1,0 +1,196 @@
+"""From a model spec and sizes to plan reports and peak models, one per memopt config.
+
+Decides the trace (sizes, symbolic or not, which depths), runs :func:`memopt.cli.trace.trace`
+once per depth, renames the shape symbols to ``batch``/``seq``, extrapolates to the full depth
+and counts the static bytes (parameters, gradients, optimizer) on the full model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from memopt.cli.errors import EXIT_TRACE, CliError
+from memopt.cli.extrapolate import (
+    extrapolate_profile,
+    extrapolate_region,
+    finish_region,
+    rename_profile,
+)
+from memopt.cli.models import ModelSource
+from memopt.cli.peak import PeakModel, Static, combine_regions, static_bytes
+from memopt.cli.trace import PlannerInputs, TraceResult, trace
+from memopt.config import MemoptConfig
+from memopt.report import Report
+
+#: Depths traced when extrapolating (consecutive, so one step is one layer).
+SMALL_DEPTHS = (2, 3)
+#: Models with at most this many layers are traced at full depth by ``--depth auto``.
+FULL_DEPTH_UP_TO = 6
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to plan: the sizes, dtype, device kind and optimizer."""
+
+    batch: int
+    seq: int
+    dtype: torch.dtype | None
+    device_kind: str = "cuda"
+    depth: str = "auto"
+    optimizer: str = "adamw"
+    state_dtype: str = "fp32"
+    master_weights: bool = False
+    momentum: bool = False
+    symbolic: bool = True
+
+
+@dataclass
+class Analysis:
+    """Per config: the plan report and the peak model; plus how the trace was made."""
+
+    source: ModelSource
+    request: Request
+    configs: list[MemoptConfig]
+    reports: list[Report]
+    peaks: list[PeakModel]
+    static: Static
+    names: dict[str, str]
+    """Shape symbol -> readable name (``batch``, ``seq``)."""
+    values: dict[str, int]
+    """Symbol values to evaluate at (the sizes asked for)."""
+    traced_depths: list[int | None]
+    trace_seconds: float
+    device: str
+    emulated: bool
+    model_class: str
+    planner: list[PlannerInputs] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def extrapolated(self) -> bool:
+        return len(self.traced_depths) > 1
+
+
+def trace_sizes(batch: int, seq: int) -> tuple[int, int]:
+    """Sizes to trace with: not 1 (dynamo would specialize it), batch != seq (one symbol)."""
+    b, s = max(batch, 2), max(seq, 2)
+    if b == s:
+        b += 1
+    return b, s
+
+
+def choose_depths(
+    source: ModelSource, request: Request, configs: Sequence[MemoptConfig]
+) -> tuple[list[int | None], str | None]:
+    """The depths to trace (``[None]``: the model's own) and why full depth, if forced."""
+    n = source.num_layers
+    if request.depth == "full" or n is None:
+        return [None], None
+    if n <= FULL_DEPTH_UP_TO:
+        return [None], None
+    if any(c.budget is not None for c in configs):
+        return [None], "the budget planner plans the whole step: traced at full depth"
+    if any(p.count != -1 for c in configs for p in c.plans):
+        return [None], "a plan with a Count covers the first N occurrences: traced at full depth"
+    return list(SMALL_DEPTHS), None
+
+
+def _names(symbols: dict[str, int], bt: int, st: int) -> dict[str, str]:
+    names = {}
+    for k, v in symbols.items():
+        if v == bt:
+            names[k] = "batch"
+        elif v == st:
+            names[k] = "seq"
+    return names
+
+
+def analyze(
+    source: ModelSource,
+    request: Request,
+    configs: Sequence[MemoptConfig],
+    *,
+    keep_planner: bool = False,
+) -> Analysis:
+    """Trace ``source`` for every config and build the reports and peak models."""
+    configs = list(configs)
+    depths, note = choose_depths(source, request, configs)
+    if request.symbolic:
+        bt, st = trace_sizes(request.batch, request.seq)
+    else:
+        bt, st = request.batch, request.seq
+    t0 = time.perf_counter()
+    traces: list[TraceResult] = []
+    model_class = ""
+    for depth in depths:
+        built = source.build(batch=bt, seq=st, dtype=request.dtype, layers=depth)
+        model_class = type(built.model).__name__
+        traces.append(
+            trace(
+                built,
+                configs,
+                device_kind=request.device_kind,
+                keep_planner=keep_planner and depth is None,
+                dynamic=request.symbolic,
+            )
+        )
+    seconds = time.perf_counter() - t0
+    full = source.build(batch=bt, seq=st, dtype=request.dtype, layers=None)
+    static = static_bytes(
+        full.model,
+        optimizer=request.optimizer,
+        state_dtype=request.state_dtype,
+        master_weights=request.master_weights,
+        momentum=request.momentum,
+    )
+    symbols = traces[-1].symbols
+    names = _names(symbols, bt, st) if request.symbolic else {}
+    values = {names.get(k, k): v for k, v in symbols.items()}
+    values.update({"batch": request.batch, "seq": request.seq})
+    reports, peaks = [], []
+    for i, config in enumerate(configs):
+        per_depth = [[r for r in t.runs[i]] for t in traces]
+        regions = [[finish_region(r.report, names, values) for r in d] for d in per_depth]
+        profiles = [
+            combine_regions([rename_profile(r.profile, names) for r in d], values)
+            for d in per_depth
+        ]
+        if len(traces) == 2:
+            if len(regions[0]) != len(regions[1]):
+                raise CliError(
+                    f"the model compiles to {len(regions[0])} and {len(regions[1])} graphs at "
+                    f"depths {depths[0]} and {depths[1]}; use --depth full",
+                    EXIT_TRACE,
+                )
+            steps = source.num_layers - depths[1]
+            region_list = [
+                extrapolate_region(a, b, steps, values) for a, b in zip(regions[0], regions[1])
+            ]
+            profile = extrapolate_profile(profiles[0], profiles[1], steps)
+        else:
+            region_list, profile = regions[0], profiles[0]
+        for k, r in enumerate(region_list):
+            r.index = k
+        reports.append(Report(config, region_list))
+        peaks.append(PeakModel(static, profile))
+    return Analysis(
+        source=source,
+        request=request,
+        configs=configs,
+        reports=reports,
+        peaks=peaks,
+        static=static,
+        names=names,
+        values=values,
+        traced_depths=depths,
+        trace_seconds=seconds,
+        device=traces[-1].device,
+        emulated=traces[-1].emulated,
+        model_class=model_class,
+        planner=traces[-1].planner,
+        notes=[note] if note else [],
+    )

@@ -1,0 +1,269 @@
+"""The live bytes of one compiled step, from its partitioned forward and backward graphs.
+
+FX in, plain sympy out (:class:`StepProfile`); :mod:`memopt.cli.peak` does the arithmetic.
+
+The step is one line of positions: the forward graph's ops, then the backward graph's, then
+one position for the optimizer step. Every tensor that owns its storage (views are charged to
+the tensor they alias) is live from the op that makes it to its last reader, with these
+exceptions:
+
+* a saved activation (a forward output the backward reads) lives until its last backward
+  reader; parameters and inputs are not charged here (they are static);
+* the forward's user outputs (logits next to the loss) live to the end of the forward (a
+  training loop that keeps only ``.loss`` frees them then);
+* the backward's outputs (parameter gradients) live to the optimizer step;
+* temporaries that Inductor fuses away are not charged: a temporary counts only when the op
+  that makes it or one that reads it is an extern kernel (matmul, attention, convolution, an
+  unknown op), i.e. when it must exist in memory. This is an estimate: Inductor's fusion and
+  buffer reuse decide the real working memory.
+
+Each phase reports its peak split into saved activations, gradients and temporaries, as sympy
+expressions of the readable shape symbols, chosen at the compile-time sizes. Three phases are
+kept -- the forward, the first half of the backward and the rest (with the optimizer step) --
+because in a stack of identical layers the backward peak sits at one of its ends, and each
+end grows with depth at its own rate (:mod:`memopt.cli.extrapolate`).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import sympy
+import torch
+import torch.fx
+
+from memopt import _torch_compat as compat
+from memopt import meta_keys as mk
+from memopt.passes.find_saved_activations import is_view_op, storage_root
+from memopt.symbolic import SymbolTable, tensor_bytes_expr
+
+PHASES = ("forward", "backward_early", "backward_late")
+PARTS = ("activations", "gradients", "temporaries")
+
+_FUSIBLE_NAMES = frozenset(
+    {
+        "_to_copy",
+        "clone",
+        "full",
+        "full_like",
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "empty",
+        "empty_like",
+        "scalar_tensor",
+        "iota",
+        "arange",
+        "cat",
+        "gather",
+        "embedding",
+        "index",
+        "index_select",
+        "constant_pad_nd",
+        "slice_scatter",
+        "select_scatter",
+        "where",
+        "copy",
+        "lift_fresh_copy",
+    }
+)
+
+
+@dataclass(frozen=True)
+class PhasePeak:
+    """Live bytes at the peak of one phase, by kind (readable sympy expressions)."""
+
+    activations: sympy.Expr
+    gradients: sympy.Expr
+    temporaries: sympy.Expr
+
+    @property
+    def total(self) -> sympy.Expr:
+        return self.activations + self.gradients + self.temporaries
+
+    def parts(self) -> dict[str, sympy.Expr]:
+        return {p: getattr(self, p) for p in PARTS}
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """One compiled region: its phase peaks and totals (parameters and optimizer excluded)."""
+
+    phases: dict[str, PhasePeak]
+    saved: sympy.Expr
+    """All saved-activation bytes (unique storages, parameters and inputs excluded)."""
+    gradients: sympy.Expr
+    """Bytes of all the backward's outputs (the gradients)."""
+    inputs: sympy.Expr
+    """Bytes of the forward's non-parameter graph inputs (token ids, labels)."""
+
+
+def _fusible(node: torch.fx.Node) -> bool:
+    """Whether Inductor lowers the op into its own kernels (so temporaries may fuse away)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        src = node.args[0]
+        return isinstance(src, torch.fx.Node) and _fusible(src)
+    if is_view_op(node):
+        return True
+    tags = getattr(node.target, "tags", ())
+    if torch.Tag.pointwise in tags or torch.Tag.reduction in tags:
+        return True
+    return getattr(node.target, "__name__", "").split(".")[0] in _FUSIBLE_NAMES
+
+
+def _must_exist(node: torch.fx.Node, alias_users: list[torch.fx.Node]) -> bool:
+    if not _fusible(node):
+        return True
+    return any(u.op == "call_function" and not _fusible(u) for u in alias_users)
+
+
+def _alias_users(node: torch.fx.Node) -> list[torch.fx.Node]:
+    out, stack, seen = [], list(node.users), set()
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        out.append(u)
+        if is_view_op(u):
+            stack.extend(u.users)
+    return out
+
+
+def _owns(node: torch.fx.Node) -> bool:
+    """A call_function node that allocates a tensor (not a view, not a tuple)."""
+    val = node.meta.get(mk.TORCH_VAL)
+    return (
+        node.op == "call_function"
+        and isinstance(val, torch.Tensor)
+        and storage_root(node) is node
+        and not (node.target is operator.getitem and is_view_op(node))
+    )
+
+
+class _Sweep:
+    """Intervals ``[start, end]`` (inclusive positions) with a kind, an int size, an expr."""
+
+    def __init__(self, symbols: SymbolTable):
+        self.symbols = symbols
+        self.items: list[tuple[int, int, str, int, sympy.Expr]] = []
+
+    def add(self, start: int, end: int, kind: str, val: torch.Tensor) -> None:
+        expr = tensor_bytes_expr(val)
+        size = compat.int_hint(val.numel()) * val.element_size()
+        self.items.append((start, max(start, end), kind, size, expr))
+
+    def peak(self, lo: int, hi: int) -> PhasePeak:
+        """The largest live total over positions ``lo..hi`` (inclusive), split by kind."""
+        delta = [0] * (hi - lo + 2)
+        for s, e, _, size, _ in self.items:
+            if e < lo or s > hi:
+                continue
+            delta[max(s, lo) - lo] += size
+            delta[min(e, hi) - lo + 1] -= size
+        best, best_pos, acc = -1, lo, 0
+        for i in range(hi - lo + 1):
+            acc += delta[i]
+            if acc > best:
+                best, best_pos = acc, lo + i
+        sums = {p: sympy.Integer(0) for p in PARTS}
+        for s, e, kind, _, expr in self.items:
+            if s <= best_pos <= e:
+                sums[kind] += expr
+        return PhasePeak(**{k: self.symbols.readable(v) for k, v in sums.items()})
+
+
+def step_profile(
+    fw: torch.fx.GraphModule,
+    bw: torch.fx.GraphModule,
+    num_fwd_outputs: int,
+    symbols: SymbolTable,
+    static_input_indices: Collection[int] = (),
+) -> StepProfile:
+    """The live-bytes profile of a partitioned step (see the module docstring).
+
+    ``static_input_indices``: positions of the forward's inputs that are parameters or buffers
+    (Inductor's ``static_lifetime_input_indices``); the other inputs count as ``inputs``."""
+    fw_ops = [n for n in fw.graph.nodes if n.op == "call_function"]
+    bw_ops = [n for n in bw.graph.nodes if n.op == "call_function"]
+    nf, nb = len(fw_ops), len(bw_ops)
+    end = nf + nb  # the optimizer step
+    fpos = {n: i for i, n in enumerate(fw_ops)}
+    bpos = {n: nf + i for i, n in enumerate(bw_ops)}
+    fw_out = fw.graph.output_node().args[0]
+    saved_names = {n.name for n in fw_out[num_fwd_outputs:] if isinstance(n, torch.fx.Node)}
+    user_outs = {storage_root(n) for n in fw_out[:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
+    bw_by_name = {n.name: n for n in bw.graph.nodes if n.op == "placeholder"}
+    bw_out = bw.graph.output_node()
+
+    def last_bw_use(names: list[str]) -> int | None:
+        uses = [
+            bpos[u] for name in names if name in bw_by_name for u in _alias_users(bw_by_name[name])
+        ]
+        uses = [u for u in uses if isinstance(u, int)]
+        return max(uses) if uses else None
+
+    sweep = _Sweep(symbols)
+    saved = sympy.Integer(0)
+    for n in fw_ops:
+        if not _owns(n):
+            continue
+        users = _alias_users(n)
+        aliases = [n] + [u for u in users if is_view_op(u)]
+        last = max([fpos[u] for u in users if u in fpos] + [fpos[n]])
+        saved_here = [a.name for a in aliases if a.name in saved_names]
+        if saved_here:
+            bw_last = last_bw_use(saved_here)
+            sweep.add(fpos[n], bw_last if bw_last is not None else nf, "activations", n.meta["val"])
+            saved += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
+        elif n in user_outs or any(u.op == "output" for u in users):
+            sweep.add(fpos[n], nf - 1, "temporaries", n.meta["val"])
+        elif _must_exist(n, users):
+            sweep.add(fpos[n], last, "temporaries", n.meta["val"])
+    for p in bw.graph.nodes:  # tangents (incoming gradients of the forward's outputs)
+        if p.op == "placeholder" and p.name not in saved_names and _is_tensor(p):
+            last = last_bw_use([p.name])
+            sweep.add(nf, last if last is not None else nf, "temporaries", p.meta["val"])
+    grads = sympy.Integer(0)
+    for n in bw_ops:
+        if not _owns(n):
+            continue
+        users = _alias_users(n)
+        if any(u is bw_out for u in users):
+            sweep.add(bpos[n], end, "gradients", n.meta["val"])
+            grads += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
+        elif _must_exist(n, users):
+            last = max([bpos[u] for u in users if u in bpos] + [bpos[n]])
+            sweep.add(bpos[n], last, "temporaries", n.meta["val"])
+    static = set(static_input_indices)
+    placeholders = [p for p in fw.graph.nodes if p.op == "placeholder"]
+    inputs = sum(
+        (
+            tensor_bytes_expr(p.meta[mk.TORCH_VAL])
+            for i, p in enumerate(placeholders)
+            if i not in static and _is_tensor(p)
+        ),
+        sympy.Integer(0),
+    )
+    mid = nf + nb // 2
+    phases = {
+        "forward": sweep.peak(0, max(nf - 1, 0)),
+        "backward_early": sweep.peak(nf, max(mid - 1, nf)),
+        "backward_late": sweep.peak(min(mid, end), end),
+    }
+    return StepProfile(
+        phases=phases,
+        saved=symbols.readable(saved),
+        gradients=symbols.readable(grads),
+        inputs=symbols.readable(inputs),
+    )
+
+
+def _is_tensor(node: torch.fx.Node) -> bool:
+    return isinstance(node.meta.get(mk.TORCH_VAL), torch.Tensor)
+

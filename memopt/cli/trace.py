@@ -1,0 +1,217 @@
+"""Trace a model with fake tensors through the same compile path as training, without codegen.
+
+``torch.compile(model, backend=..., dynamic=True)`` runs dynamo and Inductor's ``compile_fx``
+(decompositions, joint-graph passes, the partitioner hook) exactly as :func:`memopt.optimize`
+does; only Inductor's code generation is replaced by a stub (``inner_compile``) that runs the
+partitioned forward graph on the fake inputs, so graph breaks keep working. memopt's pipeline
+(:func:`memopt.passes.pipeline.run_pipeline`) runs in the partitioner hook once per requested
+config on the same joint graph, so the plan tables agree with training's. Parameters and
+inputs are ``FakeTensor``s: nothing is allocated, a 70B model traces on a laptop.
+
+Planning for ``cuda`` on a machine without CUDA traces on fake CPU tensors (autograd needs a
+real device backend) and replaces ``F.scaled_dot_product_attention`` by the kernel a GPU would
+pick (:mod:`memopt.cli.attention`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+import torch.nn as nn
+
+from memopt import _torch_compat as compat
+from memopt.cli.attention import emulate_cuda_attention
+from memopt.cli.errors import EXIT_TRACE, CliError, one_line
+from memopt.cli.liveness import StepProfile, step_profile
+from memopt.cli.models import Built
+from memopt.config import MemoptConfig
+from memopt.errors import PlanError
+from memopt.partitioner import MemoptPartitioner, MemoptState
+from memopt.report import RegionReport
+from memopt.symbolic import SymbolTable
+
+
+@dataclass
+class RegionTrace:
+    """One compiled region under one config."""
+
+    report: RegionReport
+    profile: StepProfile
+
+
+@dataclass
+class PlannerInputs:
+    """What the budget planner needs to re-plan a region at other sizes (kept alive)."""
+
+    joint: torch.fx.GraphModule
+    fw: torch.fx.GraphModule
+    bw: torch.fx.GraphModule
+    candidates: list
+    symbols: SymbolTable
+    fixed: tuple = ()
+
+
+@dataclass
+class TraceResult:
+    """Per config (in the order asked), the regions; plus what the trace was."""
+
+    runs: list[list[RegionTrace]]
+    symbols: dict[str, int]
+    """Readable symbol name -> its value in the trace (the traced sizes)."""
+    device: str
+    emulated: bool
+    seconds: float
+    planner: list[PlannerInputs] = field(default_factory=list)
+
+
+class _PlanPartitioner(MemoptPartitioner):
+    """memopt's partitioner, run once per config; keeps the reports and live-bytes profiles."""
+
+    def __init__(self, configs: Sequence[MemoptConfig], keep_planner: bool):
+        super().__init__(configs[-1], MemoptState(configs[-1]))
+        self.configs = list(configs)
+        self.states = [MemoptState(c) for c in configs]
+        self.runs: list[list[RegionTrace]] = [[] for _ in configs]
+        self.keep_planner = keep_planner
+        self.planner: list[PlannerInputs] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any):
+        from memopt.passes.pipeline import run_pipeline
+
+        static = kwargs.get("static_lifetime_input_indices") or ()
+        fw = bw = None
+        for i, (config, state) in enumerate(zip(self.configs, self.states)):
+            result = run_pipeline(
+                gm, joint_inputs, config, dict(kwargs), known_elsewhere=state.known_cluster_ids()
+            )
+            region = RegionReport.from_pipeline(0, result)
+            state.add_region(region)
+            profile = step_profile(
+                result.fw, result.bw, kwargs["num_fwd_outputs"], result.symbols, static
+            )
+            self.runs[i].append(RegionTrace(region, profile))
+            if self.keep_planner and i == 0:
+                self.planner.append(
+                    PlannerInputs(gm, result.fw, result.bw, result.candidates, result.symbols)
+                )
+            fw, bw = result.fw, result.bw
+        return fw, bw
+
+
+def _fake_tensor(mode, t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    with mode:
+        return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
+
+
+def fakeify(built: Built, device: torch.device) -> tuple[nn.Module, tuple, dict]:
+    """Replace every parameter, buffer and input tensor by a FakeTensor on ``device``."""
+    mode = compat.fake_tensor_mode()
+    for module in built.model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None:
+                fake = _fake_tensor(mode, p, device)
+                module._parameters[name] = nn.Parameter(fake, requires_grad=p.requires_grad)
+        for name, b in list(module._buffers.items()):
+            if b is not None:
+                module._buffers[name] = _fake_tensor(mode, b, device)
+
+    def conv(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return _fake_tensor(mode, x, device)
+        if isinstance(x, tuple | list):
+            return type(x)(conv(y) for y in x)
+        if isinstance(x, dict):
+            return {k: conv(v) for k, v in x.items()}
+        return x
+
+    return built.model, conv(built.args), conv(built.kwargs)
+
+
+def _no_codegen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):
+    """Inductor's ``inner_compile`` stand-in: run the graph on fake tensors, generate nothing."""
+
+    def run(*args: Any) -> Any:
+        if len(args) == 1 and isinstance(args[0], list):  # boxed convention
+            args = tuple(args[0])
+        return gm(*args)
+
+    return run
+
+
+@contextlib.contextmanager
+def _quiet_compile() -> Iterator[None]:
+    with compat.no_compile_caches(), compat.dynamo_config(suppress_errors=False):
+        yield
+
+
+def trace(
+    built: Built,
+    configs: Sequence[MemoptConfig],
+    *,
+    device_kind: str,
+    keep_planner: bool = False,
+    dynamic: bool = True,
+) -> TraceResult:
+    """Trace one training step of ``built`` (meta model and inputs) for each config."""
+    emulated = device_kind == "cuda" and not torch.cuda.is_available()
+    device = torch.device("cpu" if emulated else device_kind)
+    t0 = time.perf_counter()
+    model, args, kwargs = fakeify(built, device)
+    partitioner = _PlanPartitioner(configs, keep_planner)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        return compat.compile_fx(
+            gm,
+            example_inputs,
+            inner_compile=_no_codegen,
+            config_patches={"custom_partitioner_fn": partitioner},
+        )
+
+    compat.dynamo_reset()
+    for x in (*args, *kwargs.values()) if dynamic else ():
+        if isinstance(x, torch.Tensor):
+            for d in range(x.dim()):
+                if x.shape[d] > 1:
+                    compat.mark_dynamic(x, d)
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    attention = emulate_cuda_attention() if emulated else contextlib.nullcontext()
+    try:
+        with _quiet_compile(), attention:
+            compiled(*args, **kwargs)
+    except PlanError:
+        raise
+    except CliError:
+        raise
+    except Exception as e:
+        cause = compat.unwrap_backend_error(e)
+        if isinstance(cause, PlanError):
+            raise cause from None
+        raise CliError(f"tracing failed: {one_line(cause)}", EXIT_TRACE) from None
+    finally:
+        compat.dynamo_reset()
+    if not partitioner.runs[0]:
+        raise CliError(
+            "tracing produced no training graph (does the model have parameters that require "
+            "grad, and does its forward use them?)",
+            EXIT_TRACE,
+        )
+    symbols: dict[str, int] = {}
+    for region_trace in partitioner.runs[0]:
+        for k, v in region_trace.report.symbols.items():
+            symbols.setdefault(k, v)
+    for p in partitioner.planner:
+        symbols.update({k: v for k, v in p.symbols.values.items() if k not in symbols})
+    return TraceResult(
+        runs=partitioner.runs,
+        symbols=symbols,
+        device=str(device),
+        emulated=emulated,
+        seconds=time.perf_counter() - t0,
+        planner=partitioner.planner,
+    )

@@ -1,0 +1,88 @@
+"""offload_step: choose which saved tensors to offload and run insert_offload_pass.
+
+Reads the settings (``offload_layers``, ``sync``) and the strategy-3 decisions (plan strings
+``Cluster:3:N``), the partitioned forward/backward graphs and the detected layers. With
+``offload_layers=k`` every saved activation of the offloaded layers goes; with strategy-3
+plans only those clusters' tensors go, under ``sync`` or, if none, the default dict for
+``n-1`` layers (every layer but the last, whose backward comes right after its forward).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch.fx
+
+from memopt.candidates import Candidate
+from memopt.config import MemoptConfig
+from memopt.errors import ConfigError
+from memopt.offload.result import OffloadResult
+from memopt.offload.sync import SyncError, default_sync
+from memopt.passes.detect_layers import detect_layers_pass
+from memopt.passes.insert_offload import insert_offload_pass
+from memopt.plan import Strategy
+
+
+def wants_offload(config: MemoptConfig, per_root: Mapping[str, Strategy]) -> bool:
+    return bool(config.offload_layers) or bool(config.sync) or Strategy.OFFLOAD in per_root.values()
+
+
+def offload_step(
+    fw: torch.fx.GraphModule,
+    bw: torch.fx.GraphModule,
+    *,
+    config: MemoptConfig,
+    num_fwd_outputs: int,
+    candidates: Sequence[Candidate],
+    per_root: Mapping[str, Strategy],
+) -> OffloadResult | None:
+    names = detect_layers_pass(fw, config.layers)
+    detect_layers_pass(bw, config.layers)
+    n = len(names)
+    if n == 0:
+        if config.offload_layers or config.sync:
+            raise ConfigError(
+                "offload: no repeated layers found in this graph (children of a ModuleList/"
+                "Sequential such as model.layers.3); pass layers='<module path prefix>'"
+            )
+        return None
+    try:
+        if config.sync:
+            sync = {k: v for k, v in config.sync}
+        elif config.offload_layers:
+            if config.offload_layers >= n:
+                raise ConfigError(
+                    f"offload_layers={config.offload_layers} must be below the number of layers "
+                    f"({n}: {names[0]} .. {names[-1]})"
+                )
+            sync = default_sync(n, config.offload_layers)
+        else:
+            sync = default_sync(n, n - 1)
+    except SyncError as e:
+        raise ConfigError(f"sync: {e}") from None
+    indices = None
+    if not (config.offload_layers or config.sync) or Strategy.OFFLOAD in per_root.values():
+        chosen = {
+            m
+            for c in candidates
+            if per_root.get(c.root) == Strategy.OFFLOAD
+            for m in (c.root, *c.members)
+        }
+        outs = fw.graph.output_node().args[0][num_fwd_outputs:]
+        indices = [
+            i for i, o in enumerate(outs) if isinstance(o, torch.fx.Node) and o.name in chosen
+        ]
+        if config.offload_layers or config.sync:
+            indices = None  # the layer settings already cover every saved tensor of a layer
+    try:
+        return insert_offload_pass(
+            fw,
+            bw,
+            sync=sync,
+            num_fwd_outputs=num_fwd_outputs,
+            num_layers=n,
+            min_bytes=config.offload_min_bytes,
+            saved_indices_to_offload=indices,
+        )
+    except SyncError as e:
+        raise ConfigError(f"sync: {e}") from None

@@ -1,0 +1,53 @@
+"""Activation offload through memopt.optimize: offload_layers=k, sync=..., and Cluster:3:N."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import memopt
+from tests.helpers import compare, tiny_llama
+
+
+def _model():
+    torch.manual_seed(0)
+    return tiny_llama(num_hidden_layers=3)
+
+
+def test_offload_layers_numerics_report_and_timeline():
+    model = _model()
+    ids = torch.randint(1, 128, (4, 64))
+    rep, _, _, _ = compare(
+        model, {"input_ids": ids, "labels": ids}, offload_layers=2, offload_min_bytes=0
+    )
+    off = rep.regions[0].extra["offload"]
+    assert off["synchronous"]  # no CUDA here: synchronous host copies
+    assert sorted(off["bytes_per_layer"]) == ["0", "1"]
+    assert rep.offloaded_bytes() == off["total_bytes"] > 0
+    text = rep.table()
+    assert "copies synchronous (no CUDA device)" in text
+    assert "are offloaded to host memory" in text
+    assert rep.regions[0].extra["layers"]["names"] == [f"model.layers.{i}" for i in range(3)]
+
+
+def test_strategy3_plan_offloads_that_cluster_only():
+    model = _model()
+    ids = torch.randint(1, 128, (4, 64))
+    opt = memopt.optimize(model, config="MatMul+:3:-1", offload_min_bytes=0)
+    opt(input_ids=ids, labels=ids).loss.backward()
+    rep = memopt.report(opt)
+    off = rep.regions[0].extra["offload"]
+    names = {n for t in off["offloaded"] for n in t["saved"]}
+    assert names and all(n.startswith("mm") for n in names), names
+    row = next(p for p in rep.to_dict()["plans"] if p["cluster_id"] == "MatMul+")
+    assert row["enabled"] and row["strategy"] == 3
+    assert row["saving_bytes"] == off["total_bytes"]
+
+
+def test_offload_layers_too_many_is_a_clear_error():
+    model = _model()
+    ids = torch.randint(1, 128, (2, 16))
+    opt = memopt.optimize(model, offload_layers=3)
+    with pytest.raises(Exception) as e:
+        opt(input_ids=ids, labels=ids)
+    assert "offload_layers=3 must be below the number of layers (3" in str(e.value)

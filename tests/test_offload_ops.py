@@ -1,0 +1,166 @@
+"""memopt's offload ops, their fake kernels and the host buffer pool (CPU and CUDA)."""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from memopt.offload import ops
+
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _fresh_stats():
+    ops.reset_copy_stats()
+    yield
+
+
+def _roundtrip(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    h = ops.offload(t)
+    h = ops.wait_offload(h, [t], None)
+    d = ops.reload(h, t.device, None)
+    return h, ops.wait_reload(d, None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.bool, torch.int64])
+def test_cpu_roundtrip_is_exact(dtype):
+    t = (torch.randn(64, 48) * 10).to(dtype)
+    h, back = _roundtrip(t)
+    assert h.device.type == "cpu" and h.data_ptr() != t.data_ptr()
+    assert ops.POOL.owns(h) and not ops.POOL.owns(back)
+    assert torch.equal(back, t) and back.dtype == dtype
+    s = ops.copy_stats()
+    assert (s.d2h_copies, s.h2d_copies, s.sync_copies, s.async_copies) == (1, 1, 2, 0)
+    assert s.d2h_bytes == s.h2d_bytes == t.numel() * t.element_size()
+    assert ops.pending_copies() == 0
+
+
+def test_permuted_dense_tensor_keeps_its_layout():
+    t = torch.randn(8, 16, 32).permute(2, 0, 1)  # dense, not contiguous
+    h, back = _roundtrip(t)
+    assert h.stride() == t.stride() == back.stride()
+    assert torch.equal(back, t)
+    assert ops.copy_stats().contiguous_copies == 0
+
+
+def test_non_dense_tensor_is_made_contiguous():
+    base = torch.randn(16, 64)
+    t = base[:, :24]  # a slice: gaps between rows
+    h, back = _roundtrip(t)
+    assert h.is_contiguous() and back.is_contiguous()
+    assert torch.equal(back, t)
+    assert ops.copy_stats().contiguous_copies == 1
+
+
+def test_is_dense():
+    assert ops.is_dense(torch.empty(4, 5))
+    assert ops.is_dense(torch.empty(4, 5).t())
+    assert ops.is_dense(torch.empty(4, 1, 5)[:, :, :])
+    assert not ops.is_dense(torch.empty(4, 6)[:, :5])
+    assert not ops.is_dense(torch.empty(4).expand(3, 4))
+
+
+def test_alias_ops_return_their_input():
+    x, y = torch.randn(3), torch.randn(3)
+    assert ops.barrier(x, [y]) is x
+    assert ops.wait_reload(x, y) is x
+    assert ops.wait_offload(x, [y], None) is x
+
+
+def test_schemas_alias_and_tags():
+    for op in (ops.wait_offload, ops.wait_reload, ops.barrier):
+        ret = op._schema.returns[0]
+        assert ret.alias_info is not None and not ret.alias_info.is_write
+        assert op._schema.arguments[0].alias_info is not None
+    for op in (ops.offload, ops.reload):
+        assert op._schema.returns[0].alias_info is None
+        assert not op._schema.is_mutable
+
+
+def test_fake_kernels():
+    with FakeTensorMode():
+        t = torch.empty(6, 4).t()
+        h = ops.offload(t)
+        assert h.device.type == "cpu" and h.stride() == (1, 4)
+        s = torch.empty(4, 8)[:, :3]
+        assert ops.offload(s).stride() == (3, 1)
+        d = ops.reload(h, torch.device("cpu"), None)
+        assert d.shape == (4, 6) and d.stride() == (1, 4)
+        assert ops.wait_offload(h, [t], None) is h
+        assert ops.barrier(t, [h]).shape == (4, 6)
+
+
+def test_pool_reuses_released_buffers():
+    ops.POOL.clear()
+    start = ops.POOL.stats()
+    t = torch.randn(256, 1024)  # 1 MiB
+    for _ in range(10):
+        h, back = _roundtrip(t)
+        del h, back
+    s = ops.POOL.stats()
+    assert s.allocations - start.allocations == 1
+    assert s.reuses - start.reuses == 9
+    assert s.in_use_bytes == 0
+
+
+def test_pool_never_hands_out_a_buffer_in_use():
+    ops.POOL.clear()
+    t = torch.randn(256, 1024)
+    h1 = ops.offload(t)
+    view = h1[3]  # a view keeps the buffer in use
+    del h1
+    h2 = ops.offload(t * 2)
+    assert h2.data_ptr() != view.data_ptr() - 3 * 1024 * 4
+    assert ops.POOL.stats().in_use_bytes == 2 * MiB
+    del view, h2
+    assert ops.POOL.stats().in_use_bytes == 0
+    ops.POOL.clear()
+    assert ops.POOL.stats().blocks == 0
+
+
+# ----------------------------------------------------------------------------------- CUDA
+
+
+@pytest.mark.gpu
+def test_cuda_roundtrip_async_on_transfer_stream():
+    t = torch.randn(1024, 1024, device="cuda")
+    h = ops.offload(t)
+    assert h.is_pinned() and ops.pending_copies() == 1
+    h = ops.wait_offload(h, [t], None)
+    d = ops.reload(h, t.device, None)
+    assert d.device == t.device
+    d = ops.wait_reload(d, None)
+    assert torch.equal(d, t)
+    assert ops.pending_copies() == 0
+    s = ops.copy_stats()
+    assert (s.async_copies, s.sync_copies) == (2, 0)
+    assert ops.transfer_stream(t.device) != torch.cuda.current_stream()
+
+
+@pytest.mark.gpu
+def test_cuda_offload_waits_for_the_producer_and_survives_reuse():
+    # The copy must see the producer's result (queued behind a long kernel), and the
+    # device memory freed after the wait can be reused at once without corrupting it.
+    a = torch.randn(4096, 4096, device="cuda")
+    t = a @ a  # long kernel on the compute stream
+    expected = t.cpu()
+    h = ops.offload(t)
+    h = ops.wait_offload(h, [t], None)
+    del t
+    junk = torch.full((4096, 4096), 7.0, device="cuda")  # likely reuses t's block
+    d = ops.wait_reload(ops.reload(h, junk.device, None), None)
+    torch.cuda.synchronize()
+    assert torch.equal(d.cpu(), expected)
+
+
+@pytest.mark.gpu
+def test_cuda_pinned_pool_stable_over_steps():
+    t = torch.randn(512, 1024, device="cuda")
+    for _ in range(3):
+        _roundtrip(t)
+    before = ops.POOL.stats()
+    for _ in range(50):
+        h, back = _roundtrip(t)
+        del h, back
+    after = ops.POOL.stats()
+    assert after.bytes == before.bytes and after.allocations == before.allocations
