@@ -9,6 +9,7 @@ plans only those clusters' tensors go, under ``sync`` or, if none, the default d
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import torch.fx
@@ -21,6 +22,8 @@ from memopt.offload.sync import SyncError, default_sync
 from memopt.passes.detect_layers import detect_layers_pass
 from memopt.passes.insert_offload import insert_offload_pass
 from memopt.plan import Strategy
+
+log = logging.getLogger("memopt")
 
 
 def wants_offload(config: MemoptConfig, per_root: Mapping[str, Strategy]) -> bool:
@@ -40,11 +43,13 @@ def offload_step(
     detect_layers_pass(bw, config.layers)
     n = len(names)
     if n == 0:
-        if config.offload_layers or config.sync:
-            raise ConfigError(
-                "offload: no repeated layers found in this graph (children of a ModuleList/"
-                "Sequential such as model.layers.3); pass layers='<module path prefix>'"
-            )
+        # A graph without layers (e.g. the loss after a graph break) has nothing to offload;
+        # the report's offload section stays empty for it.
+        log.warning(
+            "memopt offload: no repeated layers in this compiled graph (children of a "
+            "ModuleList/Sequential such as model.layers.3); nothing offloaded here. If the "
+            "model has layers under another path, pass layers='<module path prefix>'."
+        )
         return None
     try:
         if config.sync:
