@@ -326,8 +326,9 @@ def sdpa_kernels() -> dict[str, Any]:
 
 
 def mark_dynamic(t: torch.Tensor, dim: int) -> None:
-    """Trace dimension ``dim`` of input ``t`` symbolically (floats and other inputs stay static)."""
-    torch._dynamo.mark_dynamic(t, dim)
+    """Trace dimension ``dim`` of input ``t`` symbolically if the code allows (no error when
+    the model specializes it); floats and other inputs stay static."""
+    torch._dynamo.maybe_mark_dynamic(t, dim)
 
 
 def sympy_locals() -> dict[str, Any]:
@@ -338,6 +339,7 @@ def sympy_locals() -> dict[str, Any]:
     return {
         n: getattr(fns, n)
         for n in dir(fns)
-        if n[:1].isupper() and isinstance(getattr(fns, n), type)
+        if n[:1].isupper()
+        and isinstance(getattr(fns, n), type)
         and issubclass(getattr(fns, n), sympy.Basic)
     }

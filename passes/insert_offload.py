@@ -2,23 +2,27 @@
 forward and their backward, placed by a per-layer synchronization schedule.
 
 Op pattern for the default entry (offload finishes in the forward, reload starts in the
-backward); every edge is a data edge, so Inductor's reordering keeps the order::
+backward). Every op sits at a matmul (a *gate*): the matmul's activation input ``x`` is routed
+through a marker and a barrier, so the op follows the marker (it cannot run early) and the
+matmul waits for it (it cannot run late)::
 
-    forward graph                                  backward graph
-    t  = producer(...)                             h  = placeholder        # the host copy
-    h  = memopt.offload(t)                         ...                     # sync: reload
-    y' = memopt.barrier(y, [h])  # next op         d  = memopt.reload(h, dev, after=a)
-    ...                          # reads y'        g' = memopt.barrier(g, [d])  # layer reads g'
-    h' = memopt.wait_offload(h, [t], after=a)      ...
-    x' = memopt.barrier(x, [h'])  # sync: layer    d' = memopt.wait_reload(d, after=b)
-    ...   # offload_num begins on x'; t dies       v  = aten.as_strided(d', ...)  # views
-    return (..., h', ...)                          first_use(v)
+    forward graph                                 backward graph
+    t  = producer(...)                            h  = placeholder          # the host copy
+    m1 = barrier(x1, [])      # next matmul       m3 = barrier(x3, [])      # first matmul of
+    h  = offload(t, m1)                           d  = reload(h, dev, m3)   #   the reload layer
+    mm(barrier(m1, [h]), w)                       mm(barrier(m3, [d]), w)
+    ...                                           ...
+    m2 = barrier(x2, [])      # first matmul of   m4 = barrier(x4, [])      # matmul that first
+    h' = wait_offload(h, [t], m2)  # offload_num  d' = wait_reload(d, m4)   #   reads the copy
+    mm(barrier(m2, [h']), w)  # t dies here       v  = aten.as_strided(d', ...)  # saved views
+    return (..., h', ...)                         mm(v, ...)
 
 ``offload_fwd=False`` moves ``wait_offload`` into the backward (the forward returns ``t``
 and ``h``); ``reload_fwd=True`` moves ``reload`` and ``wait_reload`` into the forward (it
 returns the reloaded tensors). Saved views of one storage are copied once, through their
-base, and rebuilt with ``as_strided`` after the reload. ``after`` anchors and barriers only
-ever hang on realized tensors (see ``memopt.offload.fx_helpers``), so they change no fusion.
+base, and rebuilt with ``as_strided`` after the reload. No original node gains or loses a
+user and the ops sit where Inductor already splits kernels, so fusion and numerics are those
+of the same compile without offload.
 
 Reads ``node.meta[LAYER]`` (from ``detect_layers_pass``) and ``node.meta["val"]``; writes
 ``node.meta[DECISION] = "offload"`` on the copied nodes.
@@ -46,7 +50,7 @@ aten = torch.ops.aten
 
 @dataclass
 class _Gate:
-    """An extern kernel whose activation input ``x`` is routed through barriers."""
+    """A matmul whose activation input ``x`` is routed through barriers."""
 
     kernel: fx.Node
     x: fx.Node
@@ -97,17 +101,13 @@ class _Rewriter:
         target,
         args: tuple,
         *,
-        before: fx.Node | None = None,
-        after: fx.Node | None = None,
+        before: fx.Node,
         name: str | None = None,
         layer: int | None = None,
         moved: bool = False,
     ) -> fx.Node:
-        anchor = before if before is not None else after
-        graph = anchor.graph
-        ctx = graph.inserting_before(before) if before is not None else graph.inserting_after(after)
-        with ctx:
-            node = graph.create_node("call_function", target, args, {}, name=name)
+        with before.graph.inserting_before(before):
+            node = before.graph.create_node("call_function", target, args, {}, name=name)
         if name is not None:
             self.names.add(node.name)
         vals = fx.node.map_arg(args, lambda a: a.meta["val"])
@@ -130,10 +130,10 @@ class _Rewriter:
         return self.gates[kernel]
 
     def _gate_input(self, kernel: fx.Node) -> fx.Node | None:
-        x = gate_input(kernel)
-        if compat.storage_key(x.meta["val"]) in self.banned:
-            return None
-        return x
+        if kernel.graph is not self.bw.graph:
+            return gate_input(kernel, lambda a: False)
+        # a saved placeholder being replaced by its reload cannot carry the reload's order
+        return gate_input(kernel, lambda a: compat.storage_key(a.meta["val"]) in self.banned)
 
     def _marker(self, gate: _Gate) -> fx.Node:
         if gate.marker is None:
@@ -141,8 +141,8 @@ class _Rewriter:
         return gate.marker
 
     def _place_at(self, idx: GraphIndex, point: fx.Node) -> _Place:
-        """Ops of a sync point go right before the first gateable kernel from ``point`` on and
-        follow its marker; that kernel waits for them."""
+        """Ops of a sync point go right before the first gateable matmul from ``point`` on and
+        follow its marker; that matmul waits for them."""
         if point is idx.output:
             return _Place(idx.output, None, None)
         for kernel in idx.kernels:
@@ -152,14 +152,23 @@ class _Rewriter:
                     return _Place(kernel, self._marker(gate), gate)
         return _Place(idx.output, None, None)
 
-    def _place_before(self, idx: GraphIndex, user: fx.Node) -> _Place:
-        """Ops needed by ``user`` go right before it, following the last kernel before it."""
+    def _place_before(
+        self, idx: GraphIndex, user: fx.Node, not_before: _Place | None = None
+    ) -> _Place:
+        """Ops needed by ``user`` go before the last matmul at or ahead of it (kernel
+        boundaries are where Inductor already splits kernels), following its marker; never
+        ahead of ``not_before``."""
         for kernel in reversed(idx.kernels):
-            if idx.pos[kernel] < idx.pos[user]:
+            if idx.pos[kernel] <= idx.pos[user]:
                 gate = self._gate(kernel)
                 if gate is not None:
-                    return _Place(user, self._marker(gate), None)
-        return _Place(user, None, None)
+                    place = _Place(kernel, self._marker(gate), None)
+                    break
+        else:
+            place = _Place(user, None, None)
+        if not_before is not None and idx.pos[place.before] < idx.pos[not_before.before]:
+            return _Place(not_before.before, not_before.after, None)
+        return place
 
     def _emit(self, target, args: tuple, place: _Place, **kw) -> fx.Node:
         node = self._new(target, (*args, place.after), before=place.before, **kw)
@@ -173,14 +182,12 @@ class _Rewriter:
         s = self.schedule.get(u.layer)
         host_name = self._unique(f"{p.name}_host")
         fwd_wait = s.offload_done.forward
-        h = self._new(
-            ops.offload, (p,), after=p, layer=u.layer, name=None if fwd_wait else host_name
+        # issued at the first matmul after the producer, which waits for the issue
+        issue = self._place_at(fw_idx, fw_idx.nodes[fw_idx.pos[p] + 1])
+        h = self._emit(
+            ops.offload, (p,), issue, layer=u.layer, name=None if fwd_wait else host_name
         )
         p.meta[mk.DECISION] = "offload"
-        following = fw_idx.nodes[fw_idx.pos[p] + 1]
-        gate = self._gate(fw_idx.kernel_from(following))
-        if gate is not None:
-            gate.deps.append(h)  # the copy is issued before the next kernel runs
         device = p.meta["val"].device
         if not fwd_wait:
             self._offload_done_in_backward(u, h, device)
@@ -209,6 +216,8 @@ class _Rewriter:
         hp = self.slots.add_host(h)
         members = [self.slots.bw_node(i) for i in u.members]
         first = bw_idx.first_user(members)
+        if first is None:
+            raise AssertionError(f"{u.source.name}: saved for backward but never used there")
         place = self._place_at(bw_idx, bw_idx.point_node(s.offload_done.layer(n), False))
         moved = place.before is bw_idx.output or bw_idx.pos[place.before] > bw_idx.pos[first]
         if moved:
@@ -225,7 +234,7 @@ class _Rewriter:
         if moved:
             place = wait
         d = self._emit(ops.reload, (h2, device), place, layer=u.layer, moved=moved)
-        out = self._place_before(fw_idx, fw_idx.output)
+        out = self._place_before(fw_idx, fw_idx.output, not_before=place)
         d2 = self._emit(ops.wait_reload, (d,), out, layer=u.layer)
         for i in u.members:
             rebuilt = self._rebuild(d2, u, self.slots.fw_node(i), before=fw_idx.output)
@@ -249,9 +258,10 @@ class _Rewriter:
                 f"{u.source.name}: first used in backward before its reload point; "
                 f"reload moved before its first use ({first.name})"
             )
-            place, moved = self._place_before(bw_idx, first), True
+            place, moved = self._place_before(bw_idx, first, not_before=not_before), True
         d = self._emit(ops.reload, (src, device), place, layer=u.layer, moved=moved)
-        d2 = self._emit(ops.wait_reload, (d,), self._place_before(bw_idx, first), layer=u.layer)
+        wait = self._place_before(bw_idx, first, not_before=place)
+        d2 = self._emit(ops.wait_reload, (d,), wait, layer=u.layer)
         for i, ph in zip(u.members, members):
             rebuilt = self._rebuild(d2, u, self.slots.fw_node(i), before=first)
             for user in list(ph.users):

@@ -5,11 +5,11 @@ import re
 
 import pytest
 import torch
+from test_offload_rewrite import MiB, Net
 from torch._inductor.utils import run_and_get_code
 
 from memopt.offload import ops
 from memopt.offload.partition import LayerOffloadPartitioner
-from test_offload_rewrite import MiB, Net
 
 D = 512
 
@@ -69,8 +69,9 @@ def test_inductor_keeps_sync_points_and_numerics():
         ("wait_offload", 9),
     ]
     # Backward: 4 matmuls per layer, from layer 4 down. Layer 1 is reloaded when layer 3's
-    # backward begins (after 4), layer 0 when layer 2's begins (after 8); each wait sits in
-    # the backward of the layer that reads it (layer 1: 12..15, layer 0: 16..19).
+    # backward begins (after 4), layer 0 when layer 2's begins (after 8); each wait sits at
+    # the matmul that first reads the copy, in the backward of its layer (layer 1: matmuls
+    # 13..16, layer 0: 17..20).
     bw = _calls(bw_code)
     assert [c for c in bw if c[0] == "reload"] == [("reload", 4)] * 2 + [("reload", 8)] * 2
     waits = [n for kind, n in bw if kind == "wait_reload"]

@@ -112,7 +112,8 @@ def test_gpt2_qkv_views_travel_through_their_base():
     assert P.layer_names == ["transformer.h.0", "transformer.h.1"]
     r = P.results[0]
     check_offload(r)
-    # the attention's saved q/k/v views are copied as (part of) the c_attn projection output
-    qkv = [t for t in r.offloaded if t.via_base]
-    assert qkv and all(t.nbytes == 2 * 16 * 3 * 64 * 4 for t in qkv)
+    # saved views (the attention's q/k/v slices, transposed inputs of weight gradients) are
+    # copied through their base: the fused c_attn projection output [32, 192] among them
+    via_base = {t.nbytes for t in r.offloaded if t.via_base}
+    assert 2 * 16 * 3 * 64 * 4 in via_base
     assert sorted(b for b, in_pool in saved1 if in_pool) == sorted(t.nbytes for t in r.offloaded)

@@ -118,13 +118,21 @@ def test_default_two_of_five_layers():
     assert len(hosts) == 4 and all(t.numel() * 4 == MiB for t in hosts)
     assert len(acts1) == 10
     # offloads right after their producers, waits where layers 3 and 4 begin
-    assert op_sequence(r.fw) == [("offload", 0)] * 2 + [("offload", 1)] * 2 + [
-        ("wait_offload", 0)
-    ] * 2 + [("wait_offload", 1)] * 2
+    assert (
+        op_sequence(r.fw)
+        == [("offload", 0)] * 2
+        + [("offload", 1)] * 2
+        + [("wait_offload", 0)] * 2
+        + [("wait_offload", 1)] * 2
+    )
     # reloads where layer 3's (for layer 1) and layer 2's (for layer 0) backward begin
-    assert op_sequence(r.bw) == [("reload", 1)] * 2 + [("reload", 0)] * 2 + [
-        ("wait_reload", 1)
-    ] * 2 + [("wait_reload", 0)] * 2
+    assert (
+        op_sequence(r.bw)
+        == [("reload", 1)] * 2
+        + [("reload", 0)] * 2
+        + [("wait_reload", 1)] * 2
+        + [("wait_reload", 0)] * 2
+    )
     assert r.synchronous and "copies synchronous (no CUDA device)" in r.summary()
     assert ops.pending_copies() == 0
 
@@ -251,7 +259,9 @@ class _Direct(LayerOffloadPartitioner):
         fw, bw = min_cut_partition(gm, joint_inputs, **kwargs)
         outs = fw.graph.find_nodes(op="output")[0].args[0][kwargs["num_fwd_outputs"] :]
         indices = [i for i, o in enumerate(outs) if o.name in self.pick]
-        layer_of = {i: self.layer_of_saved[o.name] for i, o in enumerate(outs) if o.name in self.pick}
+        layer_of = {
+            i: self.layer_of_saved[o.name] for i, o in enumerate(outs) if o.name in self.pick
+        }
         r = insert_offload_pass(
             fw,
             bw,

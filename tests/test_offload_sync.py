@@ -26,7 +26,11 @@ def test_default_sync_n9_k3():
 
 def test_default_sync_edges():
     assert default_sync(4, 0) == {}
-    assert default_sync(4, 3) == {0: (True, 1, False, 3), 1: (True, 2, False, 2), 2: (True, 3, False, 1)}
+    assert default_sync(4, 3) == {
+        0: (True, 1, False, 3),
+        1: (True, 2, False, 2),
+        2: (True, 3, False, 1),
+    }
     with pytest.raises(SyncError, match="at most 3"):
         default_sync(4, 4)
     with pytest.raises(SyncError, match="at least one layer"):
@@ -87,15 +91,27 @@ def test_first_use_and_reload_done():
         ({0: (True, 6, False, 2)}, r"offload_num=6 must be an int in 0\.\.5"),
         ({0: (True, 3, False, True)}, r"reload_num=True must be an int"),
         # layer 2's activations only exist once its forward began: finishing at its start
-        ({2: (True, 2, False, 2)}, r"sync\[2\]: the offload can never finish at the start of layer 2's forward"),
+        (
+            {2: (True, 2, False, 2)},
+            r"sync\[2\]: the offload can never finish at the start of layer 2's forward",
+        ),
         # offload finishing in the backward after layer 1's backward began (bw count 4 > 3)
         ({1: (False, 4, False, 4)}, r"sync\[1\]: the offload can never finish in time"),
         # reload after first use: layer 0's backward starts at bw count 4, layer 3's at 1
         ({3: (True, 4, False, 2)}, r"sync\[3\]: the reload is scheduled after first use"),
-        ({0: (True, 4, False, 5)}, r"reload is scheduled after first use: it starts at the end of the backward"),
+        (
+            {0: (True, 4, False, 5)},
+            r"reload is scheduled after first use: it starts at the end of the backward",
+        ),
         # reload before the offload finished
-        ({0: (True, 4, True, 2)}, r"sync\[0\]: the reload starts at the start of layer 2's forward, before the offload finishes"),
-        ({0: (False, 2, False, 1)}, r"before the offload finishes at the start of layer 2's backward"),
+        (
+            {0: (True, 4, True, 2)},
+            r"sync\[0\]: the reload starts at the start of layer 2's forward, before the offload finishes",
+        ),
+        (
+            {0: (False, 2, False, 1)},
+            r"before the offload finishes at the start of layer 2's backward",
+        ),
     ],
 )
 def test_validation_errors(sync, message):

@@ -5,8 +5,8 @@ import copy
 
 import torch
 import torch.fx as fx
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from memopt.meta_keys import LAYER
 from memopt.offload import ops
@@ -96,7 +96,12 @@ def test_two_views_travel_as_one_copy_of_their_base():
     )
     check_offload(r)
     ((t,),) = [r.offloaded]
-    assert (t.source, t.saved, t.via_base, t.nbytes) == ("mm", ("getitem", "getitem_1"), True, N * 2 * D * 4)
+    assert (t.source, t.saved, t.via_base, t.nbytes) == (
+        "mm",
+        ("getitem", "getitem_1"),
+        True,
+        N * 2 * D * 4,
+    )
     assert r.kept == (
         (2, "mul", "layer 1 is not in the sync dict"),
         (3, "x_1", "a graph input"),

@@ -28,8 +28,10 @@ from memopt.report import Report
 
 #: Depths traced when extrapolating (consecutive, so one step is one layer).
 SMALL_DEPTHS = (2, 3)
-#: Models with at most this many layers are traced at full depth by ``--depth auto``.
+#: Models with at most this many layers are traced at full depth by ``--depth auto``
+#: (``memopt fit`` uses ``FIT_FULL_DEPTH_UP_TO``: its planner column needs the whole step).
 FULL_DEPTH_UP_TO = 6
+FIT_FULL_DEPTH_UP_TO = 12
 
 
 @dataclass(frozen=True)
@@ -84,13 +86,16 @@ def trace_sizes(batch: int, seq: int) -> tuple[int, int]:
 
 
 def choose_depths(
-    source: ModelSource, request: Request, configs: Sequence[MemoptConfig]
+    source: ModelSource,
+    request: Request,
+    configs: Sequence[MemoptConfig],
+    full_depth_up_to: int | None = None,
 ) -> tuple[list[int | None], str | None]:
     """The depths to trace (``[None]``: the model's own) and why full depth, if forced."""
     n = source.num_layers
     if request.depth == "full" or n is None:
         return [None], None
-    if n <= FULL_DEPTH_UP_TO:
+    if n <= (FULL_DEPTH_UP_TO if full_depth_up_to is None else full_depth_up_to):
         return [None], None
     if any(c.budget is not None for c in configs):
         return [None], "the budget planner plans the whole step: traced at full depth"
@@ -115,10 +120,11 @@ def analyze(
     configs: Sequence[MemoptConfig],
     *,
     keep_planner: bool = False,
+    full_depth_up_to: int | None = None,
 ) -> Analysis:
     """Trace ``source`` for every config and build the reports and peak models."""
     configs = list(configs)
-    depths, note = choose_depths(source, request, configs)
+    depths, note = choose_depths(source, request, configs, full_depth_up_to)
     if request.symbolic:
         bt, st = trace_sizes(request.batch, request.seq)
     else:
@@ -136,6 +142,7 @@ def analyze(
                 device_kind=request.device_kind,
                 keep_planner=keep_planner and depth is None,
                 dynamic=request.symbolic,
+                sizes=(bt, st),
             )
         )
     seconds = time.perf_counter() - t0

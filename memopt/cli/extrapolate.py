@@ -5,8 +5,10 @@ field is traced at two small depths ``k`` and ``k + 1`` (2 and 3 by default) and
 quantity ``q`` -- a cluster's frequency and saving, the saved bytes, each part of each phase
 peak -- is extended to ``n`` layers as ``q(n) = q(k+1) + (n - k - 1) * (q(k+1) - q(k))``. That
 is exact when each added layer adds the same thing, which holds for stacks of identical layers
-(the recompute-chain bound keeps a fixed number of clusters per layer boundary);
-``--depth full`` traces every layer instead, and the tests compare both on small models.
+(the recompute-chain bound keeps a fixed number of clusters per layer boundary). Phase peaks
+are not extrapolated that way (their op may move): the deeper trace's peaks get the per-layer
+saved bytes or gradients added, as :mod:`memopt.cli.liveness` explains. ``--depth full``
+traces every layer instead, and the tests compare both on small models.
 
 **Names and values.** Shape symbols are renamed to ``batch`` and ``seq``, and every value is
 re-evaluated at the sizes asked for (the trace may use others: a size of 1 would be
@@ -23,7 +25,7 @@ from typing import Any
 import sympy
 
 from memopt import _torch_compat as compat
-from memopt.cli.liveness import PARTS, PhasePeak, StepProfile
+from memopt.cli.liveness import PhasePeak, StepProfile
 from memopt.report import RegionReport
 
 _EXCLUDED_KEY = ("reason", "symbolic", "shape", "dtype", "compromise")
@@ -51,7 +53,7 @@ def rename_expr(e: sympy.Expr, names: Mapping[str, str]) -> sympy.Expr:
 def evaluate(e: sympy.Expr | str, values: Mapping[str, int]) -> int | None:
     """Integer value of ``e`` at ``values`` (None if a symbol is left)."""
     expr = parse_expr(e) if isinstance(e, str) else sympy.sympify(e)
-    v = expr.xreplace(_subs_map(dict(values)))
+    v = sympy.sympify(expr.xreplace(_subs_map(dict(values))))
     return int(v) if v.is_number else None
 
 
@@ -176,12 +178,19 @@ def rename_profile(profile: StepProfile, names: Mapping[str, str]) -> StepProfil
 
 
 def extrapolate_profile(small: StepProfile, large: StepProfile, steps: int) -> StepProfile:
+    """``large`` with ``steps`` more layers: each added layer adds the per-layer saved bytes
+    (``large.saved - small.saved``) to the forward and backward-start peaks and the per-layer
+    gradient bytes to the backward-end peak (see :mod:`memopt.cli.liveness`)."""
+    per_saved = sympy.expand(large.saved - small.saved)
+    per_grads = sympy.expand(large.gradients - small.gradients)
     phases = {}
     for name, p in large.phases.items():
-        q = small.phases[name]
-        phases[name] = PhasePeak(
-            **{k: _affine(getattr(q, k), getattr(p, k), steps) for k in PARTS}
-        )
+        parts = p.parts()
+        if name == "backward_end":
+            parts["gradients"] = sympy.expand(parts["gradients"] + steps * per_grads)
+        else:
+            parts["activations"] = sympy.expand(parts["activations"] + steps * per_saved)
+        phases[name] = PhasePeak(**parts)
     return StepProfile(
         phases=phases,
         saved=_affine(small.saved, large.saved, steps),

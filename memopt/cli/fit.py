@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from memopt.cli.extrapolate import evaluate, rename_expr
-from memopt.cli.peak import PeakModel, Static
+from memopt.cli.peak import PHASE_TEXT, PeakModel
 from memopt.cli.trace import PlannerInputs
 
 #: Largest size tried.
@@ -28,12 +28,15 @@ class FitRow:
     peak_bytes: int | None
     """Predicted peak at ``largest``."""
     note: str = ""
+    peak_symbolic: str | None = None
+    """The peak as an expression of the sizes (rows that use memopt's peak model)."""
 
     def to_dict(self) -> dict[str, object]:
         return {
             "strategy": self.strategy,
             "largest": self.largest,
             "peak_bytes": self.peak_bytes,
+            "peak_symbolic": self.peak_symbolic,
             "note": self.note,
         }
 
@@ -66,12 +69,14 @@ def fit_model(
         return model.at({**values, solve_for: n}).bytes
 
     n, peak = largest_fitting(peak_at, memory)
-    return FitRow(strategy, n, peak)
+    at = model.at({**values, solve_for: max(n, 1)})
+    where = PHASE_TEXT.get(at.phase_name, at.phase_name)
+    return FitRow(strategy, n, peak, f"peak at the {where}", str(at.total))
 
 
 def fit_planner(
     inputs: PlannerInputs,
-    static: Static,
+    baseline: PeakModel,
     memory: int,
     names: Mapping[str, str],
     values: Mapping[str, int],
@@ -80,13 +85,19 @@ def fit_planner(
     device_kind: str,
     offload_min_bytes: int,
 ) -> FitRow:
-    """Largest size at which the budget planner finds a plan within ``memory``."""
+    """Largest size at which the budget planner finds a plan within ``memory``.
+
+    The planner has its own memory model (every temporary counted); its plan's saving over
+    keeping everything, in that model, is taken off ``baseline`` (memopt's peak with no plan),
+    so the row compares with the others."""
     from memopt.passes.build_planning_problem import build_planning_problem
-    from memopt.planner import CPU_DEFAULTS, H100_DEFAULTS, roofline_s, solve
+    from memopt.plan import SUPPORTED_STRATEGIES, Strategy
+    from memopt.planner import CPU_DEFAULTS, H100_DEFAULTS, memory_profile, roofline_s, solve
 
     rates = H100_DEFAULTS if device_kind == "cuda" else CPU_DEFAULTS
-    budget = memory - static.optimizer
-    peaks: dict[int, int | None] = {}
+    # Offload plans only when this build applies them (the planner can always propose them).
+    leads = None if Strategy.OFFLOAD in SUPPORTED_STRATEGIES else [None]
+    peaks: dict[int, int] = {}
 
     def peak_at(n: int) -> int | None:
         at = {**values, solve_for: n}
@@ -104,15 +115,16 @@ def fit_planner(
             rates_op_s=lambda op: roofline_s(op, rates),
             min_offload_bytes=offload_min_bytes,
         )
-        sol = solve(problem, budget, rates)
-        peak = sol.predicted_peak + static.optimizer
-        peaks[n] = peak
-        return peak if sol.feasible else memory + 1
+        keep = memory_profile(problem, {}).peak
+        base = baseline.at(at).bytes
+        sol = solve(problem, memory - base + keep, rates, leads=leads)
+        peaks[n] = base - keep + sol.predicted_peak
+        return peaks[n] if sol.feasible else max(peaks[n], memory + 1)
 
     n, _ = largest_fitting(peak_at, memory)
     return FitRow(
         "planner",
         n,
         peaks.get(n) if n else None,
-        "the planner's own memory model (all temporaries counted); plans per size",
+        "budget planner at each size (its saving over no plan, on memopt's peak)",
     )

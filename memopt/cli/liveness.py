@@ -12,16 +12,23 @@ exceptions:
 * the forward's user outputs (logits next to the loss) live to the end of the forward (a
   training loop that keeps only ``.loss`` frees them then);
 * the backward's outputs (parameter gradients) live to the optimizer step;
+* ops that return an alias of an input (views, in-place ops, memopt's ``barrier`` and
+  ``wait_*`` ops) allocate nothing; host copies made by ``memopt::offload`` and tensors on
+  another device than the traced one are not device memory;
 * temporaries that Inductor fuses away are not charged: a temporary counts only when the op
   that makes it or one that reads it is an extern kernel (matmul, attention, convolution, an
   unknown op), i.e. when it must exist in memory. This is an estimate: Inductor's fusion and
   buffer reuse decide the real working memory.
 
 Each phase reports its peak split into saved activations, gradients and temporaries, as sympy
-expressions of the readable shape symbols, chosen at the compile-time sizes. Three phases are
-kept -- the forward, the first half of the backward and the rest (with the optimizer step) --
-because in a stack of identical layers the backward peak sits at one of its ends, and each
-end grows with depth at its own rate (:mod:`memopt.cli.extrapolate`).
+expressions of the readable shape symbols, chosen at the compile-time sizes. The phases: the
+forward; the backward up to the last layer's backward (``backward_start``: loss, head, every
+layer but the bottom one); and the backward from the second layer on, with the optimizer step
+(``backward_end``). They overlap, and their maximum is the step's peak. In a stack of identical
+layers one more layer adds its saved activations at every position of the first two phases
+and its gradients at every position of the last, the same amount everywhere in a phase, so a
+phase's peak stays at the same op when layers are added (:mod:`memopt.cli.extrapolate` relies
+on this). Without detected layers (``node.meta[LAYER]``) the backward is split in halves.
 """
 
 from __future__ import annotations
@@ -36,10 +43,10 @@ import torch.fx
 
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
-from memopt.passes.find_saved_activations import is_view_op, storage_root
+from memopt.passes.find_saved_activations import is_view_op
 from memopt.symbolic import SymbolTable, tensor_bytes_expr
 
-PHASES = ("forward", "backward_early", "backward_late")
+PHASES = ("forward", "backward_start", "backward_end")
 PARTS = ("activations", "gradients", "temporaries")
 
 _FUSIBLE_NAMES = frozenset(
@@ -116,6 +123,30 @@ def _fusible(node: torch.fx.Node) -> bool:
     return getattr(node.target, "__name__", "").split(".")[0] in _FUSIBLE_NAMES
 
 
+def _aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The input ``node``'s output aliases: views, and ops whose schema returns ``Tensor(a)``."""
+    if node.op != "call_function":
+        return None
+    if is_view_op(node):
+        src = node.args[0] if node.args else None
+        return src if isinstance(src, torch.fx.Node) else None
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.returns or schema.returns[0].alias_info is None:
+        return None
+    src = node.args[0] if node.args else None
+    return src if isinstance(src, torch.fx.Node) else None
+
+
+def _root(node: torch.fx.Node) -> torch.fx.Node:
+    """The node that owns the memory ``node`` aliases."""
+    for _ in range(64):
+        src = _aliased_input(node)
+        if src is None:
+            break
+        node = src
+    return node
+
+
 def _must_exist(node: torch.fx.Node, alias_users: list[torch.fx.Node]) -> bool:
     if not _fusible(node):
         return True
@@ -130,19 +161,21 @@ def _alias_users(node: torch.fx.Node) -> list[torch.fx.Node]:
             continue
         seen.add(u)
         out.append(u)
-        if is_view_op(u):
+        if _aliased_input(u) is not None and _root(u) is _root(node):
             stack.extend(u.users)
     return out
 
 
-def _owns(node: torch.fx.Node) -> bool:
-    """A call_function node that allocates a tensor (not a view, not a tuple)."""
+def _owns(node: torch.fx.Node, device: str | None) -> bool:
+    """A call_function node that allocates a tensor on ``device`` (not an alias, not a tuple,
+    not a host copy)."""
     val = node.meta.get(mk.TORCH_VAL)
     return (
         node.op == "call_function"
         and isinstance(val, torch.Tensor)
-        and storage_root(node) is node
-        and not (node.target is operator.getitem and is_view_op(node))
+        and _root(node) is node
+        and (device is None or val.device.type == device)
+        and str(getattr(node.target, "_schema", "")).split("(")[0] != "memopt::offload"
     )
 
 
@@ -184,11 +217,13 @@ def step_profile(
     num_fwd_outputs: int,
     symbols: SymbolTable,
     static_input_indices: Collection[int] = (),
+    device: str | None = None,
 ) -> StepProfile:
     """The live-bytes profile of a partitioned step (see the module docstring).
 
     ``static_input_indices``: positions of the forward's inputs that are parameters or buffers
-    (Inductor's ``static_lifetime_input_indices``); the other inputs count as ``inputs``."""
+    (Inductor's ``static_lifetime_input_indices``); the other inputs count as ``inputs``.
+    ``device``: the traced device type; tensors elsewhere are not counted."""
     fw_ops = [n for n in fw.graph.nodes if n.op == "call_function"]
     bw_ops = [n for n in bw.graph.nodes if n.op == "call_function"]
     nf, nb = len(fw_ops), len(bw_ops)
@@ -197,7 +232,7 @@ def step_profile(
     bpos = {n: nf + i for i, n in enumerate(bw_ops)}
     fw_out = fw.graph.output_node().args[0]
     saved_names = {n.name for n in fw_out[num_fwd_outputs:] if isinstance(n, torch.fx.Node)}
-    user_outs = {storage_root(n) for n in fw_out[:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
+    user_outs = {_root(n) for n in fw_out[:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
     bw_by_name = {n.name: n for n in bw.graph.nodes if n.op == "placeholder"}
     bw_out = bw.graph.output_node()
 
@@ -211,10 +246,10 @@ def step_profile(
     sweep = _Sweep(symbols)
     saved = sympy.Integer(0)
     for n in fw_ops:
-        if not _owns(n):
+        if not _owns(n, device):
             continue
         users = _alias_users(n)
-        aliases = [n] + [u for u in users if is_view_op(u)]
+        aliases = [n] + [u for u in users if _aliased_input(u) is not None]
         last = max([fpos[u] for u in users if u in fpos] + [fpos[n]])
         saved_here = [a.name for a in aliases if a.name in saved_names]
         if saved_here:
@@ -227,11 +262,13 @@ def step_profile(
             sweep.add(fpos[n], last, "temporaries", n.meta["val"])
     for p in bw.graph.nodes:  # tangents (incoming gradients of the forward's outputs)
         if p.op == "placeholder" and p.name not in saved_names and _is_tensor(p):
+            if device is not None and p.meta[mk.TORCH_VAL].device.type != device:
+                continue
             last = last_bw_use([p.name])
             sweep.add(nf, last if last is not None else nf, "temporaries", p.meta["val"])
     grads = sympy.Integer(0)
     for n in bw_ops:
-        if not _owns(n):
+        if not _owns(n, device):
             continue
         users = _alias_users(n)
         if any(u is bw_out for u in users):
@@ -250,11 +287,11 @@ def step_profile(
         ),
         sympy.Integer(0),
     )
-    mid = nf + nb // 2
+    top_end, bottom_start = _layer_bounds(bw_ops)
     phases = {
         "forward": sweep.peak(0, max(nf - 1, 0)),
-        "backward_early": sweep.peak(nf, max(mid - 1, nf)),
-        "backward_late": sweep.peak(min(mid, end), end),
+        "backward_start": sweep.peak(nf, max(nf + bottom_start - 1, nf)),
+        "backward_end": sweep.peak(min(nf + top_end, end), end),
     }
     return StepProfile(
         phases=phases,
@@ -267,3 +304,20 @@ def step_profile(
 def _is_tensor(node: torch.fx.Node) -> bool:
     return isinstance(node.meta.get(mk.TORCH_VAL), torch.Tensor)
 
+
+def _layer_bounds(bw_ops: list[torch.fx.Node]) -> tuple[int, int]:
+    """``(end of the first layer's backward, start of the last layer's backward)`` as op
+    indices; half the backward twice when fewer than two layers are tagged.
+
+    The backward visits the layers in reverse, but a few ops of a layer can sit elsewhere
+    (recomputes issued early), so each layer is placed at the median index of its ops and the
+    bounds fall halfway between the medians of neighbouring layers."""
+    where: dict[int, list[int]] = {}
+    for i, n in enumerate(bw_ops):
+        layer = n.meta.get(mk.LAYER)
+        if isinstance(layer, int):
+            where.setdefault(layer, []).append(i)
+    if len(where) < 2:
+        return len(bw_ops) // 2, len(bw_ops) // 2
+    medians = sorted(sorted(v)[len(v) // 2] for v in where.values())
+    return (medians[0] + medians[1]) // 2, (medians[-2] + medians[-1]) // 2

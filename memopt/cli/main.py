@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from memopt.cli import models
-from memopt.cli.analyze import Analysis, Request, analyze
+from memopt.cli.analyze import FIT_FULL_DEPTH_UP_TO, Analysis, Request, analyze
 from memopt.cli.errors import EXIT_OK, EXIT_TRACE, EXIT_USAGE, CliError, one_line
 from memopt.cli.fit import FitRow, fit_model, fit_planner
 from memopt.cli.peak import OPTIMIZERS
@@ -73,7 +73,9 @@ def _parser(cmd: str) -> argparse.ArgumentParser:
         "--depth",
         choices=("auto", "full"),
         default="auto",
-        help="auto: deep models are traced at 2 and 3 layers and extrapolated; full: all layers",
+        help="auto: models deeper than "
+        + ("6" if cmd == "plan" else "12")
+        + " layers are traced at 2 and 3 layers and extrapolated; full: all layers",
     )
     if cmd == "plan":
         p.add_argument(
@@ -216,7 +218,7 @@ def run_fit(args: argparse.Namespace) -> int:
     request = _request(args, source, symbolic=True)
     configs = [resolve_config(level=0, probe_level=args.probe_level)]
     configs += _configs(args, plans, [args.level])
-    a = analyze(source, request, configs, keep_planner=True)
+    a = analyze(source, request, configs, keep_planner=True, full_depth_up_to=FIT_FULL_DEPTH_UP_TO)
     _, notes = _seq_default(source, args.seq)
     a.notes += notes
     what = args.solve_for
@@ -234,7 +236,7 @@ def run_fit(args: argparse.Namespace) -> int:
         rows.append(
             fit_planner(
                 a.planner[0],
-                a.static,
+                a.peaks[0],
                 memory,
                 a.names,
                 a.values,
@@ -283,17 +285,14 @@ def _quiet(debug: bool) -> Iterator[None]:
     if debug:
         yield
         return
-    loggers = [logging.getLogger(n) for n in ("torch", "memopt", "transformers")]
-    levels = [lg.level for lg in loggers]
+    previous = logging.root.manager.disable
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for lg in loggers:
-            lg.setLevel(logging.ERROR)
+        logging.disable(logging.CRITICAL)  # torch logs failed guards etc. at ERROR
         try:
             yield
         finally:
-            for lg, lv in zip(loggers, levels):
-                lg.setLevel(lv)
+            logging.disable(previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

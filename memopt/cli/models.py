@@ -55,6 +55,9 @@ class ModelSource:
     description: str = ""
     max_positions: int | None = None
     """The config's ``max_position_embeddings`` (the default sequence length is capped by it)."""
+    materialize: Callable[..., Built] | None = None
+    """``materialize(batch=, seq=, dtype=, device=)``: the same model with real random weights
+    and real inputs (tests and benchmarks compare predictions with it)."""
 
 
 def parse_value(text: str) -> Any:
@@ -135,30 +138,35 @@ def hf_config(model_type: str, overrides: Mapping[str, Any]):
         close = difflib.get_close_matches(model_type, list(mapping.keys()), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise CliError(f"unknown Hugging Face model type {model_type!r}{hint}", EXIT_MODEL)
-    config = tf.AutoConfig.for_model(model_type)
-    known = set(config.to_dict()) | set(getattr(config, "attribute_map", {}))
-    for key, value in overrides.items():
-        if key not in known and not hasattr(config, key):
+    default = tf.AutoConfig.for_model(model_type)
+    known = set(default.to_dict()) | set(getattr(default, "attribute_map", {}))
+    for key in overrides:
+        if key not in known and not hasattr(default, key):
             close = difflib.get_close_matches(key, sorted(known), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise CliError(f"hf:{model_type} config has no field {key!r}{hint}", EXIT_USAGE)
-        setattr(config, key, value)
+    # Overrides go through the constructor, so derived fields (head_dim, ...) follow them.
+    try:
+        config = tf.AutoConfig.for_model(model_type, **overrides)
+    except Exception as e:
+        raise CliError(f"hf:{model_type} config: {one_line(e)}", EXIT_USAGE) from None
     if "use_cache" not in overrides and hasattr(config, "use_cache"):
         config.use_cache = False
     return config
 
 
 def _head_class(tf, config):
+    """The Auto class for the model's LM head and the loss type it uses."""
     from transformers.models.auto import modeling_auto as ma
 
-    kind = type(config).model_type if hasattr(type(config), "model_type") else config.model_type
-    for names, cls in (
-        (ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, tf.AutoModelForCausalLM),
-        (ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES, tf.AutoModelForMaskedLM),
-        (ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, tf.AutoModelForSeq2SeqLM),
+    kind = config.model_type
+    for names, cls, loss in (
+        (ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, tf.AutoModelForCausalLM, "ForCausalLM"),
+        (ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES, tf.AutoModelForMaskedLM, "ForMaskedLM"),
+        (ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, tf.AutoModelForSeq2SeqLM, None),
     ):
         if kind in names:
-            return cls
+            return cls, loss
     raise CliError(
         f"hf:{kind} has no causal-LM, masked-LM or seq2seq-LM head in transformers; "
         "use a package.module:factory that returns the model and its inputs",
@@ -192,8 +200,15 @@ def _with_depth(config, layers: int | None):
 def hf_source(model_type: str, overrides: Mapping[str, Any]) -> ModelSource:
     tf = _transformers()
     config = hf_config(model_type, overrides)
-    head = _head_class(tf, config)
+    head, loss = _head_class(tf, config)
     vocab = getattr(config, "vocab_size", None)
+
+    def _finish(model: nn.Module) -> nn.Module:
+        # transformers logs a warning inside forward when it cannot name the loss from the
+        # class name (GPT2LMHeadModel): a graph break. Name it (the same default loss).
+        if loss is not None and getattr(model, "loss_type", "") is None:
+            model.loss_type = loss
+        return model.train()
 
     def build(*, batch: int, seq: int, dtype: torch.dtype | None, layers: int | None = None):
         cfg = _with_depth(config, layers)
@@ -208,13 +223,22 @@ def hf_source(model_type: str, overrides: Mapping[str, Any]) -> ModelSource:
             raise CliError(
                 f"hf:{model_type}: building the model failed: {one_line(e)}", EXIT_MODEL
             ) from None
-        model.train()
+        model = _finish(model)
         ids = torch.empty((batch, seq), dtype=torch.long, device="meta")
+        return Built(model, args=(ids,), kwargs={"labels": ids})
+
+    def materialize(*, batch: int, seq: int, dtype: torch.dtype | None, device="cpu") -> Built:
+        model = head.from_config(copy.deepcopy(config)).to(device)
+        if dtype is not None:
+            model = model.to(dtype)
+        model = _finish(model)
+        ids = torch.randint(0, int(vocab or 2), (batch, seq), device=device)
         return Built(model, args=(ids,), kwargs={"labels": ids})
 
     return ModelSource(
         name=f"hf:{model_type}",
         build=build,
+        materialize=materialize,
         num_layers=_layer_count(config),
         description=f"{type(config).__name__} ({head.__name__}, vocab {vocab})",
         max_positions=getattr(config, "max_position_embeddings", None),
@@ -294,4 +318,15 @@ def factory_source(spec: str) -> ModelSource:
         built.model.train()
         return built
 
-    return ModelSource(name=spec, build=build, num_layers=None, description="factory")
+    def materialize(*, batch: int, seq: int, dtype: torch.dtype | None, device="cpu") -> Built:
+        kwargs = {k: v for k, v in (("batch", batch), ("seq", seq)) if k in params}
+        with torch.device(device):
+            built = _as_built(spec, fn(**kwargs))
+        if dtype is not None:
+            built.model = built.model.to(dtype)
+        built.model.train()
+        return built
+
+    return ModelSource(
+        name=spec, build=build, num_layers=None, description="factory", materialize=materialize
+    )

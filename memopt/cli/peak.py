@@ -33,10 +33,10 @@ from memopt.cli.extrapolate import evaluate
 from memopt.cli.liveness import PARTS, PhasePeak, StepProfile
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "none")
-_PHASE_TEXT = {
+PHASE_TEXT = {
     "forward": "end of the forward",
-    "backward_early": "early backward",
-    "backward_late": "late backward / optimizer step",
+    "backward_start": "start of the backward",
+    "backward_end": "end of the backward / optimizer step",
 }
 
 
@@ -120,9 +120,7 @@ class PeakModel:
                 best_name, best_val = name, v
         phase = self.profile.phases[best_name or "forward"]
         inputs = self.profile.inputs
-        total = (
-            sympy.Integer(self.static.parameters + self.static.optimizer) + inputs + phase.total
-        )
+        total = sympy.Integer(self.static.parameters + self.static.optimizer) + inputs + phase.total
         return Peak(self, best_name or "forward", phase, total, dict(values))
 
 
@@ -182,7 +180,7 @@ class Peak:
 
         lines = [
             f"Predicted peak of one training step: {fmt_bytes(self.bytes)} "
-            f"({self.bytes:,} B), at the {_PHASE_TEXT.get(self.phase_name, self.phase_name)}"
+            f"({self.bytes:,} B), at the {PHASE_TEXT.get(self.phase_name, self.phase_name)}"
         ]
         width = max(len(r[0]) for r in self.rows())
         for name, e, note in self.rows():
@@ -234,4 +232,13 @@ def combine_regions(profiles: Sequence[StepProfile], values: Mapping[str, int]) 
     )
 
 
-__all__ = ["PARTS", "OPTIMIZERS", "Peak", "PeakModel", "Static", "combine_regions", "static_bytes"]
+__all__ = [
+    "OPTIMIZERS",
+    "PARTS",
+    "PHASE_TEXT",
+    "Peak",
+    "PeakModel",
+    "Static",
+    "combine_regions",
+    "static_bytes",
+]

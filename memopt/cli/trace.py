@@ -36,6 +36,10 @@ from memopt.partitioner import MemoptPartitioner, MemoptState
 from memopt.report import RegionReport
 from memopt.symbolic import SymbolTable
 
+_DATA_DEPENDENT = frozenset(
+    {"DataDependentOutputException", "GuardOnDataDependentSymNode", "DynamicOutputShapeException"}
+)
+
 
 @dataclass
 class RegionTrace:
@@ -73,8 +77,9 @@ class TraceResult:
 class _PlanPartitioner(MemoptPartitioner):
     """memopt's partitioner, run once per config; keeps the reports and live-bytes profiles."""
 
-    def __init__(self, configs: Sequence[MemoptConfig], keep_planner: bool):
+    def __init__(self, configs: Sequence[MemoptConfig], keep_planner: bool, device: str):
         super().__init__(configs[-1], MemoptState(configs[-1]))
+        self.device = device
         self.configs = list(configs)
         self.states = [MemoptState(c) for c in configs]
         self.runs: list[list[RegionTrace]] = [[] for _ in configs]
@@ -82,6 +87,7 @@ class _PlanPartitioner(MemoptPartitioner):
         self.planner: list[PlannerInputs] = []
 
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any):
+        from memopt.passes.detect_layers import detect_layers_pass
         from memopt.passes.pipeline import run_pipeline
 
         static = kwargs.get("static_lifetime_input_indices") or ()
@@ -92,8 +98,15 @@ class _PlanPartitioner(MemoptPartitioner):
             )
             region = RegionReport.from_pipeline(0, result)
             state.add_region(region)
+            detect_layers_pass(result.fw, config.layers)
+            detect_layers_pass(result.bw, config.layers)
             profile = step_profile(
-                result.fw, result.bw, kwargs["num_fwd_outputs"], result.symbols, static
+                result.fw,
+                result.bw,
+                kwargs["num_fwd_outputs"],
+                result.symbols,
+                static,
+                device=self.device,
             )
             self.runs[i].append(RegionTrace(region, profile))
             if self.keep_planner and i == 0:
@@ -144,6 +157,34 @@ def _no_codegen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwarg
     return run
 
 
+def _mark_sizes(values: Sequence[Any], sizes: Sequence[int]) -> None:
+    for x in values:
+        if isinstance(x, torch.Tensor):
+            for d in range(x.dim()):
+                if x.shape[d] in sizes and x.shape[d] > 1:
+                    compat.mark_dynamic(x, d)
+        elif isinstance(x, list | tuple):
+            _mark_sizes(x, sizes)
+        elif isinstance(x, dict):
+            _mark_sizes(list(x.values()), sizes)
+
+
+@contextlib.contextmanager
+def _emulate_cuda() -> Iterator[None]:
+    """GPU attention kernels, and GPU rates for the budget planner (which otherwise reads the
+    device of the fake CPU tensors)."""
+    import memopt.passes.plan_budget as plan_budget
+    from memopt.planner import H100_DEFAULTS
+
+    original = plan_budget.device_rates
+    plan_budget.device_rates = lambda device: H100_DEFAULTS
+    try:
+        with emulate_cuda_attention():
+            yield
+    finally:
+        plan_budget.device_rates = original
+
+
 @contextlib.contextmanager
 def _quiet_compile() -> Iterator[None]:
     with compat.no_compile_caches(), compat.dynamo_config(suppress_errors=False):
@@ -157,13 +198,17 @@ def trace(
     device_kind: str,
     keep_planner: bool = False,
     dynamic: bool = True,
+    sizes: Sequence[int] = (),
 ) -> TraceResult:
-    """Trace one training step of ``built`` (meta model and inputs) for each config."""
+    """Trace one training step of ``built`` (meta model and inputs) for each config.
+
+    With ``dynamic``, every input dimension whose size is one of ``sizes`` (the batch and
+    sequence length the model was built with) is traced symbolically."""
     emulated = device_kind == "cuda" and not torch.cuda.is_available()
     device = torch.device("cpu" if emulated else device_kind)
     t0 = time.perf_counter()
     model, args, kwargs = fakeify(built, device)
-    partitioner = _PlanPartitioner(configs, keep_planner)
+    partitioner = _PlanPartitioner(configs, keep_planner, device.type)
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         return compat.compile_fx(
@@ -174,15 +219,12 @@ def trace(
         )
 
     compat.dynamo_reset()
-    for x in (*args, *kwargs.values()) if dynamic else ():
-        if isinstance(x, torch.Tensor):
-            for d in range(x.dim()):
-                if x.shape[d] > 1:
-                    compat.mark_dynamic(x, d)
-    compiled = torch.compile(model, backend=backend, dynamic=False)
-    attention = emulate_cuda_attention() if emulated else contextlib.nullcontext()
+    if dynamic:
+        _mark_sizes((*args, *kwargs.values()), sizes)
+    compiled = torch.compile(model, backend=backend)
+    emulation = _emulate_cuda() if emulated else contextlib.nullcontext()
     try:
-        with _quiet_compile(), attention:
+        with _quiet_compile(), emulation:
             compiled(*args, **kwargs)
     except PlanError:
         raise
@@ -192,7 +234,13 @@ def trace(
         cause = compat.unwrap_backend_error(e)
         if isinstance(cause, PlanError):
             raise cause from None
-        raise CliError(f"tracing failed: {one_line(cause)}", EXIT_TRACE) from None
+        hint = ""
+        if type(cause).__name__ in _DATA_DEPENDENT:
+            hint = (
+                " (the model's Python code needs a tensor's value, e.g. `if x.sum() > 0:` or "
+                "`.item()`; fake tensors have shapes but no values)"
+            )
+        raise CliError(f"tracing failed: {one_line(cause)}{hint}", EXIT_TRACE) from None
     finally:
         compat.dynamo_reset()
     if not partitioner.runs[0]:

@@ -3,9 +3,12 @@
 * :mod:`memopt.offload.sync` -- the dict, its defaults and validation (plain data);
 * :mod:`memopt.offload.timeline` -- the per-layer diagram and bytes in flight;
 * :mod:`memopt.offload.ops` -- the ``torch.ops.memopt`` copy ops, streams, pinned pool;
-* ``memopt.passes.insert_offload`` -- the graph rewrite (``memopt.passes.detect_layers``
-  tags the layers it reads);
-* :mod:`memopt.offload.partition` -- a stand-alone partitioner running both passes.
+* ``memopt.passes.detect_layers`` / ``memopt.passes.insert_offload`` -- layer tags and the
+  graph rewrite (with :mod:`~memopt.offload.units`, :mod:`~memopt.offload.slots`,
+  :mod:`~memopt.offload.fx_helpers`); :mod:`memopt.offload.result` is what it returns and
+  :mod:`memopt.offload.check` the invariants it must keep;
+* :mod:`memopt.offload.partition` -- a stand-alone Inductor partitioner running both passes;
+* :mod:`memopt.offload.trace` -- profiler trace summary (copy streams, overlap).
 
 See docs/offload.md.
 """

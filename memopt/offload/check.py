@@ -3,7 +3,8 @@
 * every ``wait_offload`` sits right before the first kernel of the layer where its offload
   must finish (``offload_done``), every ``reload`` right before the first kernel of the layer
   where it must start, and that kernel waits for it (it reads memopt's barrier);
-* every ``wait_reload`` sits right before the first use of the reloaded value;
+* every ``wait_reload`` sits after the last matmul before the first use of the reloaded
+  value (at the first use when that is a matmul);
 * a host copy is only ever read by memopt's ops (never by compute).
 
 "Right before" ignores other memopt ops and rebuilt views. A placement the rewrite had to
@@ -64,20 +65,28 @@ def check_offload(result: OffloadResult) -> None:
             elif node.target is ops.reload:
                 _expect(result, node, idx, entry.reload_start, forward, n)
             elif node.target is ops.wait_reload:
-                users = [u for u in node.users if not is_memopt_op(u)]
-                firsts = [u for u in users if u.target is not aten.as_strided.default]
-                for v in users:
-                    if v.target is aten.as_strided.default:
-                        firsts.extend(v.users)
-                if firsts:
-                    first = min(firsts, key=idx.pos.__getitem__)
-                    assert _next_compute(node) is first or first is idx.output, (
-                        f"{node.name}: not right before the first use {first.name}"
-                    )
+                _expect_before_use(node, idx)
     for ph in result.bw.graph.find_nodes(op="placeholder"):
         if any(u.target in (ops.reload, ops.wait_offload) and u.args[0] is ph for u in ph.users):
             bad = [u.name for u in ph.users if not is_memopt_op(u)]
             assert not bad, f"host copy {ph.name} is read by compute: {bad}"
+
+
+def _expect_before_use(node: fx.Node, idx: GraphIndex) -> None:
+    users = [u for u in node.users if not is_memopt_op(u)]
+    firsts = [u for u in users if u.target is not aten.as_strided.default]
+    for v in users:
+        if v.target is aten.as_strided.default:
+            firsts.extend(v.users)
+    if not firsts:
+        return
+    first = min(firsts, key=idx.pos.__getitem__)
+    if first is idx.output:
+        return
+    between = [k for k in idx.kernels if idx.pos[node] < idx.pos[k] < idx.pos[first]]
+    assert idx.pos[node] < idx.pos[first] and between in ([], [_next_compute(node)]), (
+        f"{node.name}: waits {len(between)} matmuls ahead of its first use {first.name}"
+    )
 
 
 def _expect(result: OffloadResult, node: fx.Node, idx: GraphIndex, point, forward: bool, n: int):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -15,38 +14,18 @@ from memopt.meta_keys import LAYER
 aten = torch.ops.aten
 
 
-def _extern_targets() -> frozenset:
-    names = [
-        "mm",
-        "addmm",
-        "bmm",
-        "baddbmm",
-        "convolution",
-        "convolution_backward",
-        "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention",
-        "_scaled_dot_product_flash_attention_for_cpu",
-        "_scaled_dot_product_flash_attention_backward",
-        "_scaled_dot_product_efficient_attention_backward",
-        "_scaled_dot_product_cudnn_attention_backward",
-        "_scaled_dot_product_flash_attention_for_cpu_backward",
-        "_flash_attention_forward",
-        "_flash_attention_backward",
-        "_efficient_attention_forward",
-        "_efficient_attention_backward",
-        "_scaled_mm",
-        "_grouped_mm",
-    ]
+def _matmul_targets() -> frozenset:
     out = set()
-    for name in names:
+    for name in ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm"):
         packet = getattr(aten, name, None)
         if packet is not None:
             out.update(getattr(packet, o) for o in packet.overloads())
     return frozenset(out)
 
 
-REALIZED_TARGETS = _extern_targets()
+MATMULS = _matmul_targets()
+"""Gate kernels. Matmuls take inputs of any layout, so routing one of their inputs through a
+barrier changes no lowering; attention and convolution impose layouts and are left alone."""
 
 MOVED = "memopt_offload_moved"
 """node.meta flag: the rewrite placed this op away from its sync point (see the notes)."""
@@ -130,24 +109,12 @@ def is_offload_node(node: fx.Node) -> bool:
     )
 
 
-def is_extern(node: fx.Node) -> bool:
-    """A kernel Inductor never fuses (matmul, attention, convolution) or one of its outputs."""
-    if node.op != "call_function":
-        return False
-    target = node.target
-    if target is operator.getitem:
-        src = node.args[0]
-        return isinstance(src, fx.Node) and src.target in REALIZED_TARGETS
-    return target in REALIZED_TARGETS
-
-
 @dataclass
 class GraphIndex:
     """Positions, layer regions and extern kernels of one graph, computed before it is
     rewritten.
 
-    The rewrite orders its ops through *gates*: the first extern kernel (matmul, attention)
-    at or after a sync point. A gate's activation input ``x`` is routed through memopt's
+    The rewrite orders its ops through *gates*: the first matmul at or after a sync point. A gate's activation input ``x`` is routed through memopt's
     barriers (``x -> marker -> ... -> barrier(deps) -> kernel``), so copy ops can follow the
     marker and the kernel waits for them, while no original node gains or loses a user --
     Inductor's pattern matching and fusion (hence the numerics) are unchanged.
@@ -160,7 +127,7 @@ class GraphIndex:
     starts: dict[int, fx.Node]
     """First node of each layer's region (in this graph's execution order)."""
     kernels: list[fx.Node]
-    """The extern kernels, in graph order."""
+    """The matmuls, in graph order."""
 
     @classmethod
     def build(cls, graph: fx.Graph, num_layers: int, forward: bool) -> GraphIndex:
@@ -192,36 +159,22 @@ class GraphIndex:
         later = [k for k in self.starts if k <= layer]
         return self.starts[max(later)] if later else self.output
 
-    def kernel_from(self, node: fx.Node) -> fx.Node | None:
-        """The first extern kernel at or after ``node``."""
-        start = self.pos[node]
-        return next((k for k in self.kernels if self.pos[k] >= start), None)
-
-    def kernel_before(self, node: fx.Node) -> fx.Node | None:
-        """The last extern kernel strictly before ``node``."""
-        limit = self.pos[node]
-        return next((k for k in reversed(self.kernels) if self.pos[k] < limit), None)
-
     def first_user(self, nodes: Iterable[fx.Node]) -> fx.Node | None:
         users = [u for n in nodes for u in n.users if u in self.pos]
         return min(users, key=self.pos.__getitem__, default=None)
 
 
-def gate_input(kernel: fx.Node) -> fx.Node:
+def gate_input(kernel: fx.Node, banned: Callable[[fx.Node], bool]) -> fx.Node | None:
     """The input of a gate kernel to route through barriers: an activation (something
-    computed, so ops following it wait for the previous layer), else any tensor input."""
-    inputs = [a for a in kernel.all_input_nodes if tensor_val(a) is not None]
+    computed, so ops following it wait for the previous layer), else any tensor input;
+    never one for which ``banned`` is true."""
+    inputs = [a for a in kernel.all_input_nodes if tensor_val(a) is not None and not banned(a)]
     computed = [a for a in inputs if a.op != "placeholder" and not _is_view_of_input(a)]
-    return (computed or inputs)[0]
+    return (computed or inputs or [None])[0]
 
 
 def _is_kernel(n: fx.Node) -> bool:
-    return (
-        n.op == "call_function"
-        and n.target is not operator.getitem
-        and is_extern(n)
-        and any(tensor_val(a) is not None for a in n.all_input_nodes)
-    )
+    return n.op == "call_function" and n.target in MATMULS
 
 
 def _is_view_of_input(n: fx.Node) -> bool:

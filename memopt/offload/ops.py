@@ -4,7 +4,7 @@ buffer pool.
 The ops are functional -- each returns a tensor and takes the tensors it must follow as
 arguments -- so Inductor can neither drop them nor reorder them against their data edges::
 
-    h  = memopt.offload(t)                    # event on the compute stream; D2H on the
+    h  = memopt.offload(t, after)             # event on the compute stream; D2H on the
                                               # transfer stream into a pooled pinned buffer
     h' = memopt.wait_offload(h, [t], after)   # compute stream waits for the D2H; t may die
     d  = memopt.reload(h', device, after)     # H2D on the transfer stream into memory
@@ -12,6 +12,7 @@ arguments -- so Inductor can neither drop them nor reorder them against their da
     d' = memopt.wait_reload(d, after)         # compute stream waits for the H2D
     x' = memopt.barrier(x, [deps])            # no-op alias: whatever reads x' runs after deps
 
+``after`` arguments are ordering-only inputs (the op runs after that tensor exists).
 ``wait_offload``, ``wait_reload`` and ``barrier`` return an alias of their first argument
 (schema ``Tensor(a) -> Tensor(a)``), so they add ordering without copies. They are defined
 with ``torch.library.Library`` because ``custom_op`` forbids aliased returns; they are only
@@ -36,7 +37,7 @@ from memopt import _torch_compat as compat
 NAMESPACE = "memopt"
 _LIB = torch.library.Library(NAMESPACE, "FRAGMENT")
 
-_LIB.define("offload(Tensor t) -> Tensor", tags=compat.exact_strides_tags())
+_LIB.define("offload(Tensor t, Tensor? after=None) -> Tensor", tags=compat.exact_strides_tags())
 _LIB.define("wait_offload(Tensor(a) host, Tensor[] keep, Tensor? after=None) -> Tensor(a)")
 _LIB.define("reload(Tensor host, Device device, Tensor? after=None) -> Tensor")
 _LIB.define("wait_reload(Tensor(a) t, Tensor? after=None) -> Tensor(a)")
@@ -246,7 +247,7 @@ def _issue_on_transfer_stream(device: torch.device, dst: torch.Tensor, src: torc
 # --------------------------------------------------------------------------- op bodies
 
 
-def _offload(t: torch.Tensor) -> torch.Tensor:
+def _offload(t: torch.Tensor, after: torch.Tensor | None = None) -> torch.Tensor:
     stride = host_stride(t)
     src = t
     if stride != tuple(t.stride()):
@@ -320,7 +321,7 @@ _LIB.impl("barrier", _barrier, "CompositeExplicitAutograd")
 # --------------------------------------------------------------------------- fake (meta) kernels
 
 
-def _offload_fake(t: torch.Tensor) -> torch.Tensor:
+def _offload_fake(t: torch.Tensor, after=None) -> torch.Tensor:
     return torch.empty_strided(t.shape, host_stride(t), dtype=t.dtype, device="cpu")
 
 

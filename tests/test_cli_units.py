@@ -1,0 +1,170 @@
+"""memopt plan/fit building blocks on plain data: no tracing (milliseconds)."""
+
+from __future__ import annotations
+
+import sympy
+import torch
+import torch.nn as nn
+
+from memopt.cli.analyze import trace_sizes
+from memopt.cli.extrapolate import (
+    evaluate,
+    extrapolate_profile,
+    extrapolate_region,
+    finish_region,
+    parse_expr,
+)
+from memopt.cli.fit import largest_fitting
+from memopt.cli.liveness import PhasePeak, StepProfile
+from memopt.cli.models import parse_value, split_overrides
+from memopt.cli.peak import PeakModel, optimizer_bytes, static_bytes
+from memopt.report import RegionReport
+
+B, S = (sympy.Symbol(n, integer=True, positive=True) for n in ("batch", "seq"))
+MIB = 2**20
+
+
+def test_split_overrides_separates_model_config_from_plans():
+    over, plans = split_overrides(
+        ["n_layer=2", "BiasGelu+:1:-1,Gemm+:1:2", 'rope_scaling={"type":"linear","factor":2}']
+    )
+    assert over == {"n_layer": 2, "rope_scaling": {"type": "linear", "factor": 2}}
+    assert plans == ["BiasGelu+:1:-1", "Gemm+:1:2"]
+    assert parse_value("0.1") == 0.1 and parse_value("true") is True
+    assert parse_value("gelu_new") == "gelu_new" and parse_value("None") is None
+
+
+def test_trace_sizes_avoid_one_and_shared_symbols():
+    assert trace_sizes(8, 2048) == (8, 2048)
+    assert trace_sizes(1, 2048) == (2, 2048)
+    assert trace_sizes(16, 16) == (17, 16)
+
+
+def test_optimizer_bytes():
+    p16 = torch.empty(512, 512, dtype=torch.bfloat16, device="meta")  # 0.5 MiB
+    p32 = torch.empty(512, 512, dtype=torch.float32, device="meta")  # 1 MiB
+    n, _ = optimizer_bytes([p16], optimizer="adamw")
+    assert n == 2 * MIB + 4  # two fp32 states + the step
+    n, _ = optimizer_bytes([p16], optimizer="adamw", state_dtype="param")
+    assert n == MIB + 4
+    n, _ = optimizer_bytes([p16, p32], optimizer="adamw", master_weights=True)
+    assert n == 4 * MIB + 8 + MIB  # master copy of the bf16 parameter only
+    assert optimizer_bytes([p32], optimizer="sgd")[0] == 0
+    assert optimizer_bytes([p32], optimizer="sgd", momentum=True)[0] == MIB
+    assert optimizer_bytes([p32], optimizer="none")[0] == 0
+
+
+def test_static_bytes_counts_tied_parameters_once():
+    with torch.device("meta"):
+        emb = nn.Embedding(512, 512)
+        head = nn.Linear(512, 512, bias=False)
+    head.weight = emb.weight
+    model = nn.ModuleDict({"emb": emb, "head": head})
+    st = static_bytes(model, optimizer="sgd")
+    assert (st.parameters, st.gradients, st.optimizer, st.num_parameters) == (
+        MIB,
+        MIB,
+        0,
+        512 * 512,
+    )
+
+
+def _profile(act: sympy.Expr, grads: sympy.Expr, temps: sympy.Expr) -> StepProfile:
+    phases = {
+        "forward": PhasePeak(act, sympy.Integer(0), temps),
+        "backward_start": PhasePeak(act, sympy.Integer(16), 2 * temps),
+        "backward_end": PhasePeak(sympy.Integer(0), grads, sympy.Integer(0)),
+    }
+    return StepProfile(phases, saved=act, gradients=grads, inputs=16 * B * S)
+
+
+def test_peak_model_picks_the_largest_phase_at_the_sizes():
+    st = static_bytes(nn.Linear(4, 4, device="meta"), optimizer="none")
+    model = PeakModel(st, _profile(100 * B * S, sympy.Integer(10**5), 10 * B * S))
+    small = model.at({"batch": 1, "seq": 10})  # grads dominate
+    assert small.phase_name == "backward_end"
+    assert small.bytes == st.parameters + 160 + 10**5
+    big = model.at({"batch": 8, "seq": 1024})
+    assert big.phase_name == "backward_start"
+    assert big.bytes == st.parameters + 16 * 8 * 1024 + 120 * 8 * 1024 + 16
+    assert sum(evaluate(e, big.values) for _, e, _ in big.rows()) == big.bytes
+
+
+def test_largest_fitting_is_exact_on_a_monotone_function():
+    assert largest_fitting(lambda n: 100 + 7 * n, 1000) == (128, 996)
+    assert largest_fitting(lambda n: 100 + 7 * n, 50) == (0, 107)
+    assert largest_fitting(lambda n: n * n, 10**6) == (1000, 10**6)
+
+
+def test_extrapolate_profile_is_affine_per_layer():
+    small = _profile(300 * B * S, sympy.Integer(2000), 5 * B * S)  # 2 layers
+    large = _profile(400 * B * S, sympy.Integer(3000), 5 * B * S)  # 3 layers
+    deep = extrapolate_profile(small, large, steps=29)  # 32 layers
+    assert deep.saved == 3300 * B * S
+    assert deep.gradients == 32000
+    start, end = deep.phases["backward_start"], deep.phases["backward_end"]
+    assert (start.activations, start.gradients, start.temporaries) == (
+        (400 + 29 * 100) * B * S,
+        16,
+        10 * B * S,
+    )
+    assert end.gradients == 3000 + 29 * 1000 and end.activations == 0
+
+
+def _region(freq: int, saving: str, saved: str) -> RegionReport:
+    return RegionReport(
+        index=0,
+        symbols={"s0": 4, "s1": 64},
+        clusters=[
+            {
+                "cluster_id": "BiasGelu+",
+                "strategy": 1,
+                "count": -1,
+                "freq": freq,
+                "enabled": True,
+                "source": "level",
+                "available": [1],
+                "saving_bytes": None,
+                "saving_symbolic": saving,
+                "note": None,
+                "skipped": 0,
+            }
+        ],
+        excluded=[
+            {
+                "root": "x",
+                "reason": "random op",
+                "bytes": 0,
+                "symbolic": "s0*s1",
+                "shape": "",
+                "dtype": "",
+                "compromise": False,
+            }
+        ]
+        * freq,
+        baseline_saved_symbolic=saved,
+        baseline_saved_bytes=None,
+        final_saved_symbolic=saved,
+        final_saved_bytes=None,
+    )
+
+
+def test_regions_renamed_evaluated_and_extrapolated():
+    names = {"s0": "batch", "s1": "seq"}
+    values = {"batch": 8, "seq": 1024}
+    small = finish_region(_region(2, "2048*s0*s1", "4096*s0*s1 + 4"), names, values)
+    large = finish_region(_region(3, "3072*s0*s1", "6144*s0*s1 + 4"), names, values)
+    assert small.clusters[0]["saving_symbolic"] == "2048*batch*seq"
+    assert small.clusters[0]["saving_bytes"] == 2048 * 8 * 1024
+    assert small.symbols == {"batch": 8, "seq": 1024}
+    deep = extrapolate_region(small, large, steps=9, values=values)  # 12 layers
+    row = deep.clusters[0]
+    assert row["freq"] == 12 and row["saving_symbolic"] == "12288*batch*seq"
+    assert deep.baseline_saved_symbolic == "24576*batch*seq + 4"
+    assert deep.final_saved_bytes == 24576 * 8 * 1024 + 4
+    assert len(deep.excluded) == 12
+
+
+def test_parse_expr_reads_torch_size_functions():
+    e = parse_expr("1024*batch*CeilToInt(IntTrueDiv(seq, 32))")
+    assert evaluate(e, {"batch": 2, "seq": 100}) == 1024 * 2 * 4
