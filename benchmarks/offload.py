@@ -90,7 +90,7 @@ class Runner:
         self.model.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        loss = compiled(input_ids=self.ids, labels=self.ids).loss
+        loss = compiled(input_ids=self.ids, labels=self.ids, use_cache=False).loss
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         loss.backward()

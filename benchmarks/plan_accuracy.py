@@ -10,6 +10,7 @@ the first forward are measured with saved-tensor hooks.
 
     python benchmarks/plan_accuracy.py                 # both models, levels 0 and 1
     python benchmarks/plan_accuracy.py --models llama --levels 1 --depth full
+    python benchmarks/plan_accuracy.py --emulate   # predict as memopt plan does without a GPU
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ CONFIGS = {
 }
 
 
-def predict(source, batch: int, seq: int, level: int, depth: str) -> dict:
+def predict(source, batch: int, seq: int, level: int, depth: str, emulate: bool) -> dict:
     request = Request(
+        emulate_cuda=emulate or None,
         batch=batch,
         seq=seq,
         dtype=torch.bfloat16,
@@ -118,6 +120,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--depth", choices=("auto", "full"), default="auto")
     p.add_argument("--verbose", action="store_true", help="print the predicted breakdown")
+    p.add_argument(
+        "--emulate",
+        action="store_true",
+        help="predict as on a laptop: fake CPU tensors with GPU attention kernels",
+    )
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("plan_accuracy needs a CUDA device")
@@ -131,7 +138,7 @@ def main() -> None:
         spec, overrides, batch, seq = CONFIGS[name]
         source = models.resolve(spec, overrides)
         for level in (int(x) for x in args.levels.split(",")):
-            pred = predict(source, batch, seq, level, args.depth)
+            pred = predict(source, batch, seq, level, args.depth, args.emulate)
             meas = measure(source, batch, seq, level, args.steps)
             err = 100.0 * (pred["peak"] - meas["peak"]) / meas["peak"]
             print(

@@ -286,13 +286,6 @@ def fake_tensor_mode():
     return FakeTensorMode(allow_non_fake_inputs=True)
 
 
-def boxed_callable(fn):
-    """Mark ``fn(args_list)`` as using AOTAutograd's boxed calling convention."""
-    from torch._functorch.aot_autograd import make_boxed_func
-
-    return make_boxed_func(fn)
-
-
 def dynamo_reset() -> None:
     torch._dynamo.reset()
 
@@ -343,3 +336,16 @@ def sympy_locals() -> dict[str, Any]:
         and isinstance(getattr(fns, n), type)
         and issubclass(getattr(fns, n), sympy.Basic)
     }
+
+
+def op_returns_alias(target: Any) -> bool:
+    """Whether an op's (first) output aliases an input per its schema (``Tensor(a)``: views,
+    in-place ops, alias-returning custom ops)."""
+    schema = getattr(target, "_schema", None)
+    return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None)
+
+
+def op_qualified_name(target: Any) -> str:
+    """``namespace::name`` of an op overload ('' for other callables)."""
+    schema = getattr(target, "_schema", None)
+    return "" if schema is None else str(schema.name)

@@ -75,7 +75,7 @@ def plan_budget(
         fw,
         bw,
         candidates,
-        value=symbols.evaluate,
+        value=lambda e: symbols.evaluate(symbols.readable(e)),
         fixed=fixed,
         rates_op_s=lambda op: roofline_s(op, rates),
         min_offload_bytes=config.offload_min_bytes,

@@ -154,8 +154,8 @@ def test_storage_also_returned_stays_on_device():
     )
     assert r.offloaded == ()
     assert r.kept[:2] == (
-        (0, "getitem", "its storage is also kept by output mm"),
-        (1, "getitem_1", "its storage is also kept by output mm"),
+        (0, "getitem", "the forward also returns it (mm)"),
+        (1, "getitem_1", "the forward also returns it (mm)"),
     )
     assert op_sequence(fw_gm) == op_sequence(bw_gm) == []
 

@@ -48,6 +48,8 @@ class Request:
     master_weights: bool = False
     momentum: bool = False
     symbolic: bool = True
+    emulate_cuda: bool | None = None
+    """Plan ``cuda`` on fake CPU tensors with GPU attention kernels (None: when no CUDA)."""
 
 
 @dataclass
@@ -143,6 +145,7 @@ def analyze(
                 keep_planner=keep_planner and depth is None,
                 dynamic=request.symbolic,
                 sizes=(bt, st),
+                emulate_cuda=request.emulate_cuda,
             )
         )
     seconds = time.perf_counter() - t0

@@ -130,8 +130,7 @@ def _aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:
     if is_view_op(node):
         src = node.args[0] if node.args else None
         return src if isinstance(src, torch.fx.Node) else None
-    schema = getattr(node.target, "_schema", None)
-    if schema is None or not schema.returns or schema.returns[0].alias_info is None:
+    if not compat.op_returns_alias(node.target):
         return None
     src = node.args[0] if node.args else None
     return src if isinstance(src, torch.fx.Node) else None
@@ -175,7 +174,7 @@ def _owns(node: torch.fx.Node, device: str | None) -> bool:
         and isinstance(val, torch.Tensor)
         and _root(node) is node
         and (device is None or val.device.type == device)
-        and str(getattr(node.target, "_schema", "")).split("(")[0] != "memopt::offload"
+        and compat.op_qualified_name(node.target) != "memopt::offload"
     )
 
 

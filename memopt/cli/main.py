@@ -47,10 +47,27 @@ def _parser(cmd: str) -> argparse.ArgumentParser:
         default=None,
         help=f"sequence length (default {DEFAULT_SEQ}, capped by the model's positions)",
     )
-    p.add_argument("--dtype", choices=sorted(DTYPES), help="parameter dtype (default bf16)")
-    p.add_argument("--device-kind", choices=("cuda", "cpu"), default="cuda")
-    p.add_argument("--level", type=int, choices=(0, 1, 2), default=0 if cmd == "plan" else 1)
-    p.add_argument("--probe-level", type=int, choices=(0, 1), default=None)
+    p.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        help="parameter dtype (hf: default bf16 for cuda, fp32 for cpu; factories keep theirs)",
+    )
+    p.add_argument(
+        "--device-kind",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="device to plan for (default cuda; works without a GPU)",
+    )
+    p.add_argument(
+        "--level",
+        type=int,
+        choices=(0, 1, 2),
+        default=0 if cmd == "plan" else 1,
+        help="memopt level ("
+        + ("default 0" if cmd == "plan" else "the optimized row of the table, default 1")
+        + ")",
+    )
+    p.add_argument("--probe-level", type=int, choices=(0, 1), default=None, help="default 1")
     p.add_argument(
         "--config",
         action="extend",

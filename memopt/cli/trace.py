@@ -1,12 +1,14 @@
 """Trace a model with fake tensors through the same compile path as training, without codegen.
 
-``torch.compile(model, backend=..., dynamic=True)`` runs dynamo and Inductor's ``compile_fx``
+``torch.compile(model, backend=...)`` runs dynamo and Inductor's ``compile_fx``
 (decompositions, joint-graph passes, the partitioner hook) exactly as :func:`memopt.optimize`
 does; only Inductor's code generation is replaced by a stub (``inner_compile``) that runs the
 partitioned forward graph on the fake inputs, so graph breaks keep working. memopt's pipeline
 (:func:`memopt.passes.pipeline.run_pipeline`) runs in the partitioner hook once per requested
 config on the same joint graph, so the plan tables agree with training's. Parameters and
-inputs are ``FakeTensor``s: nothing is allocated, a 70B model traces on a laptop.
+inputs are ``FakeTensor``s: nothing is allocated, a 70B model traces on a laptop. The input
+dimensions whose size is the batch or the sequence length are marked dynamic, so sizes come
+out as expressions of them (other sizes and Python floats stay static, which is faster).
 
 Planning for ``cuda`` on a machine without CUDA traces on fake CPU tensors (autograd needs a
 real device backend) and replaces ``F.scaled_dot_product_attention`` by the kernel a GPU would
@@ -199,12 +201,16 @@ def trace(
     keep_planner: bool = False,
     dynamic: bool = True,
     sizes: Sequence[int] = (),
+    emulate_cuda: bool | None = None,
 ) -> TraceResult:
     """Trace one training step of ``built`` (meta model and inputs) for each config.
 
     With ``dynamic``, every input dimension whose size is one of ``sizes`` (the batch and
-    sequence length the model was built with) is traced symbolically."""
-    emulated = device_kind == "cuda" and not torch.cuda.is_available()
+    sequence length the model was built with) is traced symbolically. ``emulate_cuda``: trace
+    a ``cuda`` plan on fake CPU tensors with GPU attention kernels (default: when no CUDA)."""
+    if emulate_cuda is None:
+        emulate_cuda = not torch.cuda.is_available()
+    emulated = device_kind == "cuda" and emulate_cuda
     device = torch.device("cpu" if emulated else device_kind)
     t0 = time.perf_counter()
     model, args, kwargs = fakeify(built, device)
@@ -226,9 +232,7 @@ def trace(
     try:
         with _quiet_compile(), emulation:
             compiled(*args, **kwargs)
-    except PlanError:
-        raise
-    except CliError:
+    except (PlanError, CliError):
         raise
     except Exception as e:
         cause = compat.unwrap_backend_error(e)

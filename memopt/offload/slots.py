@@ -82,15 +82,16 @@ class Slots:
     def original_name(self, i: int) -> str:
         return self.originals[i][1].name
 
-    def other_holder(self, root: fx.Node, members: set[int]) -> fx.Node | None:
-        """An output other than the given slots that shares ``root``'s storage, if any."""
+    def other_holder(self, root: fx.Node, members: set[int]) -> str | None:
+        """What else keeps ``root``'s storage alive past the forward (a forward output, or a
+        saved value not being offloaded), described for the report; None if nothing."""
         rv = root.meta["val"]
-        others = list(self.real) + [
-            fw for i, (fw, _) in enumerate(self.originals) if i not in members
-        ]
-        for o in others:
+        for o in self.real:
             if _is_tensor(o) and compat.same_storage(o.meta["val"], rv):
-                return o
+                return f"the forward also returns it ({o.name})"
+        for i, (fw, _) in enumerate(self.originals):
+            if i not in members and _is_tensor(fw) and compat.same_storage(fw.meta["val"], rv):
+                return f"saved value {fw.name} keeps its storage"
         return None
 
     def replace_with_host(self, members: list[int], host: fx.Node) -> fx.Node:

@@ -74,7 +74,7 @@ def _make_unit(slots: Slots, root: fx.Node, members: list[int], layer_of) -> tup
     member_nodes = [slots.fw_node(i) for i in members]
     holder = slots.other_holder(root, set(members))
     if holder is not None:
-        return None, f"its storage is also kept by output {holder.name}"
+        return None, holder
     layer = max(layer_of(i) for i in members)  # the first backward to need any of them
     total = compat.int_hint(rv.numel())
     covering = [
