@@ -34,10 +34,6 @@ def test_parse_valid():
         ("BiasGelu+:x:-1", "plan 'BiasGelu+:x:-1': field Strategy 'x' is not an integer"),
         ("BiasGelu+:7:-1", "plan 'BiasGelu+:7:-1': field Strategy 7 is out of range"),
         ("BiasGelu+:1:0", "plan 'BiasGelu+:1:0': field Count 0 is invalid"),
-        (
-            "BiasGelu+:3:-1",
-            "plan 'BiasGelu+:3:-1': field Strategy 3 (offload) is not supported by this build",
-        ),
         ("BiasGelu+:1:-2", "plan 'BiasGelu+:1:-2': field Count -2 is invalid"),
         ("BiasGelu+:1:all", "plan 'BiasGelu+:1:all': field Count 'all' is not an integer"),
     ],
@@ -47,6 +43,10 @@ def test_bad_plans_name_plan_and_field(text, message):
         parse_plan(text)
     assert str(e.value).startswith(message)
     assert isinstance(e.value, ValueError)
+
+
+def test_offload_strategy_parses():
+    assert parse_plan("MatMul+:3:2") == PlanSpec("MatMul+", Strategy.OFFLOAD, 2)
 
 
 def test_missing_plus_hint():
