@@ -29,6 +29,11 @@ def measure(kind: str, out: str) -> None:
     ids = torch.randint(0, 32000, (batch, seq), device="cuda")
     rows = []
 
+    def save():
+        meta = {"model": kind, "config": CONFIGS[kind], "torch": torch.__version__}
+        with open(out, "w") as f:
+            json.dump({**meta, "device": torch.cuda.get_device_name(), "rows": rows}, f)
+
     def run(label, compiled, extra=None):
         def step():
             model.zero_grad(set_to_none=True)
@@ -38,17 +43,7 @@ def measure(kind: str, out: str) -> None:
         row = {"variant": label, "ms": ms, "peak": peak, **(extra or {})}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        with open(out, "w") as f:
-            json.dump(
-                {
-                    "model": kind,
-                    "config": CONFIGS[kind],
-                    "torch": torch.__version__,
-                    "device": torch.cuda.get_device_name(),
-                    "rows": rows,
-                },
-                f,
-            )
+        save()
 
     run("eager", model)
     model.gradient_checkpointing_enable()
@@ -73,17 +68,7 @@ def measure(kind: str, out: str) -> None:
         reg = memopt.report(c).regions
         pred = [r.extra.get("planner", {}).get("predicted_peak") for r in reg]
         rows[-1]["predicted_peaks"] = pred
-        with open(out, "w") as f:
-            json.dump(
-                {
-                    "model": kind,
-                    "config": CONFIGS[kind],
-                    "torch": torch.__version__,
-                    "device": torch.cuda.get_device_name(),
-                    "rows": rows,
-                },
-                f,
-            )
+        save()
 
 
 def table(path: str) -> str:
