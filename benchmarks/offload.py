@@ -101,17 +101,27 @@ class Runner:
         return [p.grad.detach().clone() for p in self.model.parameters() if p.grad is not None]
 
 
-def compile_model(model, k: int, min_bytes: int):
+def late_sync(n: int, k: int) -> dict:
+    """Offload layers 0..k-1, every offload finishing at the end of the forward (the whole
+    forward hides the copies); reloads as in the default dict."""
+    return {i: (True, n, False, k - i) for i in range(k)}
+
+
+def compile_model(model, k: int, min_bytes: int, sync: dict | None = None):
     torch._dynamo.reset()
     if k == 0:
         return torch.compile(model), None
-    p = LayerOffloadPartitioner(offload_layers=k, min_bytes=min_bytes)
+    if sync is not None:
+        p = LayerOffloadPartitioner(sync=sync, min_bytes=min_bytes)
+    else:
+        p = LayerOffloadPartitioner(offload_layers=k, min_bytes=min_bytes)
     return torch.compile(model, options={"custom_partitioner_fn": p}), p
 
 
-def measure(args, runner: Runner, k: int, ref_grads, trace_dir: str):
+def measure(args, runner: Runner, k: int, ref_grads, trace_dir: str, late: bool = False):
     """One configuration; returns (row, gradients of one step on the fixed batch)."""
-    compiled, part = compile_model(runner.model, k, args.min_bytes)
+    sync = late_sync(args.layers, k) if late else None
+    compiled, part = compile_model(runner.model, k, args.min_bytes, sync)
     t_compile = time.perf_counter()
     runner.step(compiled)
     t_compile = time.perf_counter() - t_compile
@@ -141,6 +151,7 @@ def measure(args, runner: Runner, k: int, ref_grads, trace_dir: str):
         steps.append(s)
     row = {
         "k": k,
+        "sync": "late" if late else "default",
         "compile_s": round(t_compile, 1),
         "peak_bytes": peak,
         "step_ms": 1e3 * statistics.median(steps),
@@ -169,7 +180,7 @@ def measure(args, runner: Runner, k: int, ref_grads, trace_dir: str):
         row["grads_differ"] = differ[:5]
         row["grads_max_abs_diff"] = diff
     if args.profile_steps and k:
-        path = os.path.join(trace_dir, f"{args.model}_k{k}.json")
+        path = os.path.join(trace_dir, f"{args.model}_k{k}{'_late' if late else ''}.json")
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(args.profile_steps):
                 runner.step(compiled)
@@ -178,7 +189,7 @@ def measure(args, runner: Runner, k: int, ref_grads, trace_dir: str):
         row["trace"] = summary.to_dict()
         row["trace_line"] = summary.line()
         row["trace_path"] = path
-    if k and k == args.stability_k:
+    if k and k == args.stability_k and not late:
         row["stability"] = stability(args, runner, compiled)
     del compiled
     return row, grads
@@ -216,7 +227,7 @@ def report(args, bw: dict, rows: list[dict]) -> str:
         f"peak {format_bytes(base['peak_bytes'])}",
         f"budget: D2H bandwidth x forward time = {format_bytes(int(budget))} per step "
         "(offloads within it should cost <= 5% step time)",
-        f"{'k':>2} {'offloaded':>11} {'peak':>11} {'drop':>11} {'drop/off':>8} "
+        f"{'k':>2} {'sync':>7} {'offloaded':>11} {'peak':>11} {'drop':>11} {'drop/off':>8} "
         f"{'step ms':>8} {'+%':>6} {'fits':>5} {'D2H GB/s':>9} {'of bw':>6} {'overlap':>7} "
         f"{'bitwise':>7}",
     ]
@@ -227,17 +238,18 @@ def report(args, bw: dict, rows: list[dict]) -> str:
         tr = r.get("trace", {}).get("d2h", {})
         gbps = tr.get("gbps", 0.0)
         lines.append(
-            f"{r['k']:>2} {format_bytes(off):>11} {format_bytes(r['peak_bytes']):>11} "
+            f"{r['k']:>2} {r.get('sync', 'default'):>7} {format_bytes(off):>11} {format_bytes(r['peak_bytes']):>11} "
             f"{format_bytes(max(drop, 0)):>11} {ratio:>8} {r['step_ms']:>8.1f} {slow:>+6.1f} "
             f"{('yes' if off <= budget else 'no') if off else '-':>5} "
             f"{gbps:>9.1f} {(gbps / bw['d2h'] if gbps else 0):>6.0%} "
             f"{tr.get('overlap', 0):>7.0%} {str(r.get('grads_bitwise_equal', '-')):>7}"
         )
     for r in rows:
+        tag = f"k={r['k']}" + (" (late sync)" if r.get("sync") == "late" else "")
         if r.get("grads_differ"):
-            lines.append(f"grads differing at k={r['k']}: {r['grads_differ']}")
+            lines.append(f"grads differing at {tag}: {r['grads_differ']}")
         if "trace_line" in r:
-            lines.append(f"trace k={r['k']}: {r['trace_line']}")
+            lines.append(f"trace {tag}: {r['trace_line']}")
         if "stability" in r:
             g = r["stability"]["growth"]
             lines.append(
@@ -260,6 +272,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa")
     ap.add_argument("--k", default="", help="comma-separated k values (default 1..n-1)")
+    ap.add_argument(
+        "--late",
+        default="",
+        help="comma-separated k values also run with every offload finishing at the end of the "
+        "forward (sync {i: (True, n, False, k-i)})",
+    )
+    ap.add_argument("--emulate-precision-casts", action="store_true")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per configuration")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--profile-steps", type=int, default=3)
@@ -275,7 +294,8 @@ def main() -> None:
     trace_dir = args.trace_dir or tempfile.mkdtemp(prefix="memopt_offload_")
     os.makedirs(trace_dir, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.use_deterministic_algorithms(True)
+    torch._inductor.config.emulate_precision_casts = args.emulate_precision_casts
 
     bw = pinned_bandwidth()
     torch.manual_seed(0)
@@ -287,6 +307,11 @@ def main() -> None:
     for k in ks:
         rows.append(measure(args, runner, k, ref, trace_dir)[0])
         print(f"k={k}: {rows[-1]['step_ms']:.1f} ms, peak {format_bytes(rows[-1]['peak_bytes'])}")
+    for k in [int(x) for x in args.late.split(",") if x]:
+        rows.append(measure(args, runner, k, ref, trace_dir, late=True)[0])
+        print(
+            f"k={k} late: {rows[-1]['step_ms']:.1f} ms, peak {format_bytes(rows[-1]['peak_bytes'])}"
+        )
     text = report(args, bw, rows)
     print(text)
     print(

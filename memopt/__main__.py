@@ -17,11 +17,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo(rest)
     if cmd in ("plan", "fit"):
-        try:
-            from memopt.cli.main import main as cli
-        except ImportError:
-            print(f"memopt {cmd}: not available in this build", file=sys.stderr)
-            return 2
+        from memopt.cli.main import main as cli
+
         return cli([cmd, *rest])
     print(f"memopt: unknown command {cmd!r}\n{usage}", file=sys.stderr)
     return 2

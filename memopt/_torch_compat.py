@@ -349,3 +349,10 @@ def op_qualified_name(target: Any) -> str:
     """``namespace::name`` of an op overload ('' for other callables)."""
     schema = getattr(target, "_schema", None)
     return "" if schema is None else str(schema.name)
+
+
+def inductor_pads_matmuls() -> bool:
+    """Whether Inductor pads unaligned matmuls on CUDA (``config.shape_padding``)."""
+    import torch._inductor.config as inductor_config
+
+    return bool(getattr(inductor_config, "shape_padding", False))

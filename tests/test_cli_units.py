@@ -15,7 +15,7 @@ from memopt.cli.extrapolate import (
     parse_expr,
 )
 from memopt.cli.fit import largest_fitting
-from memopt.cli.liveness import PhasePeak, StepProfile
+from memopt.cli.liveness import PhasePeak, StepProfile, padded_operands
 from memopt.cli.models import parse_value, split_overrides
 from memopt.cli.peak import PeakModel, optimizer_bytes, static_bytes
 from memopt.report import RegionReport
@@ -168,3 +168,35 @@ def test_regions_renamed_evaluated_and_extrapolated():
 def test_parse_expr_reads_torch_size_functions():
     e = parse_expr("1024*batch*CeilToInt(IntTrueDiv(seq, 32))")
     assert evaluate(e, {"batch": 2, "seq": 100}) == 1024 * 2 * 4
+
+
+def _mm_node(*shapes, dtype=torch.bfloat16, op=torch.ops.aten.mm.default):
+    g = torch.fx.Graph()
+    args = []
+    for i, shape in enumerate(shapes):
+        p = g.placeholder(f"x{i}")
+        p.meta["val"] = torch.empty(shape, dtype=dtype, device="meta")
+        args.append(p)
+    return g.call_function(op, tuple(args)), args
+
+
+def test_padded_operands_follow_inductors_pad_mm_rule():
+    # LM head backward, GPT-2 vocabulary: grad (8192, 50257) @ W (50257, 1024) pads K on both
+    mm, (a, b) = _mm_node((8192, 50257), (50257, 1024))
+    assert padded_operands(mm) == [
+        (a, sympy.Rational(50264, 50257)),
+        (b, sympy.Rational(50264, 50257)),
+    ]
+    # forward logits: hidden (8192, 1024) @ W^T (1024, 50257) pads N: only W is copied
+    mm, (a, b) = _mm_node((8192, 1024), (1024, 50257))
+    assert padded_operands(mm) == [(b, sympy.Rational(50264, 50257))]
+    # addmm: the bias is not an operand; M unaligned pads mat1 only
+    mm, (_, m1, _) = _mm_node((1024,), (50257, 8192), (8192, 1024), op=torch.ops.aten.addmm.default)
+    assert padded_operands(mm) == [(m1, sympy.Rational(50264, 50257))]
+    # aligned sizes (Llama's 32000 vocabulary), small matmuls, and fp32 multiples of 4: no copy
+    assert padded_operands(_mm_node((8192, 32000), (32000, 2048))[0]) == []
+    assert padded_operands(_mm_node((128, 50257), (50257, 64))[0]) == []  # memory-bound
+    fp32 = _mm_node((8192, 1028), (1028, 4096), dtype=torch.float32)[0]
+    assert padded_operands(fp32) == []
+    fp32 = _mm_node((8192, 1026), (1026, 4096), dtype=torch.float32)[0]
+    assert [f for _, f in padded_operands(fp32)] == [sympy.Rational(1028, 1026)] * 2

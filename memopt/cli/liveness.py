@@ -18,7 +18,12 @@ exceptions:
 * temporaries that Inductor fuses away are not charged: a temporary counts only when the op
   that makes it or one that reads it is an extern kernel (matmul, attention, convolution, an
   unknown op), i.e. when it must exist in memory. This is an estimate: Inductor's fusion and
-  buffer reuse decide the real working memory.
+  buffer reuse decide the real working memory;
+* on CUDA (``pad_matmuls``) Inductor pads a compute-bound matmul whose sizes are not a multiple
+  of 8 (16-bit) or 4 (fp32) elements (``shape_padding``, ``fx_passes/pad_mm.py``): each padded
+  operand is a copy, live from the op that makes the operand to the matmul. A 50,257-token
+  vocabulary makes two logits-sized copies in the backward of the LM head (measured on an
+  H100: the backward allocates the logits gradient and both padded copies at once).
 
 Each phase reports its peak split into saved activations, gradients and temporaries, as sympy
 expressions of the readable shape symbols, chosen at the compile-time sizes. The phases: the
@@ -190,6 +195,14 @@ class _Sweep:
         size = compat.int_hint(val.numel()) * val.element_size()
         self.items.append((start, max(start, end), kind, size, expr))
 
+    def add_scaled(
+        self, start: int, end: int, kind: str, val: torch.Tensor, factor: sympy.Rational
+    ) -> None:
+        """A tensor of ``factor`` times the size of ``val`` (a padded copy of it)."""
+        expr = tensor_bytes_expr(val) * factor
+        size = int(compat.int_hint(val.numel()) * val.element_size() * factor)
+        self.items.append((start, max(start, end), kind, size, expr))
+
     def peak(self, lo: int, hi: int) -> PhasePeak:
         """The largest live total over positions ``lo..hi`` (inclusive), split by kind."""
         delta = [0] * (hi - lo + 2)
@@ -217,12 +230,14 @@ def step_profile(
     symbols: SymbolTable,
     static_input_indices: Collection[int] = (),
     device: str | None = None,
+    pad_matmuls: bool = False,
 ) -> StepProfile:
     """The live-bytes profile of a partitioned step (see the module docstring).
 
     ``static_input_indices``: positions of the forward's inputs that are parameters or buffers
     (Inductor's ``static_lifetime_input_indices``); the other inputs count as ``inputs``.
-    ``device``: the traced device type; tensors elsewhere are not counted."""
+    ``device``: the traced device type; tensors elsewhere are not counted. ``pad_matmuls``:
+    charge the padded operand copies Inductor makes for unaligned matmuls on CUDA."""
     fw_ops = [n for n in fw.graph.nodes if n.op == "call_function"]
     bw_ops = [n for n in bw.graph.nodes if n.op == "call_function"]
     nf, nb = len(fw_ops), len(bw_ops)
@@ -276,6 +291,13 @@ def step_profile(
         elif _must_exist(n, users):
             last = max([bpos[u] for u in users if u in bpos] + [bpos[n]])
             sweep.add(bpos[n], last, "temporaries", n.meta["val"])
+    if pad_matmuls:
+        for ops, pos in ((fw_ops, fpos), (bw_ops, bpos)):
+            for n in ops:
+                for operand, factor in padded_operands(n):
+                    root = _root(operand)
+                    start = pos.get(root, pos[n])
+                    sweep.add_scaled(start, pos[n], "temporaries", operand.meta["val"], factor)
     static = set(static_input_indices)
     placeholders = [p for p in fw.graph.nodes if p.op == "placeholder"]
     inputs = sum(
@@ -298,6 +320,58 @@ def step_profile(
         gradients=symbols.readable(grads),
         inputs=symbols.readable(inputs),
     )
+
+
+_MATMULS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1)}
+_ALIGN = {torch.float16: 8, torch.bfloat16: 8, torch.float32: 4}
+#: Inductor pads only compute-bound matmuls: arithmetic intensity ``MNK / (MK + KN + MN)`` above
+#: half the device's FLOP/byte balance (H100 bf16: 990 TFLOP/s over 3.35 TB/s, halved).
+_PAD_MIN_INTENSITY = {torch.float16: 148.0, torch.bfloat16: 148.0, torch.float32: 10.0}
+
+
+def padded_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Node, sympy.Rational]]:
+    """The operands Inductor's ``pad_mm`` would copy for this matmul, each with its padded size
+    as a multiple of its size. Only static (integer) sizes are padded, as Inductor does."""
+    if node.op != "call_function":
+        return []
+    name = getattr(node.target, "__name__", "").split(".")[0]
+    if name not in _MATMULS:
+        return []
+    i1, i2 = _MATMULS[name]
+    if len(node.args) <= i2:
+        return []
+    a, b = node.args[i1], node.args[i2]
+    if not (isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node)):
+        return []
+    va, vb = a.meta.get(mk.TORCH_VAL), b.meta.get(mk.TORCH_VAL)
+    if not (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)):
+        return []
+    align = _ALIGN.get(va.dtype)
+    if align is None or vb.dtype != va.dtype:
+        return []
+    m, k = va.shape[-2], va.shape[-1]
+    n = vb.shape[-1]
+    hints = [compat.int_hint(x) for x in (m, k, n)]
+    if 0 in hints:
+        return []
+    hm, hk, hn = hints
+    if hm * hk * hn / (hm * hk + hk * hn + hm * hn) <= _PAD_MIN_INTENSITY[va.dtype]:
+        return []
+
+    def up(x: object) -> int | None:  # padded size of a static unaligned dim
+        if isinstance(x, int) and x % align:
+            return (x + align - 1) // align * align
+        return None
+
+    pm, pk, pn = up(m), up(k), up(n)
+    out = []
+    grow_a = sympy.Rational(pm or hm, hm) * sympy.Rational(pk or hk, hk)
+    grow_b = sympy.Rational(pk or hk, hk) * sympy.Rational(pn or hn, hn)
+    if grow_a != 1:
+        out.append((a, grow_a))
+    if grow_b != 1:
+        out.append((b, grow_b))
+    return out
 
 
 def _is_tensor(node: torch.fx.Node) -> bool:

@@ -79,9 +79,16 @@ class TraceResult:
 class _PlanPartitioner(MemoptPartitioner):
     """memopt's partitioner, run once per config; keeps the reports and live-bytes profiles."""
 
-    def __init__(self, configs: Sequence[MemoptConfig], keep_planner: bool, device: str):
+    def __init__(
+        self,
+        configs: Sequence[MemoptConfig],
+        keep_planner: bool,
+        device: str,
+        pad_matmuls: bool = False,
+    ):
         super().__init__(configs[-1], MemoptState(configs[-1]))
         self.device = device
+        self.pad_matmuls = pad_matmuls
         self.configs = list(configs)
         self.states = [MemoptState(c) for c in configs]
         self.runs: list[list[RegionTrace]] = [[] for _ in configs]
@@ -109,6 +116,7 @@ class _PlanPartitioner(MemoptPartitioner):
                 result.symbols,
                 static,
                 device=self.device,
+                pad_matmuls=self.pad_matmuls,
             )
             self.runs[i].append(RegionTrace(region, profile))
             if self.keep_planner and i == 0:
@@ -214,7 +222,12 @@ def trace(
     device = torch.device("cpu" if emulated else device_kind)
     t0 = time.perf_counter()
     model, args, kwargs = fakeify(built, device)
-    partitioner = _PlanPartitioner(configs, keep_planner, device.type)
+    partitioner = _PlanPartitioner(
+        configs,
+        keep_planner,
+        device.type,
+        pad_matmuls=device_kind == "cuda" and compat.inductor_pads_matmuls(),
+    )
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         return compat.compile_fx(

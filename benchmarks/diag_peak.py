@@ -1,0 +1,103 @@
+"""What is live at the peak of a training step? A CUDA memory-history replay.
+
+Runs ``memopt.optimize(model, level=L)`` training steps (AdamW fused, bf16) on a ``memopt plan``
+model spec, records the allocator's history during one steady-state step, replays it to find
+the peak and prints the blocks live there, largest first, with the innermost frame that
+allocated them (Inductor's generated code names the buffer). Compare with
+``memopt plan ... --json`` to see what the prediction misses.
+
+    python benchmarks/diag_peak.py hf:gpt2 --config n_embd=1024 n_layer=24 n_head=16 \
+        --batch 8 --seq 1024 --level 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+
+import torch
+
+import memopt
+from memopt.cli import models
+
+
+def frame_text(frames: list[dict]) -> str:
+    keep = []
+    for f in frames:
+        name = f.get("filename", "")
+        if "torchinductor" in name or "/memopt/" in name or "transformers" in name:
+            keep.append(f"{name.rsplit('/', 1)[-1]}:{f.get('line')}:{f.get('name')}")
+        if len(keep) == 2:
+            break
+    if not keep and frames:
+        f = frames[0]
+        keep.append(f"{f.get('filename', '').rsplit('/', 1)[-1]}:{f.get('line')}:{f.get('name')}")
+    return " <- ".join(keep)
+
+
+def replay(snapshot: dict, base: int) -> tuple[int, list[tuple[int, str]]]:
+    """Peak of allocated bytes over the recorded events and the blocks live at it."""
+    events = [e for dev in snapshot["device_traces"] for e in dev]
+    live: dict[int, tuple[int, str]] = {}
+    cur, best, best_live = base, base, {}
+    for e in events:
+        if e["action"] == "alloc":
+            live[e["addr"]] = (e["size"], frame_text(e.get("frames", [])))
+            cur += e["size"]
+            if cur > best:
+                best, best_live = cur, dict(live)
+        elif e["action"] == "free_completed":
+            item = live.pop(e["addr"], None)
+            if item is not None:
+                cur -= item[0]
+    return best, sorted(best_live.values(), reverse=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--config", nargs="*", default=[])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--level", type=int, default=0)
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    overrides, _ = models.split_overrides(args.config)
+    source = models.resolve(args.model, overrides)
+    torch.manual_seed(0)
+    built = source.materialize(batch=args.batch, seq=args.seq, dtype=torch.bfloat16, device="cuda")
+    model = built.model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    compiled = memopt.optimize(model, level=args.level)
+
+    def step() -> None:
+        loss = compiled(*built.args, **built.kwargs).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+    step()
+    torch.cuda.synchronize()
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    peak = torch.cuda.max_memory_allocated()
+    best, blocks = replay(snap, base)
+    print(f"{args.model} level {args.level}: max_memory_allocated {peak / 2**30:.3f} GiB")
+    print(f"allocated before the step {base / 2**30:.3f} GiB; replayed peak {best / 2**30:.3f} GiB")
+    groups: dict[str, list[int]] = collections.defaultdict(list)
+    for size, where in blocks:
+        groups[where].append(size)
+    rows = sorted(groups.items(), key=lambda kv: -sum(kv[1]))
+    print(f"live at the peak besides what was allocated before the step, top {args.top}:")
+    for where, sizes in rows[: args.top]:
+        print(f"  {sum(sizes) / 2**20:10.1f} MiB  x{len(sizes):<3} {where}")
+
+
+if __name__ == "__main__":
+    main()

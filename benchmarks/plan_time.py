@@ -1,0 +1,417 @@
+"""Compile-time cost of memopt and of its budget planner, against torch.compile's compile time.
+
+For each model (Hugging Face configs, bf16): the first training step (forward + backward, so
+compile + run) of plain ``torch.compile``, of ``memopt.optimize(level=0)`` (memopt's analysis,
+no plan) and of ``memopt.optimize(budget=0.5)`` (analysis + budget planner). Each variant runs
+in its own process with empty Inductor and Triton caches (``fx_graph_cache`` and
+``enable_autograd_cache`` off): every compile is real. A tiny warm-up compile first takes the
+one-time costs (imports, compile workers, CUDA context); the planner's device calibration is
+done once beforehand and cached (its one-time cost is reported apart).
+
+Compile time = first step - median of 3 later steps. memopt's own time comes from timers
+around its entry points (the partitioner, each pass, the planner's problem building and
+solver) and from ``memopt.report(compiled).regions[i].plan_seconds`` (the whole pass
+pipeline). Shares are of the plain torch.compile compile time of the same model; the target is
+the planner (``plan_budget``) under 10%.
+
+    python benchmarks/plan_time.py --out plan_time.json       # on the GPU: llama and gpt2
+    python benchmarks/plan_time.py --table plan_time.json     # the table again
+    python benchmarks/plan_time.py --smoke                    # CPU check: tiny models
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+# name: (kind, layers, hidden, batch, seq), as in pareto.py
+CONFIGS = {"llama": ("llama", 8, 2048, 4, 2048), "gpt2": ("gpt2", 12, 768, 8, 1024)}
+SMOKE = {"llama": ("llama", 2, 128, 2, 32), "gpt2": ("gpt2", 2, 64, 2, 32)}
+VARIANTS = ("compile", "memopt-level0", "memopt-budget-0.5")
+TARGET = 0.10  # the planner adds under 10% of torch.compile's compile time
+
+
+# --- worker: one variant, in a fresh process -----------------------------------------------
+class Timers:
+    """Wall-clock seconds of wrapped functions, summed per name (nested timers overlap)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, list[float]] = {}
+
+    def add(self, name: str, dt: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + dt
+        self.calls.setdefault(name, []).append(dt)
+
+    def wrap(self, owner, attr: str, name: str, static: bool = False) -> None:
+        fn = owner.__dict__[attr].__func__ if static else getattr(owner, attr)
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.add(name, time.perf_counter() - t0)
+
+        setattr(owner, attr, staticmethod(timed) if static else timed)
+
+    def install(self) -> None:
+        import torch._inductor.compile_fx as inductor_fx
+
+        from memopt import _torch_compat as compat
+        from memopt.partitioner import MemoptPartitioner
+        from memopt.passes import pipeline
+        from memopt.passes import plan_budget as pb
+        from memopt.report import RegionReport
+
+        self.wrap(inductor_fx, "min_cut_rematerialization_partition", "torch_partition")
+        self.wrap(MemoptPartitioner, "__call__", "memopt_partitioner")
+        self.wrap(compat, "min_cut_partition", "min_cut")
+        self.wrap(pipeline, "detect_layers_pass", "pass:detect_layers")
+        self.wrap(pipeline, "plan_budget", "plan_budget")
+        self.wrap(pipeline, "decide", "decide")
+        self.wrap(pipeline, "offload_step", "offload_step")
+        self.wrap(pb, "device_rates", "plan_budget.device_rates")
+        self.wrap(pb, "build_planning_problem", "plan_budget.build_problem")
+        self.wrap(pb, "resolve_budget", "plan_budget.resolve_budget")
+        self.wrap(pb, "solve", "plan_budget.solve")
+        self.wrap(RegionReport, "from_pipeline", "region_report", static=True)
+        run = pipeline._Step.run
+
+        def timed_run(step, name, fn, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return run(step, name, fn, *args, **kwargs)
+            finally:
+                self.add(f"pass:{name}", time.perf_counter() - t0)
+
+        pipeline._Step.run = timed_run
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+
+def make(model: torch.nn.Module, variant: str):
+    import memopt
+
+    if variant == "compile":
+        return torch.compile(model)
+    if variant.startswith("memopt-level"):
+        return memopt.optimize(model, level=int(variant.removeprefix("memopt-level")))
+    if variant.startswith("memopt-budget-"):
+        return memopt.optimize(model, budget=float(variant.removeprefix("memopt-budget-")))
+    raise ValueError(f"unknown variant {variant!r}")
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def worker(model_name: str, variant: str, smoke: bool) -> dict:
+    import torch._dynamo.utils
+    from common import hf_model
+
+    import memopt
+
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    kind, layers, hidden, batch, seq = (SMOKE if smoke else CONFIGS)[model_name]
+    timers = Timers()
+    timers.install()
+
+    # warm-up: imports, compile workers, CUDA/Triton init, memopt's code paths (other shapes)
+    t0 = time.perf_counter()
+    tiny = torch.nn.Sequential(
+        torch.nn.Linear(96, 160), torch.nn.GELU(), torch.nn.Linear(160, 96)
+    ).to(device=device, dtype=torch.bfloat16)
+    x = torch.randn(24, 96, device=device, dtype=torch.bfloat16)
+    make(tiny, variant)(x).float().square().mean().backward()
+    _sync(device)
+    warmup_s = time.perf_counter() - t0
+    del tiny, x
+    torch._dynamo.reset()
+
+    torch.manual_seed(0)
+    with torch.device(device):  # initialize on the device: faster than on the host
+        model = hf_model(kind, layers, hidden, device=device)
+    if getattr(model, "loss_type", "") is None:
+        model.loss_type = "ForCausalLM"  # avoids a graph break in transformers
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
+    compiled = make(model, variant)
+    timers.reset()
+    metrics = getattr(torch._dynamo.utils, "compilation_time_metrics", {})
+    metrics.clear()
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        compiled(input_ids=ids, labels=ids).loss.backward()
+        _sync(device)
+
+    _sync(device)
+    t0 = time.perf_counter()
+    step()
+    first_s = time.perf_counter() - t0
+    first_timers = dict(timers.seconds)
+    steady = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        step()
+        steady.append(time.perf_counter() - t0)
+    step_s = statistics.median(steady)
+    out = {
+        "model": model_name,
+        "variant": variant,
+        "config": [kind, layers, hidden, batch, seq],
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "memopt": memopt.__version__,
+        "warmup_s": warmup_s,
+        "first_step_s": first_s,
+        "step_s": step_s,
+        "compile_s": first_s - step_s,
+        "timers": first_timers,
+        "timer_calls": {k: v for k, v in timers.calls.items()},
+        "dynamo": {k: sum(v) for k, v in metrics.items() if len(v) > 0},
+    }
+    if variant.startswith("memopt"):
+        rep = memopt.report(compiled).to_dict()
+        regions = rep["regions"]
+        out["regions"] = len(regions)
+        out["plan_seconds"] = sum(r["plan_seconds"] for r in regions)
+        # per-pass times, once the report carries them (see the note in the final table)
+        passes = [r.get("pass_seconds") or r["extra"].get("pass_seconds") for r in regions]
+        if any(passes):
+            out["report_pass_seconds"] = passes
+        planner = [r["extra"]["planner"] for r in regions if "planner" in r["extra"]]
+        if planner:
+            out["planner"] = [
+                {k: p[k] for k in ("feasible", "budget_bytes", "predicted_peak", "exact")}
+                for p in planner
+            ]
+    return out
+
+
+# --- parent: one process per (model, variant) ------------------------------------------------
+def run_worker(model_name: str, variant: str, smoke: bool, timeout: int) -> dict:
+    tmp = tempfile.mkdtemp(prefix="plan_time-")
+    env = dict(os.environ)
+    env.update(
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
+        TRITON_CACHE_DIR=os.path.join(tmp, "triton"),
+        TORCHINDUCTOR_FX_GRAPH_CACHE="0",
+        TORCHINDUCTOR_AUTOGRAD_CACHE="0",
+    )
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", model_name, variant]
+    cmd += ["--smoke"] if smoke else []
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"model": model_name, "variant": variant, "error": f"timeout after {timeout} s"}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            result = json.loads(line.removeprefix("RESULT "))
+            result["process_s"] = time.perf_counter() - t0
+            return result
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+    return {"model": model_name, "variant": variant, "error": " | ".join(tail)[-600:]}
+
+
+def calibration_seconds() -> float | None:
+    """The planner's one-time device calibration (cached afterwards), done up front."""
+    if not torch.cuda.is_available():
+        return None
+    from memopt.passes.plan_budget import device_rates
+
+    t0 = time.perf_counter()
+    device_rates(torch.device("cuda"))
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return time.perf_counter() - t0
+
+
+def shares(rows: list[dict]) -> list[dict]:
+    """Per memopt row: its times as fractions of torch.compile's compile time (same model)."""
+    base = {r["model"]: r for r in rows if r["variant"] == "compile" and "error" not in r}
+    out = []
+    for r in rows:
+        if "error" in r or r["variant"] == "compile" or r["model"] not in base:
+            continue
+        b, t = base[r["model"]], r["timers"]
+        c = b["compile_s"]
+        baseline_cut = (r["timer_calls"].get("min_cut") or [0.0])[0]
+        partitioner = t.get("memopt_partitioner", 0.0)
+        out.append(
+            {
+                "model": r["model"],
+                "variant": r["variant"],
+                "torch_compile_s": c,
+                "planner_s": t.get("plan_budget", 0.0),
+                "solve_s": t.get("plan_budget.solve", 0.0),
+                "build_problem_s": t.get("plan_budget.build_problem", 0.0),
+                "pipeline_s": r.get("plan_seconds", 0.0),
+                "partitioner_s": partitioner,
+                "added_s": partitioner - baseline_cut,
+                "planner_share": t.get("plan_budget", 0.0) / c,
+                "pipeline_share": r.get("plan_seconds", 0.0) / c,
+                "added_share": (partitioner - baseline_cut) / c,
+                "first_step_delta_share": (r["first_step_s"] - b["first_step_s"]) / c,
+            }
+        )
+    return out
+
+
+def table(data: dict) -> str:
+    rows = median_rows(data["rows"])
+    meta = data.get("meta", {})
+    head = f"{meta.get('device')}, torch {meta.get('torch')}" + (
+        " [SMOKE: tiny models]" if meta.get("smoke") else ""
+    )
+    out = [head, ""]
+    if meta.get("calibration_s") is not None:
+        out += [f"planner device calibration (one-time, cached): {meta['calibration_s']:.1f} s", ""]
+    out += [
+        "| model | variant | first step s | compile s | memopt partitioner s | "
+        "pass pipeline s | planner s (build + solve) | torch partition s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cfg = r.get("config") or [r["model"]]
+        name = (
+            f"{r['model']} {' x '.join(str(x) for x in cfg[3:])}" if "config" in r else r["model"]
+        )
+        if "error" in r:
+            out.append(f"| {name} | {r['variant']} | error: {r['error'][:120]} | | | | | |")
+            continue
+        t = r["timers"]
+        memo = r["variant"].startswith("memopt")
+        planner = (
+            f"{t['plan_budget']:.2f} ({t.get('plan_budget.build_problem', 0):.2f} + "
+            f"{t.get('plan_budget.solve', 0):.2f})"
+            if "plan_budget" in t
+            else "—"
+        )
+        out.append(
+            f"| {name} | {r['variant']} | {r['first_step_s']:.1f} | {r['compile_s']:.1f} | "
+            f"{t.get('memopt_partitioner', 0):.2f} | "
+            f"{r.get('plan_seconds', 0):.2f} | {planner} | "
+            "— |"
+            if memo
+            else f"| {name} | {r['variant']} | {r['first_step_s']:.1f} | {r['compile_s']:.1f} | "
+            f"— | — | — | {t.get('torch_partition', 0):.2f} |"
+        )
+    sh = shares(rows)
+    out += [
+        "",
+        "| model | variant | planner / compile | pass pipeline / compile | "
+        "memopt added / compile | first step - compile's, / compile |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in sh:
+        out.append(
+            f"| {s['model']} | {s['variant']} | {100 * s['planner_share']:.1f}% | "
+            f"{100 * s['pipeline_share']:.1f}% | {100 * s['added_share']:.1f}% | "
+            f"{100 * s['first_step_delta_share']:+.1f}% |"
+        )
+    out += [
+        "",
+        "compile = first step - median later step; planner = plan_budget (problem building, "
+        "budget resolution, solver); pass pipeline = report plan_seconds (baseline partition, "
+        "passes, planner, final partition); memopt added = memopt's partitioner - the baseline "
+        "min-cut partition that torch.compile runs anyway.",
+        "",
+        f"Target: the budget planner adds under {100 * TARGET:.0f}% to torch.compile's compile "
+        "time.",
+    ]
+    for s in sh:
+        if s["variant"].startswith("memopt-budget"):
+            ok = s["planner_share"] < TARGET
+            out.append(
+                f"- {s['model']}: planner {s['planner_s']:.2f} s = "
+                f"{100 * s['planner_share']:.1f}% of {s['torch_compile_s']:.1f} s "
+                f"({'MET' if ok else 'MISSED'}); all of memopt adds "
+                f"{100 * s['added_share']:.1f}% ({s['added_s']:.2f} s)."
+            )
+    return "\n".join(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="llama,gpt2")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--repeat", type=int, default=1, help="runs of each (model, variant)")
+    p.add_argument("--timeout", type=int, default=300, help="seconds per worker process")
+    p.add_argument("--smoke", action="store_true", help="tiny models (runs on CPU)")
+    p.add_argument("--out", help="JSON results, written after every worker")
+    p.add_argument("--table", help="print the table of a saved run and exit")
+    p.add_argument("--worker", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        result = worker(*args.worker, args.smoke)
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+    if args.table:
+        with open(args.table) as f:
+            print(table(json.load(f)))
+        return
+    if not args.smoke and not torch.cuda.is_available():
+        raise SystemExit("plan_time needs a CUDA device (or --smoke)")
+    meta = {
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "torch": torch.__version__,
+        "smoke": args.smoke,
+        "calibration_s": calibration_seconds(),
+    }
+    data = {"meta": meta, "rows": []}
+    for model_name in args.models.split(","):
+        for variant in args.variants.split(","):
+            for _ in range(args.repeat):
+                row = run_worker(model_name, variant, args.smoke, args.timeout)
+                data["rows"].append(row)
+                brief = {k: row.get(k) for k in ("model", "variant", "error")}
+                for k in ("first_step_s", "compile_s", "plan_seconds", "process_s"):
+                    if row.get(k) is not None:
+                        brief[k] = round(row[k], 2)
+                brief.update(
+                    {k: round(v, 3) for k, v in row.get("timers", {}).items() if v >= 0.005}
+                )
+                print(json.dumps({k: v for k, v in brief.items() if v is not None}), flush=True)
+                if args.out:
+                    with open(args.out, "w") as f:
+                        json.dump(data, f, indent=1)
+    print()
+    print(table(data))
+
+
+def median_rows(rows: list[dict]) -> list[dict]:
+    """One row per (model, variant): the run with the median compile time."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["variant"]), []).append(r)
+    out = []
+    for runs in groups.values():
+        ok = sorted((r for r in runs if "error" not in r), key=lambda r: r["compile_s"])
+        out.append(ok[len(ok) // 2] if ok else runs[0])
+    return out
+
+
+if __name__ == "__main__":
+    main()
