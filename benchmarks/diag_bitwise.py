@@ -7,31 +7,35 @@ Inductor's ``emulate_precision_casts`` (round every low-precision intermediate a
 so fusion boundaries cannot change the numbers).
 
     CUBLAS_WORKSPACE_CONFIG=:4096:8 python benchmarks/diag_bitwise.py
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 python benchmarks/diag_bitwise.py --hidden 2048 --layers 8 \
+        --vocab 32000 --seq 2048 --dtypes bfloat16 --attn sdpa --emulate 0 --inductor-deterministic
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 
 import torch
 
 import memopt
+from memopt.offload.partition import LayerOffloadPartitioner
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
-def build(dtype, attn):
+def build(dtype, attn, args):
     import transformers
 
     cfg = transformers.LlamaConfig(
-        hidden_size=512,
-        intermediate_size=1024,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        vocab_size=1024,
-        max_position_embeddings=512,
+        hidden_size=args.hidden,
+        intermediate_size=args.hidden * 2,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.hidden // 64,
+        num_key_value_heads=args.hidden // 128,
+        vocab_size=args.vocab,
+        max_position_embeddings=args.seq,
         attn_implementation=attn,
     )
     torch.manual_seed(0)
@@ -56,15 +60,27 @@ def compare(a, b) -> str:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--attn", default="sdpa,eager")
+    ap.add_argument("--emulate", default="0,1", help="emulate_precision_casts values to try")
+    ap.add_argument("--inductor-deterministic", action="store_true")
+    args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.use_deterministic_algorithms(True)
-    print(f"torch {torch.__version__} {torch.cuda.get_device_name()}")
-    for dtype, attn, emulate in itertools.product(
-        (torch.bfloat16, torch.float32), ("sdpa", "eager"), (False, True)
-    ):
+    torch._inductor.config.deterministic = args.inductor_deterministic
+    print(f"torch {torch.__version__} {torch.cuda.get_device_name()} {vars(args)}")
+    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    emulates = [bool(int(x)) for x in args.emulate.split(",")]
+    for dtype, attn, emulate in itertools.product(dtypes, args.attn.split(","), emulates):
         torch._inductor.config.emulate_precision_casts = emulate
-        model = build(dtype, attn)
-        ids = torch.randint(0, 1024, (4, 512), device="cuda")
+        model = build(dtype, attn, args)
+        ids = torch.randint(0, args.vocab, (args.batch, args.seq), device="cuda")
         tag = f"{str(dtype)[6:]:>8} attn={attn:<5} emulate_precision_casts={emulate!s:<5}"
         torch._dynamo.reset()
         base = torch.compile(model)
@@ -74,15 +90,22 @@ def main() -> None:
         r0c = step(model, torch.compile(model), ids)
         print(f"{tag} baseline vs same compile: {compare(r0, r0b)}", flush=True)
         print(f"{tag} baseline vs recompile:    {compare(r0, r0c)}", flush=True)
+        torch._dynamo.reset()
+        none = LayerOffloadPartitioner(offload_layers=1, min_bytes=1 << 60)
+        r = step(model, torch.compile(model, options={"custom_partitioner_fn": none}), ids)
+        print(f"{tag} custom partitioner, nothing offloaded: {compare(r0, r)}", flush=True)
+        torch._dynamo.reset()
+        r = step(model, memopt.optimize(model, level=0), ids)
+        print(f"{tag} memopt level 0 vs baseline: {compare(r0, r)}", flush=True)
         for k in (1, 3):
             torch._dynamo.reset()
             off = memopt.optimize(model, level=0, offload_layers=k, offload_min_bytes=0)
-            print(
-                f"{tag} offload k={k} vs baseline: {compare(r0, step(model, off, ids))}", flush=True
-            )
-        torch._dynamo.reset()
-        rec = memopt.optimize(model, level=1)
-        print(f"{tag} level 1 vs baseline:     {compare(r0, step(model, rec, ids))}", flush=True)
+            r = step(model, off, ids)
+            print(f"{tag} offload k={k} vs baseline: {compare(r0, r)}", flush=True)
+            torch._dynamo.reset()
+            part = LayerOffloadPartitioner(offload_layers=k)
+            r = step(model, torch.compile(model, options={"custom_partitioner_fn": part}), ids)
+            print(f"{tag} LayerOffloadPartitioner k={k} vs baseline: {compare(r0, r)}", flush=True)
     torch._inductor.config.emulate_precision_casts = False
 
 

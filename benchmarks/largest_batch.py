@@ -22,8 +22,9 @@ measured peak extrapolates to (linear in batch) unless --no-guess. Every trial i
 saved to --out as it comes; --resume reuses the trials stored there (same settings).
 
     # on the GPU (H100): Llama 8 layers, hidden 2048, seq 2048, 16 GiB cap; two runs of ~6 min
-    python benchmarks/largest_batch.py --variants compile,memopt-level1 --out largest_batch.json
-    python benchmarks/largest_batch.py --variants memopt-budget,torch-budget-0.1 \\
+    python benchmarks/largest_batch.py --start 4 --variants compile,memopt-level1 \\
+        --out largest_batch.json
+    python benchmarks/largest_batch.py --start 4 --variants memopt-budget,torch-budget-0.1 \\
         --resume --out largest_batch.json
     python benchmarks/largest_batch.py --table largest_batch.json     # the table again
     # CPU (or GPU) check of the search and bookkeeping: tiny model, OOM simulated per variant
@@ -341,6 +342,8 @@ def run_all(
                     row[k] = round(t[k], 2)
             if t.get("peak") is not None:
                 row["peak_gib"] = round(t["peak"] / GIB, 3)
+            if (t.get("leaked") or 0) > 2**27:  # not freed after the trial: biases the next ones
+                row["leaked_gib"] = round(t["leaked"] / GIB, 3)
             if not t["ok"]:
                 row["error"] = t.get("error", "")[:120]
             print(json.dumps({**row, "trial": src}), flush=True)

@@ -14,9 +14,11 @@ solver) and from ``memopt.report(compiled).regions[i].plan_seconds`` (the whole 
 pipeline). Shares are of the plain torch.compile compile time of the same model; the target is
 the planner (``plan_budget``) under 10%.
 
-    python benchmarks/plan_time.py --out plan_time.json       # on the GPU: llama and gpt2
-    python benchmarks/plan_time.py --table plan_time.json     # the table again
-    python benchmarks/plan_time.py --smoke                    # CPU check: tiny models
+    # on the GPU (H100): one run per model, ~4 min each (3 fresh processes, one compile each)
+    python benchmarks/plan_time.py --models llama --out plan_time_llama.json
+    python benchmarks/plan_time.py --models gpt2 --out plan_time_gpt2.json
+    python benchmarks/plan_time.py --table plan_time_llama.json plan_time_gpt2.json
+    python benchmarks/plan_time.py --smoke        # CPU check: tiny models (~5 min on 2 cores)
 """
 
 from __future__ import annotations
@@ -361,7 +363,7 @@ def main() -> None:
     p.add_argument("--timeout", type=int, default=300, help="seconds per worker process")
     p.add_argument("--smoke", action="store_true", help="tiny models (runs on CPU)")
     p.add_argument("--out", help="JSON results, written after every worker")
-    p.add_argument("--table", help="print the table of a saved run and exit")
+    p.add_argument("--table", nargs="+", help="print the table of saved runs and exit")
     p.add_argument("--worker", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -369,8 +371,11 @@ def main() -> None:
         print("RESULT " + json.dumps(result), flush=True)
         return
     if args.table:
-        with open(args.table) as f:
-            print(table(json.load(f)))
+        runs = []
+        for path in args.table:
+            with open(path) as f:
+                runs.append(json.load(f))
+        print(table({"meta": runs[0]["meta"], "rows": [r for d in runs for r in d["rows"]]}))
         return
     if not args.smoke and not torch.cuda.is_available():
         raise SystemExit("plan_time needs a CUDA device (or --smoke)")

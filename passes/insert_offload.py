@@ -143,14 +143,16 @@ class _Rewriter:
     def _place_at(self, idx: GraphIndex, point: fx.Node) -> _Place:
         """Ops of a sync point go right before the first gateable matmul from ``point`` on and
         follow its marker; that matmul waits for them."""
-        if point is idx.output:
-            return _Place(idx.output, None, None)
-        for kernel in idx.kernels:
-            if idx.pos[kernel] >= idx.pos[point]:
-                gate = self._gate(kernel)
-                if gate is not None:
-                    return _Place(kernel, self._marker(gate), gate)
-        return _Place(idx.output, None, None)
+        if point is not idx.output:
+            for kernel in idx.kernels:
+                if idx.pos[kernel] >= idx.pos[point]:
+                    gate = self._gate(kernel)
+                    if gate is not None:
+                        return _Place(kernel, self._marker(gate), gate)
+        # At the end of the graph: after the last matmul. Without an input that orders it,
+        # Inductor may schedule an op as soon as its inputs exist (a wait right after its
+        # copy's issue would stall the compute stream on every copy).
+        return _Place(idx.output, idx.kernels[-1] if idx.kernels else None, None)
 
     def _place_before(
         self, idx: GraphIndex, user: fx.Node, not_before: _Place | None = None
