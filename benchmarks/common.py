@@ -38,6 +38,10 @@ def hf_model(kind: str, layers: int, hidden: int, dtype=torch.bfloat16, device="
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "sdpa"
+    if getattr(model, "loss_type", "") is None:
+        # transformers warns inside forward when it cannot name the loss from the class name
+        # (GPT2LMHeadModel): a graph break that splits model and loss into two regions
+        model.loss_type = "ForCausalLM"
     return model.to(device=device, dtype=dtype)
 
 

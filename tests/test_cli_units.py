@@ -200,3 +200,19 @@ def test_padded_operands_follow_inductors_pad_mm_rule():
     assert padded_operands(fp32) == []
     fp32 = _mm_node((8192, 1026), (1026, 4096), dtype=torch.float32)[0]
     assert [f for _, f in padded_operands(fp32)] == [sympy.Rational(1028, 1026)] * 2
+
+
+def test_padded_copy_is_live_from_the_kernel_that_makes_its_input():
+    from memopt.cli.liveness import _start
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    y = g.call_function(torch.ops.aten.relu.default, (x,))
+    v = g.call_function(torch.ops.aten.view.default, (y, [4, 8]))
+    other = g.call_function(torch.ops.aten.neg.default, (x,))
+    pad = g.call_function(torch.ops.aten.constant_pad_nd.default, (v, [0, 0, 0, 4]))
+    for node, shape in ((x, (32,)), (y, (32,)), (v, (4, 8)), (other, (32,)), (pad, (8, 8))):
+        node.meta["val"] = torch.empty(shape, device="meta")
+    pos = {y: 0, v: 1, other: 2, pad: 3}
+    assert _start(pad, pos) == 0  # from relu, the root of the view it pads
+    assert _start(other, pos) == 2

@@ -273,7 +273,7 @@ def step_profile(
         elif n in user_outs or any(u.op == "output" for u in users):
             sweep.add(fpos[n], nf - 1, "temporaries", n.meta["val"])
         elif _must_exist(n, users):
-            sweep.add(fpos[n], last, "temporaries", n.meta["val"])
+            sweep.add(_start(n, fpos), last, "temporaries", n.meta["val"])
     for p in bw.graph.nodes:  # tangents (incoming gradients of the forward's outputs)
         if p.op == "placeholder" and p.name not in saved_names and _is_tensor(p):
             if device is not None and p.meta[mk.TORCH_VAL].device.type != device:
@@ -290,7 +290,7 @@ def step_profile(
             grads += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
         elif _must_exist(n, users):
             last = max([bpos[u] for u in users if u in bpos] + [bpos[n]])
-            sweep.add(bpos[n], last, "temporaries", n.meta["val"])
+            sweep.add(_start(n, bpos), last, "temporaries", n.meta["val"])
     if pad_matmuls:
         for ops, pos in ((fw_ops, fpos), (bw_ops, bpos)):
             for n in ops:
@@ -372,6 +372,17 @@ def padded_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Node, sympy.Rati
     if grow_b != 1:
         out.append((b, grow_b))
     return out
+
+
+def _start(node: torch.fx.Node, pos: dict[torch.fx.Node, int]) -> int:
+    """Where a temporary begins. A padded copy (``constant_pad_nd``, what Inductor's ``pad_mm``
+    inserts before a matmul) is computed by the kernel that makes its input, not next to its
+    matmul: it is live from there (the two padded copies of the LM head's gradient coexist)."""
+    if getattr(node.target, "__name__", "").split(".")[0] == "constant_pad_nd" and node.args:
+        src = node.args[0]
+        if isinstance(src, torch.fx.Node) and _root(src) in pos:
+            return min(pos[_root(src)], pos[node])
+    return pos[node]
 
 
 def _is_tensor(node: torch.fx.Node) -> bool:
