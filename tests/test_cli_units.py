@@ -216,3 +216,24 @@ def test_padded_copy_is_live_from_the_kernel_that_makes_its_input():
     pos = {y: 0, v: 1, other: 2, pad: 3}
     assert _start(pad, pos) == 0  # from relu, the root of the view it pads
     assert _start(other, pos) == 2
+
+
+def test_value_copied_into_two_padded_operands_is_materialized():
+    from memopt.cli.liveness import _alias_users, _must_exist
+
+    def graph(two: bool):
+        g = torch.fx.Graph()
+        a, b, w = g.placeholder("a"), g.placeholder("b"), g.placeholder("w")
+        add = g.call_function(torch.ops.aten.add.Tensor, (a, b))
+        t = g.call_function(torch.ops.aten.permute.default, (add, [1, 0]))
+        p1 = g.call_function(torch.ops.aten.constant_pad_nd.default, (t, [0, 0, 0, 7]))
+        g.call_function(torch.ops.aten.mm.default, (p1, w))
+        if two:
+            p2 = g.call_function(torch.ops.aten.constant_pad_nd.default, (add, [0, 7]))
+            g.call_function(torch.ops.aten.mm.default, (p2, w))
+        return add
+
+    add = graph(two=True)
+    assert _must_exist(add, _alias_users(add))
+    add = graph(two=False)
+    assert not _must_exist(add, _alias_users(add))

@@ -154,7 +154,20 @@ def _root(node: torch.fx.Node) -> torch.fx.Node:
 def _must_exist(node: torch.fx.Node, alias_users: list[torch.fx.Node]) -> bool:
     if not _fusible(node):
         return True
-    return any(u.op == "call_function" and not _fusible(u) for u in alias_users)
+    if any(u.op == "call_function" and not _fusible(u) for u in alias_users):
+        return True
+    # a value copied into two padded matmul operands is written once and read by the copies
+    # (the LM head's gradient on CUDA), not recomputed in each
+    pads = [u for u in alias_users if _is_pad_for_matmul(u)]
+    return len(pads) >= 2
+
+
+def _is_pad_for_matmul(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and getattr(node.target, "__name__", "").split(".")[0] == "constant_pad_nd"
+        and any(u.op == "call_function" and not _fusible(u) for u in node.users)
+    )
 
 
 def _alias_users(node: torch.fx.Node) -> list[torch.fx.Node]:
