@@ -157,6 +157,23 @@ def test_copies_run_on_a_side_stream_and_overlap_compute(tmp_path):
     assert s.d2h.overlap > 0.3, s.line()
 
 
+def _hf_step(model, ids, compiled):
+    model.zero_grad(set_to_none=True)
+    loss = compiled(input_ids=ids, labels=ids, use_cache=False).loss
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+def _assert_bitwise(model, ids, make_baseline, make_compiled):
+    """One step of each (compiled one after the other, caches reset in between): loss and
+    every gradient bitwise equal."""
+    loss0, g0 = _hf_step(model, ids, make_baseline())
+    torch._dynamo.reset()
+    loss1, g1 = _hf_step(model, ids, make_compiled())
+    assert torch.equal(loss0, loss1)
+    assert len(g0) == len(g1) and all(torch.equal(a, b) for a, b in zip(g0, g1))
+
+
 @pytest.mark.parametrize("k", [1, 3])
 def test_llama_bf16_bitwise(k):
     transformers = pytest.importorskip("transformers")
@@ -174,17 +191,8 @@ def test_llama_bf16_bitwise(k):
     model = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16)
     ids = torch.randint(0, 512, (4, 128), device="cuda")
 
-    def step(compiled):
-        model.zero_grad(set_to_none=True)
-        loss = compiled(input_ids=ids, labels=ids, use_cache=False).loss
-        loss.backward()
-        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
-
-    loss0, g0 = step(_compiled(model))
     P = LayerOffloadPartitioner(offload_layers=k, min_bytes=0)
-    loss1, g1 = step(_compiled(model, P))
-    assert torch.equal(loss0, loss1)
-    assert all(torch.equal(a, b) for a, b in zip(g0, g1))
+    _assert_bitwise(model, ids, lambda: _compiled(model), lambda: _compiled(model, P))
     check_offload(P.results[0])
     assert set(P.results[0].bytes_per_layer()) == set(range(k))
 
@@ -208,18 +216,8 @@ def test_gpt2_bf16_bitwise_through_optimize():
     model.loss_type = "ForCausalLM"
     ids = torch.randint(0, 512, (4, 256), device="cuda")
 
-    def step(compiled):
-        model.zero_grad(set_to_none=True)
-        loss = compiled(input_ids=ids, labels=ids, use_cache=False).loss
-        loss.backward()
-        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
-
-    loss0, g0 = step(_compiled(model))
-    torch._dynamo.reset()
     compiled = memopt.optimize(model, level=0, offload_layers=2, offload_min_bytes=0)
-    loss1, g1 = step(compiled)
-    assert torch.equal(loss0, loss1)
-    assert all(torch.equal(a, b) for a, b in zip(g0, g1))
+    _assert_bitwise(model, ids, lambda: _compiled(model), lambda: compiled)
     regions = memopt.report(compiled).regions
     per_layer = regions[0].extra["offload"]["bytes_per_layer"]
     assert set(map(int, per_layer)) == {0, 1} and all(v > 0 for v in per_layer.values())
