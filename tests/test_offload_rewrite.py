@@ -192,6 +192,25 @@ def test_sync_variants_are_exact(sync):
         assert kinds == {"wait_offload", "reload", "wait_reload"}
 
 
+def test_waits_at_the_end_of_the_forward_follow_the_last_matmul():
+    # {i: (True, n, ...)}: every offload finishes when the forward ends. Such a wait must be
+    # ordered after the forward's last matmul; with no ordering input Inductor may run it right
+    # after its copy is issued (measured on an H100: 0% copy overlap, +12% step time).
+    m, x = _model()
+    g0, _ = _baseline(m, x)
+    P = LayerOffloadPartitioner(sync={0: (True, 5, False, 2), 1: (True, 5, False, 1)})
+    g1, _ = _step(m, x, P)
+    assert all(torch.equal(a, b) for a, b in zip(g0, g1))
+    fw_nodes = list(P.results[0].fw.graph.nodes)
+    last_mm = max(i for i, n in enumerate(fw_nodes) if n.target is torch.ops.aten.mm.default)
+    waits = [n for n in fw_nodes if n.target is ops.wait_offload]
+    assert len(waits) == 4
+    for w in waits:
+        after = w.args[-1]
+        assert after is fw_nodes[last_mm], (w.name, after)
+        assert fw_nodes.index(w) > last_mm
+
+
 def test_offload_finishing_in_backward_keeps_the_device_tensor_until_then():
     m, x = _model()
     P = LayerOffloadPartitioner(sync={1: (False, 1, False, 2)})
