@@ -38,7 +38,6 @@ on this). Without detected layers (``node.meta[LAYER]``) the backward is split i
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -48,40 +47,14 @@ import torch.fx
 
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
-from memopt.passes.find_saved_activations import is_view_op
+from memopt.memory_rules import alias_users as _alias_users
+from memopt.memory_rules import aliased_input as _aliased_input
+from memopt.memory_rules import must_exist as _must_exist
+from memopt.memory_rules import root as _root
 from memopt.symbolic import SymbolTable, tensor_bytes_expr
 
 PHASES = ("forward", "backward_start", "backward_end")
 PARTS = ("activations", "gradients", "temporaries")
-
-_FUSIBLE_NAMES = frozenset(
-    {
-        "_to_copy",
-        "clone",
-        "full",
-        "full_like",
-        "zeros",
-        "zeros_like",
-        "ones",
-        "ones_like",
-        "empty",
-        "empty_like",
-        "scalar_tensor",
-        "iota",
-        "arange",
-        "cat",
-        "gather",
-        "embedding",
-        "index",
-        "index_select",
-        "constant_pad_nd",
-        "slice_scatter",
-        "select_scatter",
-        "where",
-        "copy",
-        "lift_fresh_copy",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -111,76 +84,6 @@ class StepProfile:
     """Bytes of all the backward's outputs (the gradients)."""
     inputs: sympy.Expr
     """Bytes of the forward's non-parameter graph inputs (token ids, labels)."""
-
-
-def _fusible(node: torch.fx.Node) -> bool:
-    """Whether Inductor lowers the op into its own kernels (so temporaries may fuse away)."""
-    if node.op != "call_function":
-        return False
-    if node.target is operator.getitem:
-        src = node.args[0]
-        return isinstance(src, torch.fx.Node) and _fusible(src)
-    if is_view_op(node):
-        return True
-    tags = getattr(node.target, "tags", ())
-    if torch.Tag.pointwise in tags or torch.Tag.reduction in tags:
-        return True
-    return getattr(node.target, "__name__", "").split(".")[0] in _FUSIBLE_NAMES
-
-
-def _aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The input ``node``'s output aliases: views, and ops whose schema returns ``Tensor(a)``."""
-    if node.op != "call_function":
-        return None
-    if is_view_op(node):
-        src = node.args[0] if node.args else None
-        return src if isinstance(src, torch.fx.Node) else None
-    if not compat.op_returns_alias(node.target):
-        return None
-    src = node.args[0] if node.args else None
-    return src if isinstance(src, torch.fx.Node) else None
-
-
-def _root(node: torch.fx.Node) -> torch.fx.Node:
-    """The node that owns the memory ``node`` aliases."""
-    for _ in range(64):
-        src = _aliased_input(node)
-        if src is None:
-            break
-        node = src
-    return node
-
-
-def _must_exist(node: torch.fx.Node, alias_users: list[torch.fx.Node]) -> bool:
-    if not _fusible(node):
-        return True
-    if any(u.op == "call_function" and not _fusible(u) for u in alias_users):
-        return True
-    # a value copied into two padded matmul operands is written once and read by the copies
-    # (the LM head's gradient on CUDA), not recomputed in each
-    pads = [u for u in alias_users if _is_pad_for_matmul(u)]
-    return len(pads) >= 2
-
-
-def _is_pad_for_matmul(node: torch.fx.Node) -> bool:
-    return (
-        node.op == "call_function"
-        and getattr(node.target, "__name__", "").split(".")[0] == "constant_pad_nd"
-        and any(u.op == "call_function" and not _fusible(u) for u in node.users)
-    )
-
-
-def _alias_users(node: torch.fx.Node) -> list[torch.fx.Node]:
-    out, stack, seen = [], list(node.users), set()
-    while stack:
-        u = stack.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        out.append(u)
-        if _aliased_input(u) is not None and _root(u) is _root(node):
-            stack.extend(u.users)
-    return out
 
 
 def _owns(node: torch.fx.Node, device: str | None) -> bool:
