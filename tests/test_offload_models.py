@@ -8,6 +8,7 @@ from memopt._torch_compat import aot_eager_backend, min_cut_partition
 from memopt.offload import ops
 from memopt.offload.check import check_offload
 from memopt.offload.partition import LayerOffloadPartitioner
+from tests.helpers import tiny_gpt2, tiny_llama
 
 transformers = pytest.importorskip("transformers")
 
@@ -17,38 +18,6 @@ def _deterministic():
     torch.use_deterministic_algorithms(True)
     yield
     torch.use_deterministic_algorithms(False)
-
-
-def _llama(layers: int):
-    cfg = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-        max_position_embeddings=64,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-    )
-    return transformers.LlamaForCausalLM(cfg)
-
-
-def _gpt2(layers: int):
-    cfg = transformers.GPT2Config(
-        n_layer=layers,
-        n_embd=64,
-        n_head=4,
-        vocab_size=128,
-        n_positions=64,
-        attn_pdrop=0.0,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    return transformers.GPT2LMHeadModel(cfg)
 
 
 def _step(model, ids, partition_fn):
@@ -85,7 +54,7 @@ def _compare(model, ids, partitioner):
 
 def test_llama_two_of_three_layers():
     torch.manual_seed(0)
-    model, ids = _llama(3), torch.randint(0, 128, (2, 16))
+    model, ids = tiny_llama(num_hidden_layers=3), torch.randint(0, 128, (2, 16))
     P = LayerOffloadPartitioner(offload_layers=2, min_bytes=0)
     saved0, saved1 = _compare(model, ids, P)
     assert P.layer_names == ["model.layers.0", "model.layers.1", "model.layers.2"]
@@ -106,7 +75,8 @@ def test_llama_two_of_three_layers():
 
 def test_gpt2_qkv_views_travel_through_their_base():
     torch.manual_seed(0)
-    model, ids = _gpt2(2), torch.randint(0, 128, (2, 16))
+    model = tiny_gpt2(n_layer=2, activation_function="gelu_new")
+    ids = torch.randint(0, 128, (2, 16))
     P = LayerOffloadPartitioner(offload_layers=1, min_bytes=0)
     _, saved1 = _compare(model, ids, P)
     assert P.layer_names == ["transformer.h.0", "transformer.h.1"]
