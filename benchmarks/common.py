@@ -62,3 +62,26 @@ def step_stats(step, warmup: int = 3, iters: int = 10):
 
 def gib(n) -> str:
     return f"{n / 2**30:.2f}"
+
+
+def spec_parser(doc: str):
+    """argparse for scripts that take a ``memopt plan`` model spec (``hf:gpt2 --config ...``)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("model", help="hf:TYPE or package.module:factory")
+    ap.add_argument("--config", nargs="*", default=[], help="key=value model config overrides")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--level", type=int, default=0)
+    return ap
+
+
+def materialize_spec(args, device: str):
+    """The spec's model with real random bf16 weights and inputs on ``device`` (seed 0)."""
+    from memopt.cli import models
+
+    overrides, _ = models.split_overrides(args.config)
+    source = models.resolve(args.model, overrides)
+    torch.manual_seed(0)
+    return source.materialize(batch=args.batch, seq=args.seq, dtype=torch.bfloat16, device=device)

@@ -11,15 +11,18 @@ Used to check the liveness model of ``memopt plan`` against what Inductor really
 
 from __future__ import annotations
 
-import argparse
 import math
+import os
 import re
+import sys
 
 import torch
 import torch._inductor.graph as inductor_graph
 
 import memopt
-from memopt.cli import models
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import materialize_spec, spec_parser  # noqa: E402
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int64": 8, "bool": 1, "int32": 4}
 
@@ -51,12 +54,7 @@ def large_buffers(src: str, min_bytes: int) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model")
-    ap.add_argument("--config", nargs="*", default=[])
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--level", type=int, default=0)
+    ap = spec_parser(__doc__)
     ap.add_argument("--min-mib", type=float, default=256)
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -71,9 +69,7 @@ def main() -> None:
         return mod
 
     inductor_graph.GraphLowering.compile_to_module = compile_to_module
-    overrides, _ = models.split_overrides(args.config)
-    source = models.resolve(args.model, overrides)
-    built = source.materialize(batch=args.batch, seq=args.seq, dtype=torch.bfloat16, device=device)
+    built = materialize_spec(args, device)
     compiled = memopt.optimize(built.model, level=args.level)
     loss = compiled(*built.args, **built.kwargs).loss
     loss.backward()

@@ -12,13 +12,16 @@ allocated them (Inductor's generated code names the buffer). Compare with
 
 from __future__ import annotations
 
-import argparse
 import collections
+import os
+import sys
 
 import torch
 
 import memopt
-from memopt.cli import models
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import materialize_spec, spec_parser  # noqa: E402
 
 
 def frame_text(frames: list[dict]) -> str:
@@ -54,18 +57,10 @@ def replay(snapshot: dict, base: int) -> tuple[int, list[tuple[int, str]]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model")
-    ap.add_argument("--config", nargs="*", default=[])
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--level", type=int, default=0)
+    ap = spec_parser(__doc__)
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
-    overrides, _ = models.split_overrides(args.config)
-    source = models.resolve(args.model, overrides)
-    torch.manual_seed(0)
-    built = source.materialize(batch=args.batch, seq=args.seq, dtype=torch.bfloat16, device="cuda")
+    built = materialize_spec(args, "cuda")
     model = built.model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     compiled = memopt.optimize(model, level=args.level)
