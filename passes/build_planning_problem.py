@@ -105,6 +105,27 @@ def _alias_users(n: torch.fx.Node) -> list[torch.fx.Node]:
     return out
 
 
+def layer_starts(ops: Sequence[torch.fx.Node], *, forward: bool) -> dict[int, int]:
+    """Op index where each layer's region begins, in execution order (forward: 0, 1, ...;
+    backward: n-1, ..., 0): the first op of the layer after the previous layer's start, as
+    the offload rewrite places its sync points (:class:`memopt.offload.fx_helpers.GraphIndex`).
+    A few ops of a layer can sit elsewhere (in the backward, ops tagged with the bottom layer
+    run early); taking each layer's very first op would make the starts non-monotonic and the
+    layers unusable for offload."""
+    tags = {n.meta.get(mk.LAYER) for n in ops}
+    order = sorted((t for t in tags if isinstance(t, int)), reverse=not forward)
+    starts: dict[int, int] = {}
+    floor = -1
+    for lay in order:
+        first = next(
+            (i for i, n in enumerate(ops) if i > floor and n.meta.get(mk.LAYER) == lay), None
+        )
+        if first is not None:
+            starts[lay] = first
+            floor = first
+    return starts
+
+
 def build_planning_problem(
     joint: torch.fx.GraphModule,
     fw: torch.fx.GraphModule,
@@ -127,16 +148,8 @@ def build_planning_problem(
     static = sum(
         _nbytes(n.meta.get(mk.TORCH_VAL), value) for n in fw.graph.nodes if n.op == "placeholder"
     )
-    layer_fwd: dict[int, int] = {}
-    layer_bwd: dict[int, int] = {}
-    for i, n in enumerate(fw_ops):
-        lay = n.meta.get(mk.LAYER)
-        if lay is not None and lay not in layer_fwd:
-            layer_fwd[lay] = i
-    for i, n in enumerate(bw_ops):
-        lay = n.meta.get(mk.LAYER)
-        if lay is not None and lay not in layer_bwd:
-            layer_bwd[lay] = i
+    layer_fwd = layer_starts(fw_ops, forward=True)
+    layer_bwd = layer_starts(bw_ops, forward=False)
     layers = sorted(set(layer_fwd) & set(layer_bwd))
     f_starts = [layer_fwd[x] for x in layers]
     b_starts = [layer_bwd[x] for x in layers]

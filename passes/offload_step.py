@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import torch.fx
 
@@ -18,7 +19,7 @@ from memopt.candidates import Candidate
 from memopt.config import MemoptConfig
 from memopt.errors import ConfigError
 from memopt.offload.result import OffloadResult
-from memopt.offload.sync import SyncError, default_sync
+from memopt.offload.sync import SyncEntry, SyncError, default_sync
 from memopt.passes.detect_layers import detect_layers_pass
 from memopt.passes.insert_offload import insert_offload_pass
 from memopt.plan import Strategy
@@ -26,8 +27,31 @@ from memopt.plan import Strategy
 log = logging.getLogger("memopt")
 
 
-def wants_offload(config: MemoptConfig, per_root: Mapping[str, Strategy]) -> bool:
-    return bool(config.offload_layers) or bool(config.sync) or Strategy.OFFLOAD in per_root.values()
+def wants_offload(
+    config: MemoptConfig, per_root: Mapping[str, Strategy], planned: PlannedOffload | None = None
+) -> bool:
+    return (
+        bool(config.offload_layers)
+        or bool(config.sync)
+        or Strategy.OFFLOAD in per_root.values()
+        or bool(planned and planned.roots)
+    )
+
+
+@dataclass(frozen=True)
+class PlannedOffload:
+    """What the budget planner chose to offload (candidate roots, its own ids included) and
+    the sync dict it planned them with."""
+
+    roots: frozenset[str]
+    sync: Mapping[int, SyncEntry]
+
+    @classmethod
+    def from_solution(cls, solution) -> PlannedOffload | None:
+        roots = frozenset(n for n, s in solution.decisions.items() if s == Strategy.OFFLOAD)
+        if not roots or not solution.sync:
+            return None
+        return cls(roots, dict(solution.sync))
 
 
 def offload_step(
@@ -38,6 +62,7 @@ def offload_step(
     num_fwd_outputs: int,
     candidates: Sequence[Candidate],
     per_root: Mapping[str, Strategy],
+    planned: PlannedOffload | None = None,
 ) -> OffloadResult | None:
     names = detect_layers_pass(fw, config.layers)
     detect_layers_pass(bw, config.layers)
@@ -54,6 +79,8 @@ def offload_step(
     try:
         if config.sync:
             sync = {k: v for k, v in config.sync}
+        elif planned is not None and not config.offload_layers:
+            sync = dict(planned.sync)  # the schedule the planner's predictions assume
         elif config.offload_layers:
             if config.offload_layers >= n:
                 raise ConfigError(
@@ -66,13 +93,15 @@ def offload_step(
     except SyncError as e:
         raise ConfigError(f"sync: {e}") from None
     indices = None
-    if not (config.offload_layers or config.sync) or Strategy.OFFLOAD in per_root.values():
-        chosen = {
-            m
-            for c in candidates
-            if per_root.get(c.root) == Strategy.OFFLOAD
-            for m in (c.root, *c.members)
-        }
+    if (
+        not (config.offload_layers or config.sync)
+        or Strategy.OFFLOAD in per_root.values()
+        or planned is not None
+    ):
+        offloaded = {r for r, s in per_root.items() if s == Strategy.OFFLOAD}
+        if planned is not None:
+            offloaded |= planned.roots  # also saved tensors without a cluster id (Saved_<name>+)
+        chosen = {m for c in candidates if c.root in offloaded for m in (c.root, *c.members)}
         outs = fw.graph.output_node().args[0][num_fwd_outputs:]
         indices = [
             i for i, o in enumerate(outs) if isinstance(o, torch.fx.Node) and o.name in chosen

@@ -43,7 +43,7 @@ from memopt.passes.cluster_subgraphs import cluster_subgraphs_pass
 from memopt.passes.detect_layers import detect_layers_pass
 from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
 from memopt.passes.find_saved_activations import find_saved_activations_pass, storage_root
-from memopt.passes.offload_step import offload_step, wants_offload
+from memopt.passes.offload_step import PlannedOffload, offload_step, wants_offload
 from memopt.passes.plan_budget import plan_budget
 from memopt.symbolic import SymbolTable, build_symbol_table, tensor_bytes_expr
 
@@ -175,7 +175,8 @@ def run_pipeline(
             fw, bw = compat.min_cut_partition(gm, joint_inputs, **partition_kwargs)
     final = saved_activation_bytes(fw, nfw, symbols)
     offload = None
-    if "offload" not in disabled and wants_offload(config, decisions.per_root):
+    planned = PlannedOffload.from_solution(budget.solution) if budget is not None else None
+    if "offload" not in disabled and wants_offload(config, decisions.per_root, planned):
         offload = offload_step(
             fw,
             bw,
@@ -183,6 +184,7 @@ def run_pipeline(
             num_fwd_outputs=nfw,
             candidates=candidates,
             per_root=decisions.per_root,
+            planned=planned,
         )
         if offload is not None:
             fw, bw = offload.fw, offload.bw

@@ -40,3 +40,41 @@ def test_infeasible_budget_warns_with_smallest_peak(caplog):
         "is infeasible for this graph; the smallest feasible predicted peak is" in m for m in msgs
     )
     assert not memopt.report(opt).regions[0].extra["planner"]["feasible"]
+
+
+def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch):
+    # With H100 rates, a tight budget on a Llama makes the planner offload: the saved tensors
+    # it chose (its Saved_<name>+ ids included) go to the host on the sync dict it planned.
+    import memopt.passes.plan_budget as plan_budget
+    from memopt.planner import H100_DEFAULTS
+
+    monkeypatch.setattr(plan_budget, "device_rates", lambda device: H100_DEFAULTS)
+    torch.manual_seed(0)
+    model = tiny_llama(num_hidden_layers=4, hidden_size=256, intermediate_size=512, vocab_size=256)
+    ids = torch.randint(1, 256, (4, 256))
+    rep, before, after, _ = compare(
+        model, {"input_ids": ids, "labels": ids}, budget=0.4, offload_min_bytes=0
+    )
+    region = rep.regions[0]
+    planner, off = region.extra["planner"], region.extra["offload"]
+    assert planner["feasible"] and planner["sync"] == {"0": [True, 2, False, 1]}
+    assert "Saved_getitem+:3:-1" in planner["plan_strings"]
+    assert set(off["bytes_per_layer"]) == set(planner["sync"])  # the planner's layers only
+    assert "getitem" in {t["source"] for t in off["offloaded"]}
+    assert before > after  # recompute plus offload: the measured saved bytes fall
+
+
+def test_layer_starts_skip_stray_ops_of_a_layer():
+    from memopt.meta_keys import LAYER
+    from memopt.passes.build_planning_problem import layer_starts
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    ops = []
+    # backward order 2, 1, 0 with one op of layer 0 running early (between layers 2 and 1)
+    for tag in (None, 2, 2, 0, 2, 1, 1, 0, 0):
+        x = g.call_function(torch.ops.aten.neg.default, (x,))
+        x.meta[LAYER] = tag
+        ops.append(x)
+    assert layer_starts(ops, forward=False) == {2: 1, 1: 5, 0: 7}
+    assert layer_starts(ops[:3], forward=True) == {2: 1}
