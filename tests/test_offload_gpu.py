@@ -14,6 +14,7 @@ from memopt.offload import ops
 from memopt.offload.check import check_offload
 from memopt.offload.partition import LayerOffloadPartitioner
 from memopt.offload.trace import summarize_trace
+from tests.helpers import tiny_gpt2, tiny_llama
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 pytestmark = pytest.mark.gpu
@@ -176,8 +177,9 @@ def _assert_bitwise(model, ids, make_baseline, make_compiled):
 
 @pytest.mark.parametrize("k", [1, 3])
 def test_llama_bf16_bitwise(k):
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = tiny_llama(
         hidden_size=256,
         intermediate_size=512,
         num_hidden_layers=4,
@@ -186,9 +188,7 @@ def test_llama_bf16_bitwise(k):
         vocab_size=512,
         max_position_embeddings=256,
         attn_implementation="sdpa",
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16)
+    ).to("cuda", torch.bfloat16)
     ids = torch.randint(0, 512, (4, 128), device="cuda")
 
     P = LayerOffloadPartitioner(offload_layers=k, min_bytes=0)
@@ -198,21 +198,13 @@ def test_llama_bf16_bitwise(k):
 
 
 def test_gpt2_bf16_bitwise_through_optimize():
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     import memopt
 
-    cfg = transformers.GPT2Config(
-        n_embd=256,
-        n_layer=4,
-        n_head=4,
-        vocab_size=512,
-        n_positions=256,
-        attn_pdrop=0.0,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-    )
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(cfg).to("cuda", torch.bfloat16)
+    model = tiny_gpt2(
+        n_embd=256, n_layer=4, vocab_size=512, n_positions=256, activation_function="gelu_new"
+    ).to("cuda", torch.bfloat16)
     model.loss_type = "ForCausalLM"
     ids = torch.randint(0, 512, (4, 256), device="cuda")
 
