@@ -59,6 +59,34 @@ def compare(a, b) -> str:
     return f"DIFFER loss_equal={torch.equal(la, lb)} {len(differ)}/{len(ga)} grads, max|d|={worst:.3g}, e.g. {differ[:3]}"
 
 
+def dump(args, dtype, attn) -> None:
+    """Inductor's generated code of the baseline and of offload k=1, one file per graph."""
+    from torch._inductor.utils import run_and_get_code
+
+    os.makedirs(args.dump, exist_ok=True)
+    model = build(dtype, attn, args)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), device="cuda")
+    variants = {
+        "base": lambda: torch.compile(model),
+        "off1": lambda: memopt.optimize(model, level=0, offload_layers=1, offload_min_bytes=0),
+    }
+    results = {}
+    for name, make in variants.items():
+        torch._dynamo.reset()
+        compiled = make()
+        results[name], codes = run_and_get_code(step, model, compiled, ids)
+        for i, code in enumerate(codes):
+            with open(os.path.join(args.dump, f"{name}_{i}.py"), "w") as f:
+                f.write(code)
+        print(f"{name}: {len(codes)} graphs written", flush=True)
+    print(f"off1 vs base: {compare(results['base'], results['off1'])}", flush=True)
+    g0, g1 = results["base"][1], results["off1"][1]
+    for n in g0:
+        if not torch.equal(g0[n], g1[n]):
+            d = (g0[n].float() - g1[n].float()).abs()
+            print(f"  {n}: {int((d > 0).sum())} of {d.numel()} differ, max {d.max().item():.3g}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", type=int, default=512)
@@ -70,6 +98,11 @@ def main() -> None:
     ap.add_argument("--attn", default="sdpa,eager")
     ap.add_argument("--emulate", default="0,1", help="emulate_precision_casts values to try")
     ap.add_argument("--inductor-deterministic", action="store_true")
+    ap.add_argument(
+        "--dump",
+        default="",
+        help="only write Inductor's code for the baseline and offload k=1 to this folder",
+    )
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.use_deterministic_algorithms(True)
@@ -77,6 +110,9 @@ def main() -> None:
     print(f"torch {torch.__version__} {torch.cuda.get_device_name()} {vars(args)}")
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     emulates = [bool(int(x)) for x in args.emulate.split(",")]
+    if args.dump:
+        dump(args, dtypes[0], args.attn.split(",")[0])
+        return
     for dtype, attn, emulate in itertools.product(dtypes, args.attn.split(","), emulates):
         torch._inductor.config.emulate_precision_casts = emulate
         model = build(dtype, attn, args)

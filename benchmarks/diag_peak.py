@@ -59,17 +59,22 @@ def replay(snapshot: dict, base: int) -> tuple[int, list[tuple[int, str]]]:
 def main() -> None:
     ap = spec_parser(__doc__)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--optimizer", choices=("adamw", "none"), default="adamw")
     args = ap.parse_args()
     built = materialize_spec(args, "cuda")
     model = built.model
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    if args.optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    else:
+        opt = None
     compiled = memopt.optimize(model, level=args.level)
 
     def step() -> None:
         loss = compiled(*built.args, **built.kwargs).loss
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        if opt is not None:
+            opt.step()
+        model.zero_grad(set_to_none=True)
 
     for _ in range(2):
         step()

@@ -356,3 +356,71 @@ def inductor_pads_matmuls() -> bool:
     import torch._inductor.config as inductor_config
 
     return bool(getattr(inductor_config, "shape_padding", False))
+
+
+_ALIGNED_LOWERING = "_memopt_alignment_rule"
+
+
+def install_alignment_lowerings(rules: dict[Any, str]) -> bool:
+    """Give Inductor the alignment of custom ops' outputs, which it otherwise guesses.
+
+    Inductor lowers a custom op to a fallback kernel and marks its output *unaligned* when any
+    input is: every CPU tensor counts as unaligned, so a reload from a host buffer, and each
+    alias op after it, makes Triton kernels that read the reloaded tensor drop their 16-byte
+    divisibility hints. Such kernels compile differently from the same kernels reading a saved
+    tensor, and their reductions sum in another order (1-ulp gradient differences).
+
+    ``rules`` maps an op to ``"fresh"`` (its output is a new device allocation: aligned) or
+    ``"first"`` (it returns an alias of its first argument: aligned iff that is). The op is
+    lowered exactly as Inductor's implicit fallback would lower it, and the rule is applied
+    to the output's buffer on GPU devices. Returns False (and changes nothing) where this
+    torch's lowering internals differ.
+    """
+    try:
+        from torch._inductor import ir
+        from torch._inductor import lowering as L
+        from torch._inductor.virtualized import V
+        from torch._library.utils import get_layout_constraint_tag
+    except ImportError:
+        return False
+
+    def buffer_name(x: Any) -> str | None:
+        try:
+            return x.get_name()
+        except Exception:
+            return None
+
+    def on_gpu(x: Any) -> bool:
+        try:
+            dev = x.get_device()
+        except Exception:
+            return False
+        return dev is not None and dev.type not in ("cpu", "meta")
+
+    for op, rule in rules.items():
+        current = L.lowerings.get(op)
+        if getattr(current, _ALIGNED_LOWERING, None) == rule:
+            continue
+        try:
+            if current is None:
+                tag = get_layout_constraint_tag(op, with_default=True)
+                L.make_fallback(op, layout_constraint=L.tag_to_layout_constraint(tag), warn=False)
+            inner = L.lowerings[op]
+        except Exception:
+            return False
+
+        def lowering(*args: Any, _inner=inner, _rule=rule, **kwargs: Any) -> Any:
+            out = _inner(*args, **kwargs)
+            name = buffer_name(out)
+            if name is None or not on_gpu(out):
+                return out
+            aligned = _rule == "fresh" or (
+                bool(args) and isinstance(args[0], ir.IRNode) and not ir.is_unaligned(args[0])
+            )
+            if aligned:
+                V.graph.unaligned_buffers.discard(name)
+            return out
+
+        setattr(lowering, _ALIGNED_LOWERING, rule)
+        L.lowerings[op] = lowering
+    return True

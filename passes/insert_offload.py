@@ -340,6 +340,11 @@ def insert_offload_pass(
     fake_mode = fake_mode_of(fw_gm.graph, bw_gm.graph)
     banned = {compat.storage_key(slots.bw_node(i).meta["val"]) for u in units for i in u.members}
     rw = _Rewriter(fw_gm, bw_gm, slots, schedule, fake_mode, banned)
+    if units and not ops.install_inductor_lowerings():
+        rw.notes.append(
+            "this torch's Inductor gives no alignment hints for reloaded tensors: kernels "
+            "reading them may round differently from the run without offload"
+        )
     for u in units:
         rw.apply(u)
     rw.splice_gates()

@@ -345,3 +345,13 @@ reload = torch.ops.memopt.reload.default
 wait_reload = torch.ops.memopt.wait_reload.default
 barrier = torch.ops.memopt.barrier.default
 ALL_OPS = (offload, wait_offload, reload, wait_reload, barrier)
+
+
+def install_inductor_lowerings() -> bool:
+    """Tell Inductor that a reload's output is a fresh (aligned) device allocation and that
+    ``wait_reload``/``barrier`` are as aligned as their first argument, so kernels reading a
+    reloaded tensor compile exactly as they do reading the saved tensor (bitwise gradients).
+    False where this torch's lowering internals differ (then nothing changes)."""
+    return compat.install_alignment_lowerings(
+        {reload: "fresh", wait_reload: "first", barrier: "first"}
+    )
