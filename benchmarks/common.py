@@ -38,6 +38,9 @@ def hf_model(kind: str, layers: int, hidden: int, dtype=torch.bfloat16, device="
     else:
         raise ValueError(kind)
     cfg._attn_implementation = "sdpa"
+    # training: no KV cache (with it, every layer's keys and values are copied into a cache
+    # that outlives the step's forward: +512 MiB on the 8-layer Llama of pareto.py)
+    cfg.use_cache = False
     if getattr(model, "loss_type", "") is None:
         # transformers warns inside forward when it cannot name the loss from the class name
         # (GPT2LMHeadModel): a graph break that splits model and loss into two regions

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import os
 import sys
+import types
 
 import torch
 
@@ -32,9 +33,15 @@ def frame_text(frames: list[dict]) -> str:
             keep.append(f"{name.rsplit('/', 1)[-1]}:{f.get('line')}:{f.get('name')}")
         if len(keep) == 2:
             break
-    if not keep and frames:
-        f = frames[0]
-        keep.append(f"{f.get('filename', '').rsplit('/', 1)[-1]}:{f.get('line')}:{f.get('name')}")
+    if not keep:
+        # no Python frame (e.g. the autograd engine's thread): name the C++ callers
+        skip = ("c10::", "torch::unwind", "??", "std::", "_start", "__libc")
+        cpp = [f.get("name", "") for f in frames if not f.get("name", "??").startswith(skip)]
+        py = [f for f in frames if f.get("filename", "").endswith(".py")]
+        keep = [n[:60] for n in cpp[:4]]
+        if py:
+            f = py[0]
+            keep.append(f"{f['filename'].rsplit('/', 1)[-1]}:{f.get('line')}:{f.get('name')}")
     return " <- ".join(keep)
 
 
@@ -60,14 +67,34 @@ def main() -> None:
     ap = spec_parser(__doc__)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--optimizer", choices=("adamw", "none"), default="adamw")
+    ap.add_argument("--plain", action="store_true", help="plain torch.compile instead of memopt")
+    ap.add_argument(
+        "--pareto",
+        choices=("gpt2", "llama"),
+        help="build the model and step exactly as benchmarks/pareto.py does (ignores the spec)",
+    )
     args = ap.parse_args()
-    built = materialize_spec(args, "cuda")
+    if args.pareto:
+        from common import hf_model
+        from pareto import CONFIGS
+
+        name, layers, hidden, batch, seq = CONFIGS[args.pareto]
+        model = hf_model(name, layers, hidden)
+        ids = torch.randint(0, 32000, (batch, seq), device="cuda")
+        built = types.SimpleNamespace(
+            model=model, args=(), kwargs={"input_ids": ids, "labels": ids}
+        )
+    else:
+        built = materialize_spec(args, "cuda")
     model = built.model
     if args.optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     else:
         opt = None
-    compiled = memopt.optimize(model, level=args.level)
+    if args.plain:
+        compiled = torch.compile(model)
+    else:
+        compiled = memopt.optimize(model, level=args.level)
 
     def step() -> None:
         loss = compiled(*built.args, **built.kwargs).loss
@@ -81,14 +108,19 @@ def main() -> None:
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="all")
     step()
     torch.cuda.synchronize()
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
     peak = torch.cuda.max_memory_allocated()
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
+    print(f"compiled graphs: {graphs}; graph breaks: {dict(counters['graph_break'])}")
     best, blocks = replay(snap, base)
-    print(f"{args.model} level {args.level}: max_memory_allocated {peak / 2**30:.3f} GiB")
+    what = "torch.compile" if args.plain else f"memopt level {args.level}"
+    print(f"{args.model} {what}: max_memory_allocated {peak / 2**30:.3f} GiB")
     print(f"allocated before the step {base / 2**30:.3f} GiB; replayed peak {best / 2**30:.3f} GiB")
     groups: dict[str, list[int]] = collections.defaultdict(list)
     for size, where in blocks:

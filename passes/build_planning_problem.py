@@ -13,15 +13,16 @@ decisions); graph inputs count as static bytes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import sympy
 import torch
 import torch.fx
 
+from memopt import memory_rules as rules
 from memopt import meta_keys as mk
 from memopt.candidates import Candidate as Analysis
-from memopt.passes.find_saved_activations import is_view_op, storage_root
+from memopt.passes.find_saved_activations import is_view_op
 from memopt.plan import PlanSpec, Strategy
 from memopt.planner.problem import Candidate, OpCost, PlanningProblem, StepTimeline
 
@@ -68,41 +69,54 @@ def op_cost(node: torch.fx.Node, value) -> OpCost:
 
 
 def _liveness(
-    gm: torch.fx.GraphModule, skip: set[str], value, outputs_live: bool
+    gm: torch.fx.GraphModule,
+    skip: set[str],
+    value,
+    *,
+    inputs_live: Collection[str] = (),
+    pad_matmuls: bool = False,
 ) -> tuple[list[torch.fx.Node], list[int]]:
-    """Bytes live while each call_function node runs, leaving out ``skip`` storages and
-    placeholders (graph inputs are static)."""
+    """Bytes live while each call_function node runs, by :mod:`memopt.memory_rules` (the
+    rules of ``memopt plan``'s liveness model): aliases own nothing, temporaries that Inductor
+    fuses away take no memory, a value lives until the last kernel that reads it, graph
+    outputs live to the end, padded matmul operands are copies. ``skip``: storages the planner
+    places itself (its candidates). Placeholders are static except ``inputs_live`` (the
+    backward's tangents), live from the start to their last read."""
     ops = [n for n in gm.graph.nodes if n.op == "call_function"]
     pos = {n: i for i, n in enumerate(ops)}
+    reads = rules.ReadPoints(pos)
     out_node = gm.graph.output_node()
+    last_pos = len(ops) - 1
     delta = [0] * (len(ops) + 1)
+
+    def add(start: int, end: int, size: int) -> None:  # inclusive positions
+        if last_pos < 0:
+            return
+        delta[min(start, last_pos)] += size
+        delta[min(max(start, end), last_pos) + 1] -= size
+
     for n in ops:
-        root = storage_root(n)
-        if root is not n or n.name in skip:
+        if rules.aliased_input(n) is not None or n.name in skip:
             continue
         size = _nbytes(n.meta.get(mk.TORCH_VAL), value)
-        users = [u for u in _alias_users(n)]
-        if outputs_live and any(u is out_node for u in users):
-            end = len(ops)
-        else:
-            end = max((pos[u] for u in users if u in pos), default=pos[n]) + 1
-        delta[pos[n]] += size
-        delta[min(end, len(ops))] -= size
+        users = rules.alias_users(n)
+        if any(u is out_node for u in users):
+            add(pos[n], last_pos, size)
+        elif rules.must_exist(n, users):
+            add(rules.start(n, pos), reads.last(users, pos[n]), size)
+    for p in gm.graph.nodes:
+        if p.op == "placeholder" and p.name in inputs_live:
+            add(0, reads.last(rules.alias_users(p), 0), _nbytes(p.meta.get(mk.TORCH_VAL), value))
+    if pad_matmuls:
+        for n in ops:
+            for operand, factor in rules.padded_operands(n):
+                size = int(_nbytes(operand.meta.get(mk.TORCH_VAL), value) * factor)
+                add(pos.get(rules.root(operand), pos[n]), pos[n], size)
     live, acc = [], 0
     for i in range(len(ops)):
         acc += delta[i]
         live.append(acc)
     return ops, live
-
-
-def _alias_users(n: torch.fx.Node) -> list[torch.fx.Node]:
-    out, stack = [], list(n.users)
-    while stack:
-        u = stack.pop()
-        out.append(u)
-        if is_view_op(u):
-            stack.extend(u.users)
-    return out
 
 
 def layer_starts(ops: Sequence[torch.fx.Node], *, forward: bool) -> dict[int, int]:
@@ -136,14 +150,24 @@ def build_planning_problem(
     fixed: Sequence[PlanSpec] = (),
     rates_op_s: Callable[[OpCost], float],
     min_offload_bytes: int = 1 << 20,
+    pad_matmuls: bool = False,
 ) -> PlanningProblem:
+    """``pad_matmuls``: charge the padded operand copies Inductor makes on CUDA."""
     usable = [a for a in analysis if a.cluster_id is not None or a.layer is not None]
     skip = {m for a in usable for m in (a.root, *a.members)}
-    fw_ops, fw_live = _liveness(fw, skip, value, outputs_live=True)
-    bw_ops, bw_live = _liveness(bw, skip, value, outputs_live=True)
+    fw_names = {a.name for a in fw.graph.output_node().args[0] if isinstance(a, torch.fx.Node)}
+    tangents = {
+        p.name
+        for p in bw.graph.nodes
+        if p.op == "placeholder"
+        and p.name not in fw_names
+        and isinstance(p.meta.get(mk.TORCH_VAL), torch.Tensor)
+    }
+    fw_ops, fw_live = _liveness(fw, skip, value, pad_matmuls=pad_matmuls)
+    bw_ops, bw_live = _liveness(bw, skip, value, inputs_live=tangents, pad_matmuls=pad_matmuls)
     fw_pos = {n.name: i for i, n in enumerate(fw_ops)}
-    bw_pos = {n.name: i for i, n in enumerate(bw_ops)}
     bw_by_name = {n.name: n for n in bw.graph.nodes}
+    bw_reads = rules.ReadPoints({n: i for i, n in enumerate(bw_ops)})
     joint_by_name = {n.name: n for n in joint.graph.nodes}
     static = sum(
         _nbytes(n.meta.get(mk.TORCH_VAL), value) for n in fw.graph.nodes if n.op == "placeholder"
@@ -165,11 +189,11 @@ def build_planning_problem(
         members = [m for m in (a.root, *a.members) if m in fw_pos or m in bw_by_name]
         fpos = [fw_pos[m] for m in members if m in fw_pos]
         uses = [
-            bw_pos[u.name]
+            p
             for m in members
             if m in bw_by_name
-            for u in _alias_users(bw_by_name[m])
-            if u.name in bw_pos
+            for u in rules.alias_users(bw_by_name[m])
+            if (p := bw_reads.at(u)) is not None
         ]
         if not fpos or not uses:
             continue

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from memopt import _torch_compat as compat
 from memopt.candidates import Candidate
 from memopt.config import MemoptConfig, cache_dir
 from memopt.passes.build_planning_problem import build_planning_problem
@@ -69,7 +70,8 @@ def plan_budget(
                 if s == Strategy.RECOMPUTE or (s == Strategy.COMPROMISE and config.level >= 2):
                     fixed.append(PlanSpec(c.cluster_id, s, -1))
                     named.add(c.cluster_id)
-    rates = device_rates(_device(joint_inputs))
+    device = _device(joint_inputs)
+    rates = device_rates(device)
     problem = build_planning_problem(
         joint,
         fw,
@@ -79,6 +81,7 @@ def plan_budget(
         fixed=fixed,
         rates_op_s=lambda op: roofline_s(op, rates),
         min_offload_bytes=config.offload_min_bytes,
+        pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),
     )
     budget = resolve_budget(config.budget, problem)
     solution = solve(problem, budget, rates)

@@ -237,3 +237,29 @@ def test_value_copied_into_two_padded_operands_is_materialized():
     assert _must_exist(add, _alias_users(add))
     add = graph(two=False)
     assert not _must_exist(add, _alias_users(add))
+
+
+def test_values_are_read_where_the_fused_kernel_that_consumes_them_runs():
+    """The LM-head backward on CUDA: the saved logits go through a chain of pointwise ops and a
+    reduction that Inductor fuses into the kernel writing the logits gradient, so the logits
+    are read there (position 5), not at their first pointwise user (position 1); the tangent
+    is read there too, and all three are live at once."""
+    from memopt.memory_rules import ReadPoints
+
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    logits, tangent, w = g.placeholder("logits"), g.placeholder("tangent"), g.placeholder("w")
+    up = g.call_function(torch.ops.prims.convert_element_type.default, (logits, torch.float32))
+    ex = g.call_function(aten.exp.default, (up,))
+    s = g.call_function(aten.sum.dim_IntList, (ex, [1], True))
+    d = g.call_function(aten.div.Tensor, (ex, s))
+    down = g.call_function(torch.ops.prims.convert_element_type.default, (d, torch.bfloat16))
+    grad = g.call_function(aten.add.Tensor, (tangent, down))
+    mm = g.call_function(aten.mm.default, (grad, w))
+    g.output((mm,))
+    pos = {n: i for i, n in enumerate([up, ex, s, d, down, grad, mm])}
+    rp = ReadPoints(pos)
+    assert [rp.at(n) for n in (up, ex, s, d, down, grad, mm)] == [5, 5, 2, 5, 5, 5, 6]
+    assert rp.last(list(logits.users), -1) == 5  # via up -> ex -> d -> down -> grad
+    assert rp.last(list(tangent.users), -1) == 5
+    assert rp.last([], 3) == 3

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from memopt import _torch_compat as compat
 from memopt.cli.extrapolate import evaluate, rename_expr
 from memopt.cli.peak import PHASE_TEXT, PeakModel
 from memopt.cli.trace import PlannerInputs
@@ -114,6 +115,7 @@ def fit_planner(
             fixed=inputs.fixed,
             rates_op_s=lambda op: roofline_s(op, rates),
             min_offload_bytes=offload_min_bytes,
+            pad_matmuls=device_kind == "cuda" and compat.inductor_pads_matmuls(),
         )
         keep = memory_profile(problem, {}).peak
         base = baseline.at(at).bytes

@@ -47,10 +47,12 @@ import torch.fx
 
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
+from memopt.memory_rules import ReadPoints, padded_operands
 from memopt.memory_rules import alias_users as _alias_users
 from memopt.memory_rules import aliased_input as _aliased_input
 from memopt.memory_rules import must_exist as _must_exist
 from memopt.memory_rules import root as _root
+from memopt.memory_rules import start as _start
 from memopt.symbolic import SymbolTable, tensor_bytes_expr
 
 PHASES = ("forward", "backward_start", "backward_end")
@@ -166,9 +168,14 @@ def step_profile(
     bw_by_name = {n.name: n for n in bw.graph.nodes if n.op == "placeholder"}
     bw_out = bw.graph.output_node()
 
+    fread, bread = ReadPoints(fpos), ReadPoints(bpos)
+
     def last_bw_use(names: list[str]) -> int | None:
         uses = [
-            bpos[u] for name in names if name in bw_by_name for u in _alias_users(bw_by_name[name])
+            bread.at(u)
+            for name in names
+            if name in bw_by_name
+            for u in _alias_users(bw_by_name[name])
         ]
         uses = [u for u in uses if isinstance(u, int)]
         return max(uses) if uses else None
@@ -180,7 +187,7 @@ def step_profile(
             continue
         users = _alias_users(n)
         aliases = [n] + [u for u in users if _aliased_input(u) is not None]
-        last = max([fpos[u] for u in users if u in fpos] + [fpos[n]])
+        last = fread.last(users, fpos[n])
         saved_here = [a.name for a in aliases if a.name in saved_names]
         if saved_here:
             bw_last = last_bw_use(saved_here)
@@ -205,7 +212,7 @@ def step_profile(
             sweep.add(bpos[n], end, "gradients", n.meta["val"])
             grads += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
         elif _must_exist(n, users):
-            last = max([bpos[u] for u in users if u in bpos] + [bpos[n]])
+            last = bread.last(users, bpos[n])
             sweep.add(_start(n, bpos), last, "temporaries", n.meta["val"])
     if pad_matmuls:
         for ops, pos in ((fw_ops, fpos), (bw_ops, bpos)):
@@ -236,69 +243,6 @@ def step_profile(
         gradients=symbols.readable(grads),
         inputs=symbols.readable(inputs),
     )
-
-
-_MATMULS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1)}
-_ALIGN = {torch.float16: 8, torch.bfloat16: 8, torch.float32: 4}
-#: Inductor pads only compute-bound matmuls: arithmetic intensity ``MNK / (MK + KN + MN)`` above
-#: half the device's FLOP/byte balance (H100 bf16: 990 TFLOP/s over 3.35 TB/s, halved).
-_PAD_MIN_INTENSITY = {torch.float16: 148.0, torch.bfloat16: 148.0, torch.float32: 10.0}
-
-
-def padded_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Node, sympy.Rational]]:
-    """The operands Inductor's ``pad_mm`` would copy for this matmul, each with its padded size
-    as a multiple of its size. Only static (integer) sizes are padded, as Inductor does."""
-    if node.op != "call_function":
-        return []
-    name = getattr(node.target, "__name__", "").split(".")[0]
-    if name not in _MATMULS:
-        return []
-    i1, i2 = _MATMULS[name]
-    if len(node.args) <= i2:
-        return []
-    a, b = node.args[i1], node.args[i2]
-    if not (isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node)):
-        return []
-    va, vb = a.meta.get(mk.TORCH_VAL), b.meta.get(mk.TORCH_VAL)
-    if not (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)):
-        return []
-    align = _ALIGN.get(va.dtype)
-    if align is None or vb.dtype != va.dtype:
-        return []
-    m, k = va.shape[-2], va.shape[-1]
-    n = vb.shape[-1]
-    hints = [compat.int_hint(x) for x in (m, k, n)]
-    if 0 in hints:
-        return []
-    hm, hk, hn = hints
-    if hm * hk * hn / (hm * hk + hk * hn + hm * hn) <= _PAD_MIN_INTENSITY[va.dtype]:
-        return []
-
-    def up(x: object) -> int | None:  # padded size of a static unaligned dim
-        if isinstance(x, int) and x % align:
-            return (x + align - 1) // align * align
-        return None
-
-    pm, pk, pn = up(m), up(k), up(n)
-    out = []
-    grow_a = sympy.Rational(pm or hm, hm) * sympy.Rational(pk or hk, hk)
-    grow_b = sympy.Rational(pk or hk, hk) * sympy.Rational(pn or hn, hn)
-    if grow_a != 1:
-        out.append((a, grow_a))
-    if grow_b != 1:
-        out.append((b, grow_b))
-    return out
-
-
-def _start(node: torch.fx.Node, pos: dict[torch.fx.Node, int]) -> int:
-    """Where a temporary begins. A padded copy (``constant_pad_nd``, what Inductor's ``pad_mm``
-    inserts before a matmul) is computed by the kernel that makes its input, not next to its
-    matmul: it is live from there (the two padded copies of the LM head's gradient coexist)."""
-    if getattr(node.target, "__name__", "").split(".")[0] == "constant_pad_nd" and node.args:
-        src = node.args[0]
-        if isinstance(src, torch.fx.Node) and _root(src) in pos:
-            return min(pos[_root(src)], pos[node])
-    return pos[node]
 
 
 def _is_tensor(node: torch.fx.Node) -> bool:
