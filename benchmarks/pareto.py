@@ -37,7 +37,7 @@ def measure(kind: str, out: str) -> None:
     def run(label, compiled, extra=None):
         def step():
             model.zero_grad(set_to_none=True)
-            compiled(input_ids=ids, labels=ids).loss.backward()
+            compiled(input_ids=ids, labels=ids, use_cache=False).loss.backward()
 
         ms, peak = step_stats(step, warmup=2, iters=8)
         row = {"variant": label, "ms": ms, "peak": peak, **(extra or {})}
@@ -66,8 +66,10 @@ def measure(kind: str, out: str) -> None:
         c = memopt.optimize(model, budget=int(peak))
         run(f"memopt budget={peak / 2**30:.2f}GiB (torch {b})", c, {"target": peak})
         reg = memopt.report(c).regions
-        pred = [r.extra.get("planner", {}).get("predicted_peak") for r in reg]
-        rows[-1]["predicted_peaks"] = pred
+        plans = [{k: v for k, v in r.extra.get("planner", {}).items() if k != "text"} for r in reg]
+        rows[-1]["predicted_peaks"] = [p.get("predicted_peak") for p in plans]
+        rows[-1]["planner"] = plans
+        print(json.dumps(plans), flush=True)
         save()
 
 

@@ -172,13 +172,20 @@ class ReadPoints:
         return max([default, *points])
 
     def _materialized(self, n: torch.fx.Node) -> bool:
-        if n.op != "call_function" or not fusible(n):
-            return True
-        if torch.Tag.reduction in getattr(n.target, "tags", ()):
-            return True
-        if any(u.op == "output" for u in n.users):
-            return True
-        return aliased_input(n) is None and must_exist(n, alias_users(n))
+        return materialized(n)
+
+
+def materialized(n: torch.fx.Node) -> bool:
+    """Whether ``n``'s value is written to memory by some kernel (placeholders, extern kernels
+    and their inputs, reductions, graph outputs); otherwise Inductor fuses it into the kernels
+    that consume it and it never exists."""
+    if n.op != "call_function" or not fusible(n):
+        return True
+    if torch.Tag.reduction in getattr(n.target, "tags", ()):
+        return True
+    if any(u.op == "output" for u in n.users):
+        return True
+    return aliased_input(n) is None and must_exist(n, alias_users(n))
 
 
 _MATMULS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1)}

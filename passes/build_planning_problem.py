@@ -47,13 +47,17 @@ def _size(x, value) -> int:
 
 
 def op_cost(node: torch.fx.Node, value) -> OpCost:
-    """FLOPs and bytes moved by one node (views move nothing)."""
+    """FLOPs and bytes moved by one node (views move nothing; values that Inductor fuses away
+    are neither written nor read back)."""
     if node.op != "call_function" or is_view_op(node):
         return OpCost()
     out = node.meta.get(mk.TORCH_VAL)
-    moved = _nbytes(out, value)
+    # fusion: only values that exist in memory move bytes; a fused-away value is computed in
+    # registers by the kernel of its consumer, which reads the inputs that do exist
+    moved = _nbytes(out, value) if rules.materialized(node) else 0
     for a in node.all_input_nodes:
-        moved += _nbytes(a.meta.get(mk.TORCH_VAL), value)
+        if rules.materialized(rules.root(a)):
+            moved += _nbytes(a.meta.get(mk.TORCH_VAL), value)
     name = getattr(node.target, "__name__", "").split(".")[0]
     flops = 0.0
     if name in _MM and isinstance(out, torch.Tensor):

@@ -52,6 +52,10 @@ def device_rates(device: torch.device):
     return CPU_DEFAULTS
 
 
+#: Share of an absolute CUDA budget the planner leaves free for memory outside the graphs.
+CUDA_RESERVE_FRACTION = 0.02
+
+
 def plan_budget(
     joint: torch.fx.GraphModule,
     fw: torch.fx.GraphModule,
@@ -84,6 +88,10 @@ def plan_budget(
         pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),
     )
     budget = resolve_budget(config.budget, problem)
+    if device.type == "cuda" and isinstance(config.budget, int):
+        # what no graph shows (cuBLAS/cuDNN workspaces, allocator rounding): the unoptimized
+        # 8-layer Llama of benchmarks/pareto.py measured 106 MiB (1.6%) above the prediction
+        budget -= int(CUDA_RESERVE_FRACTION * budget)
     solution = solve(problem, budget, rates)
     plans = parse_plans([s for s in solution.plan_strings if not s.startswith("Saved_")])
     if not solution.feasible:
