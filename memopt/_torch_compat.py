@@ -279,6 +279,15 @@ NO_VC_CHECK_META = "saved_tensor_with_no_vc_check"
 # --------------------------------------------------------------------------- memopt.cli (plan/fit)
 
 
+def real_tensors():
+    """A context where new tensors are real even inside a compile's fake-tensor mode (device
+    calibration runs from the partitioner, where ``torch.randn`` would make fake tensors and
+    every timing would be ~0)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
+
+
 def fake_tensor_mode():
     """A fresh FakeTensorMode (no shape env: dynamo makes its own when it traces)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

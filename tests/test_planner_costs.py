@@ -73,3 +73,37 @@ def test_measure_runs_on_cpu() -> None:
     rates = costs._measure(torch.device("cpu"), CalibrationSizes(64, 1 << 16, 1 << 16, 2))
     assert rates.matmul_flops_per_s > 0 and rates.hbm_bytes_per_s > 0
     assert rates.h2d_bytes_per_s > 0 and rates.d2h_bytes_per_s > 0
+
+
+def test_measure_times_real_tensors_inside_a_compiles_fake_mode(monkeypatch) -> None:
+    """The planner calibrates from the partitioner, inside the compile's FakeTensorMode: there
+    ``torch.randn`` makes fake tensors, every timing is ~0 and the rates are absurd (seen on
+    an H100: a 55 ms step predicted at 15 ms, so offload looked free)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    made = []
+    real_mm = costs._time_matmul
+
+    def spy(dev, n, dtype, sync, repeats):
+        made.append(torch.randn(2, device=dev))
+        return real_mm(dev, n, dtype, sync, repeats)
+
+    monkeypatch.setattr(costs, "_time_matmul", spy)
+    with FakeTensorMode():
+        rates = costs._measure(torch.device("cpu"), CalibrationSizes(64, 1 << 16, 1 << 16, 2))
+    assert made and not isinstance(made[0], FakeTensor)
+    assert costs.check_rates(rates) == ""
+
+
+def test_implausible_rates_are_named_and_not_read_from_the_cache(monkeypatch, tmp_path) -> None:
+    bad = costs.replace(FAKE, matmul_flops_per_s=1e19)
+    assert costs.check_rates(bad).startswith("matmul_flops_per_s=1e+19")
+    assert costs.check_rates(FAKE) == ""
+    monkeypatch.setattr(costs, "_device_name", lambda dev: "Fake GPU")
+    monkeypatch.setattr(costs, "_measure", lambda dev, sizes: bad)
+    with pytest.raises(RuntimeError, match="device calibration on Fake GPU measured matmul"):
+        calibrate("cuda", tmp_path)
+    path = tmp_path / "rates-old.json"
+    data = {k: v for k, v in costs.asdict(bad).items() if k != "source"}
+    path.write_text(json.dumps({**data, "version": costs.CALIBRATION_VERSION}))
+    assert costs._read_cache(str(path)) is None

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from memopt.planner.problem import OpCost
 
 #: Version of the cache file format and of the measuring code; a change re-measures.
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2  # 2: version 1 could time fake tensors inside a compile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,9 +116,31 @@ def calibrate(
                 return cached
     rates = _measure(dev, sizes or CalibrationSizes())
     rates = replace(rates, name=name, source="measured")
+    implausible = check_rates(rates)
+    if implausible:
+        raise RuntimeError(f"device calibration on {name} measured {implausible}")
     if path is not None:
         _write_cache(path, rates)
     return rates
+
+
+#: Above these a measurement is wrong (no 2026 device is near them): FLOP/s, bytes/s.
+_MAX_RATES = {
+    "matmul_flops_per_s": 2e16,
+    "hbm_bytes_per_s": 5e13,
+    "h2d_bytes_per_s": 2e12,
+    "d2h_bytes_per_s": 2e12,
+}
+
+
+def check_rates(rates: DeviceRates) -> str:
+    """'' when every rate is plausible, else which one is not."""
+    bad = [
+        f"{k}={getattr(rates, k):.3g} (above {v:.0e})"
+        for k, v in _MAX_RATES.items()
+        if not 0 < getattr(rates, k) <= v
+    ]
+    return ", ".join(bad)
 
 
 def _device_name(dev) -> str:
@@ -144,7 +166,8 @@ def _read_cache(path: str) -> DeviceRates | None:
         )
     except KeyError:
         return None
-    return DeviceRates(**fields, source=f"cache:{path}")
+    rates = DeviceRates(**fields, source=f"cache:{path}")
+    return None if check_rates(rates) else rates
 
 
 def _write_cache(path: str, rates: DeviceRates) -> None:
@@ -162,14 +185,17 @@ def _measure(dev, sizes: CalibrationSizes) -> DeviceRates:
     """Time a matmul, a device copy and host copies on ``dev`` (median of ``sizes.repeats``)."""
     import torch
 
+    from memopt import _torch_compat as compat
+
     is_cuda = dev.type == "cuda"
     dtype = torch.bfloat16 if is_cuda else torch.float32
     sync = (lambda: torch.cuda.synchronize(dev)) if is_cuda else (lambda: None)
 
     n = sizes.matmul_n
-    mm_s = _time_matmul(dev, n, dtype, sync, sizes.repeats)
-    copy_s = _time_copy(dev, sizes.copy_bytes, sync, sizes.repeats)
-    h2d_s, d2h_s = _time_transfers(dev, sizes.transfer_bytes, is_cuda, sync, sizes.repeats)
+    with compat.real_tensors():  # called from the partitioner, inside the compile's fake mode
+        mm_s = _time_matmul(dev, n, dtype, sync, sizes.repeats)
+        copy_s = _time_copy(dev, sizes.copy_bytes, sync, sizes.repeats)
+        h2d_s, d2h_s = _time_transfers(dev, sizes.transfer_bytes, is_cuda, sync, sizes.repeats)
     return DeviceRates(
         name=dev.type,
         matmul_flops_per_s=2 * n**3 / mm_s,
