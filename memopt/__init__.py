@@ -5,6 +5,9 @@ loss = model(**batch).loss; loss.backward()
 print(memopt.report(model).table())
 """
 
+# the offload ops must exist before any compiled code that calls them runs: Inductor's warm
+# FX graph cache loads such code without running memopt's partitioner (which imports them)
+import memopt.offload.ops  # noqa: F401
 from memopt._version import __version__
 from memopt.api import MemoptBackend, optimize, param_offload_handle, report
 from memopt.config import MemoptConfig, resolve_config

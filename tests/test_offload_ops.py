@@ -164,3 +164,19 @@ def test_cuda_pinned_pool_stable_over_steps():
         del h, back
     after = ops.POOL.stats()
     assert after.bytes == before.bytes and after.allocations == before.allocations
+
+
+def test_import_memopt_registers_the_offload_ops():
+    """Code loaded from a warm Inductor cache calls torch.ops.memopt.* without running memopt's
+    partitioner: importing memopt alone must define the ops (seen on the GPU host as
+    "'_OpNamespace' 'memopt' object has no attribute 'barrier'")."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, memopt; "
+        "print(all(hasattr(torch.ops.memopt, n) for n in "
+        "('offload', 'wait_offload', 'reload', 'wait_reload', 'barrier')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
