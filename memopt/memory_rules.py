@@ -1,11 +1,7 @@
-"""Which tensors of a partitioned graph occupy memory: the rules of ``memopt plan``'s liveness
-model (:mod:`memopt.cli.liveness`), measured within 10% of the H100's peak. The budget
-planner's liveness sweep (:mod:`memopt.passes.build_planning_problem`) still charges every
-temporary: on the 8-layer Llama of benchmarks/pareto.py it predicts 8.01 GiB for the
-unoptimized step against 7.15 GiB measured. With these rules and the backward's tangents it
-predicts 6.06 GiB, exactly ``memopt plan``'s figure, but both then miss about 1 GiB on Llama
-configs (TinyLlama: 1.04 GiB of 31.7) that is not identified yet; the planner keeps its
-conservative sweep until that term is found and measured.
+"""Which tensors of a partitioned graph occupy memory, and until when: the rules shared by
+``memopt plan``'s liveness model (:mod:`memopt.cli.liveness`) and the budget planner's sweep
+(:mod:`memopt.passes.build_planning_problem`). On the 8-layer Llama of benchmarks/pareto.py
+(H100) they predict 6.55 GiB for the unoptimized step against 6.63-6.65 GiB measured.
 
 Views and ops that return an alias of an input allocate nothing (their bytes belong to the
 tensor they alias). A temporary that Inductor fuses away takes no memory: a tensor must exist

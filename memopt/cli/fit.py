@@ -88,7 +88,7 @@ def fit_planner(
 ) -> FitRow:
     """Largest size at which the budget planner finds a plan within ``memory``.
 
-    The planner has its own memory model (every temporary counted); its plan's saving over
+    The planner sweeps its own problem (same memory rules, its own positions); its plan's saving over
     keeping everything, in that model, is taken off ``baseline`` (memopt's peak with no plan),
     so the row compares with the others."""
     from memopt.passes.build_planning_problem import build_planning_problem
