@@ -382,8 +382,8 @@ def install_alignment_lowerings(rules: dict[Any, str]) -> bool:
     ``rules`` maps an op to ``"fresh"`` (its output is a new device allocation: aligned) or
     ``"first"`` (it returns an alias of its first argument: aligned iff that is). The op is
     lowered exactly as Inductor's implicit fallback would lower it, and the rule is applied
-    to the output's buffer on GPU devices. Returns False (and changes nothing) where this
-    torch's lowering internals differ.
+    to the output's buffer on GPU devices. Returns False where this torch's lowering internals
+    differ (ops handled before the failure keep their new lowering; the rest are untouched).
     """
     try:
         from torch._inductor import ir

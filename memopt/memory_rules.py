@@ -149,7 +149,7 @@ class ReadPoints:
             if n in self._memo:
                 stack.pop()
                 continue
-            if self._materialized(n):
+            if materialized(n):
                 self._memo[n] = self.pos[n]
                 stack.pop()
                 continue
@@ -166,9 +166,6 @@ class ReadPoints:
         """The last read point among ``users`` (``default`` when none is in this graph)."""
         points = [p for p in (self.at(u) for u in users) if p is not None]
         return max([default, *points])
-
-    def _materialized(self, n: torch.fx.Node) -> bool:
-        return materialized(n)
 
 
 def materialized(n: torch.fx.Node) -> bool:
@@ -245,3 +242,15 @@ def start(node: torch.fx.Node, pos: dict[torch.fx.Node, int]) -> int:
         if isinstance(src, torch.fx.Node) and root(src) in pos:
             return min(pos[root(src)], pos[node])
     return pos[node]
+
+
+def padded_copies(
+    ops: list[torch.fx.Node], pos: dict[torch.fx.Node, int]
+) -> list[tuple[torch.fx.Node, sympy.Rational, int, int]]:
+    """``(operand, size factor, start, end)`` of each padded matmul operand copy among ``ops``:
+    live from the kernel that makes the operand (see :func:`start`) to its matmul."""
+    out = []
+    for n in ops:
+        for operand, factor in padded_operands(n):
+            out.append((operand, factor, pos.get(root(operand), pos[n]), pos[n]))
+    return out

@@ -112,10 +112,8 @@ def _liveness(
         if p.op == "placeholder" and p.name in inputs_live:
             add(0, reads.last(rules.alias_users(p), 0), _nbytes(p.meta.get(mk.TORCH_VAL), value))
     if pad_matmuls:
-        for n in ops:
-            for operand, factor in rules.padded_operands(n):
-                size = int(_nbytes(operand.meta.get(mk.TORCH_VAL), value) * factor)
-                add(pos.get(rules.root(operand), pos[n]), pos[n], size)
+        for operand, factor, first, last in rules.padded_copies(ops, pos):
+            add(first, last, int(_nbytes(operand.meta.get(mk.TORCH_VAL), value) * factor))
     live, acc = [], 0
     for i in range(len(ops)):
         acc += delta[i]

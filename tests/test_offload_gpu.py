@@ -175,20 +175,25 @@ def _assert_bitwise(model, ids, make_baseline, make_compiled):
     assert len(g0) == len(g1) and all(torch.equal(a, b) for a, b in zip(g0, g1))
 
 
-@pytest.mark.parametrize("k", [1, 3])
-def test_llama_bf16_bitwise(k):
-    pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    model = tiny_llama(
+def _cuda_llama(layers: int):
+    """A small bf16 SDPA Llama on the GPU (vocabulary 512)."""
+    return tiny_llama(
         hidden_size=256,
         intermediate_size=512,
-        num_hidden_layers=4,
+        num_hidden_layers=layers,
         num_attention_heads=8,
         num_key_value_heads=4,
         vocab_size=512,
         max_position_embeddings=256,
         attn_implementation="sdpa",
     ).to("cuda", torch.bfloat16)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_llama_bf16_bitwise(k):
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = _cuda_llama(4)
     ids = torch.randint(0, 512, (4, 128), device="cuda")
 
     P = LayerOffloadPartitioner(offload_layers=k, min_bytes=0)
@@ -225,16 +230,7 @@ def test_reloaded_tensors_keep_alignment_hints():
     from torch._inductor.utils import run_and_get_code
 
     torch.manual_seed(0)
-    model = tiny_llama(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=3,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        vocab_size=512,
-        max_position_embeddings=256,
-        attn_implementation="sdpa",
-    ).to("cuda", torch.bfloat16)
+    model = _cuda_llama(3)
     ids = torch.randint(0, 512, (4, 128), device="cuda")
     P = LayerOffloadPartitioner(offload_layers=2, min_bytes=0)
     compiled = _compiled(model, P)

@@ -4,8 +4,9 @@ FX in, plain sympy out (:class:`StepProfile`); :mod:`memopt.cli.peak` does the a
 
 The step is one line of positions: the forward graph's ops, then the backward graph's, then
 one position for the optimizer step. Every tensor that owns its storage (views are charged to
-the tensor they alias) is live from the op that makes it to its last reader, with these
-exceptions:
+the tensor they alias) is live from the op that makes it to the last kernel that reads it (a
+value read by a temporary that Inductor fuses away is read where that temporary's consumers run:
+:class:`memopt.memory_rules.ReadPoints`), with these exceptions:
 
 * a saved activation (a forward output the backward reads) lives until its last backward
   reader; parameters and inputs are not charged here (they are static);
@@ -47,7 +48,7 @@ import torch.fx
 
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
-from memopt.memory_rules import ReadPoints, padded_operands
+from memopt.memory_rules import ReadPoints, padded_copies, padded_operands  # noqa: F401 (re-export)
 from memopt.memory_rules import alias_users as _alias_users
 from memopt.memory_rules import aliased_input as _aliased_input
 from memopt.memory_rules import must_exist as _must_exist
@@ -216,11 +217,8 @@ def step_profile(
             sweep.add(_start(n, bpos), last, "temporaries", n.meta["val"])
     if pad_matmuls:
         for ops, pos in ((fw_ops, fpos), (bw_ops, bpos)):
-            for n in ops:
-                for operand, factor in padded_operands(n):
-                    root = _root(operand)
-                    start = pos.get(root, pos[n])
-                    sweep.add_scaled(start, pos[n], "temporaries", operand.meta["val"], factor)
+            for operand, factor, first, last in padded_copies(ops, pos):
+                sweep.add_scaled(first, last, "temporaries", operand.meta["val"], factor)
     static = set(static_input_indices)
     placeholders = [p for p in fw.graph.nodes if p.op == "placeholder"]
     inputs = sum(
