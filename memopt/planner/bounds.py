@@ -15,7 +15,7 @@ be charged its own share, which keeps the LP separable.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from memopt.plan import Strategy
@@ -29,6 +29,22 @@ class Bounds:
     """No plan within the budget has a smaller overhead (``inf``: no plan fits)."""
     peak: int
     """No plan has a smaller peak."""
+
+
+def _cover_counts(
+    spans: Iterable[tuple[int, int]], points: Iterable[int], n_positions: int
+) -> dict[int, int]:
+    """How many inclusive spans ``(a, b)`` cover each point (one sweep, not spans x points)."""
+    diff = [0] * (n_positions + 2)
+    for a, b in spans:
+        if a <= b:
+            diff[max(a, 0)] += 1
+            diff[min(b, n_positions) + 1] -= 1
+    run = 0
+    for i in range(len(diff)):
+        run += diff[i]
+        diff[i] = run
+    return {x: diff[x] for x in points}
 
 
 class _OffloadFloor:
@@ -68,8 +84,8 @@ class _OffloadFloor:
         points = {b for a, b in fwin.values()} | {
             F + c.first_bwd_use_pos for c in space.problem.candidates if c.layer in bwin
         }
-        cf = {x: sum(a <= x <= b for a, b in fwin.values()) for x in points}
-        cb = {x: sum(a <= x <= b for a, b in bwin.values()) for x in points}
+        cf = _cover_counts(fwin.values(), points, tl.n_positions)
+        cb = _cover_counts(bwin.values(), points, tl.n_positions)
         if any(cf[x] and cb[x] for x in points):
             self.kf = self.kb = max((cf[x] + cb[x] for x in points), default=1)
         else:

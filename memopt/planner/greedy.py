@@ -82,12 +82,10 @@ class _Costs:
         for s, m in cs.maxn.items():
             if not m:
                 continue
-            acc = [0.0]
             if s != Strategy.OFFLOAD:
-                for i in range(m):
-                    acc.append(acc[-1] + cs.rcost[i][s])
-                out[s] = acc
+                out[s] = cs.rprefix[s]
                 continue
+            acc = [0.0]
             self.move_loads(ci, current, -1)
             own: dict[int, int] = {}
             for c in cs.cands[:m]:
@@ -168,9 +166,7 @@ class _Descender:
         trial = list(self.state)
         trial[i] = new
         cs = self.space.clusters[i]
-        rec = sum(cs.rcost[k][new[0]] for k in range(new[1])) - sum(
-            cs.rcost[k][old[0]] for k in range(old[1])
-        )
+        rec = cs.rec_s(new) - cs.rec_s(old)
         after = self.space.stall_s(trial)
         self._trial = (self.version, i, new, after)
         return after - self.stall() + rec
@@ -277,8 +273,8 @@ class _Tightener:
         unless a bound already shows there is nothing to gain)."""
         old = self.state[i]
         cs = self.space.clusters[i]
-        rec_old = sum(cs.rcost[k][old[0]] for k in range(old[1]))
-        rec_new = sum(cs.rcost[k][new[0]] for k in range(new[1]))
+        rec_old = cs.rec_s(old)
+        rec_new = cs.rec_s(new)
         if Strategy.OFFLOAD not in (old[0], new[0]):
             return rec_old - rec_new
         # Dropping r seconds of recompute shortens the step by at most r, adding copies never
@@ -319,7 +315,7 @@ class _Tightener:
             nbytes = sum(c.nbytes for c in cs.cands[:n]) or 1
             if s == Strategy.OFFLOAD:
                 return stall
-            return sum(cs.rcost[k].get(s, 0.0) for k in range(n)) / nbytes
+            return cs.rec_s((s, n)) / nbytes
 
         return sorted(range(len(self.state)), key=lambda i: (-dearness(i), i))
 

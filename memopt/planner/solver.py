@@ -22,7 +22,7 @@ from memopt.planner.emit import SyncEntry, lead_sync, plan_strings
 from memopt.planner.greedy import descend, tighten
 from memopt.planner.memory import SavedBytes, memory_profile, saved_bytes
 from memopt.planner.problem import PlanningProblem
-from memopt.planner.space import KEEP0, Option, Space, State
+from memopt.planner.space import KEEP0, ClusterSpace, Option, Space, State
 from memopt.planner.timing import StepTime, step_time
 
 #: Largest lead tried by default (more in flight rarely pays once the link keeps up).
@@ -184,16 +184,16 @@ def _restart(best: _Result, budget: int, restarts: int) -> tuple[_Result, int]:
     repairs what cheapest-ratio-first gets wrong when a few large items decide. Returns the
     best result and the number of restarts used."""
     space = best.space
-    seeds = [
-        (i, opt)
-        for i, cs in enumerate(space.clusters)
-        for opt in cs.options()
-        if opt != best.state[i]
-    ]
     t0 = space.base.index(max(space.base))
-    seeds.sort(key=lambda x: _seed_rank(space, x[0], x[1], t0))
+    seeds = []
+    for i, cs in enumerate(space.clusters):
+        saves = space.saves_at(i, t0)
+        for opt in cs.options():
+            if opt != best.state[i]:
+                seeds.append((_seed_rank(cs, saves, opt), i, opt))
+    seeds.sort(key=lambda x: x[:2])
     seeds = seeds[: max(0, restarts)]
-    for i, opt in seeds:
+    for _rank, i, opt in seeds:
         start = [KEEP0] * len(space.clusters)
         start[i] = opt
         d = descend(space, budget, start=start, frozen=frozenset([i]))
@@ -204,13 +204,11 @@ def _restart(best: _Result, budget: int, restarts: int) -> tuple[_Result, int]:
     return best, len(seeds)
 
 
-def _seed_rank(space: Space, i: int, opt: Option, t: int) -> tuple[float, int]:
+def _seed_rank(cs: ClusterSpace, saves: dict[Strategy, list[int]], opt: Option) -> float:
     """Seeds that save most per recompute second at the base peak first (offload: by bytes)."""
     s, n = opt
-    cs = space.clusters[i]
-    saved = space.saves_at(i, t)[s][n] if n else 0
-    cost = sum(cs.rcost[k][s] for k in range(n)) if s != Strategy.OFFLOAD else 0.0
-    return (cost / saved if saved > 0 else math.inf, i)
+    saved = saves[s][n] if n else 0
+    return cs.rec_s(opt) / saved if saved > 0 else math.inf
 
 
 def _evaluate(space: Space, state: State) -> _Result:
@@ -251,6 +249,21 @@ def solve(
     ``bound_points``: how many positions the lower bounds look at (peaks of the unplanned and
     the chosen curves, overall and per phase).
     """
+    return _solve(
+        problem, budget_bytes, rates, leads, strategies, exact_work, restart_work, bound_points
+    )
+
+
+def _solve(
+    problem: PlanningProblem,
+    budget_bytes: int,
+    rates: DeviceRates,
+    leads: Sequence[int | None] | None,
+    strategies: Collection[Strategy] | None,
+    exact_work: int,
+    restart_work: int,
+    bound_points: int,
+) -> Solution:
     allowed = frozenset(plan_module.SUPPORTED_STRATEGIES if strategies is None else strategies)
     leads = default_leads(problem, allowed) if leads is None else list(leads)
     if not leads:

@@ -48,6 +48,13 @@ class ClusterSpace:
     """Position of the first backward use."""
     items: list[OffloadItem | None]
     """Offload item for the simulation (None when it cannot offload)."""
+    rprefix: dict[Strategy, list[float]]
+    """``rprefix[s][n]``: recompute seconds of option ``(s, n)`` (0.0 for keep and offload)."""
+
+    def rec_s(self, opt: Option) -> float:
+        """Recompute seconds of option ``opt``."""
+        s, n = opt
+        return self.rprefix[s][n] if n else 0.0
 
     def options(self) -> list[Option]:
         out = [KEEP0]
@@ -92,6 +99,8 @@ class Space:
                 self.clusters.append(cs)
         self.base = curve_from_diff(tl.base_bytes, diff)
         self._saves_memo: dict[tuple[int, int], dict[Strategy, list[int]]] = {}
+        self._time_memo: dict[tuple[Option, ...], StepTime] = {}
+        self._stall_memo: dict[tuple[tuple[int, int], ...], float] = {}
         self._fixed_rec: dict[int, float] = {}
         self._fixed_off: list[OffloadItem] = []
         for name, s in self.fixed_decisions.items():
@@ -136,7 +145,13 @@ class Space:
             saves.append(sv)
             items.append(offload_item(c, w, self.n_fwd) if Strategy.OFFLOAD in sv else None)  # type: ignore[arg-type]
         use = [self.n_fwd + c.first_bwd_use_pos for c in cands]
-        return ClusterSpace(cid, tuple(cands), maxn, rcost, saves, use, items)
+        rprefix: dict[Strategy, list[float]] = {}
+        for s, m in maxn.items():
+            acc = [0.0]
+            for i in range(m):
+                acc.append(acc[-1] + rcost[i][s])
+            rprefix[s] = acc
+        return ClusterSpace(cid, tuple(cands), maxn, rcost, saves, use, items, rprefix)
 
     def _add_fixed(self, cid: str, cands: Sequence[Candidate], diff: list[int]) -> None:
         s, count = self.problem.fixed[cid]
@@ -170,6 +185,14 @@ class Space:
         return out
 
     def step_time(self, state: State) -> StepTime:
+        """Simulated step time of a state (memoized: descents and restarts revisit states)."""
+        key = tuple(state)
+        got = self._time_memo.get(key)
+        if got is None:
+            got = self._time_memo[key] = self._step_time(state)
+        return got
+
+    def _step_time(self, state: State) -> StepTime:
         rec = dict(self._fixed_rec)
         off = list(self._fixed_off)
         for cs, (s, n) in zip(self.clusters, state):
@@ -183,15 +206,20 @@ class Space:
 
     def stall_s(self, state: State) -> float:
         """Copy stalls of a state, simulated without recompute (faster; recompute time only
-        adds room for reloads to hide)."""
+        adds room for reloads to hide). Memoized on the offload options alone."""
+        key = tuple((i, n) for i, (s, n) in enumerate(state) if s == Strategy.OFFLOAD and n)
+        got = self._stall_memo.get(key)
+        if got is not None:
+            return got
         off = list(self._fixed_off)
-        for cs, (s, n) in zip(self.clusters, state):
-            if s == Strategy.OFFLOAD:
-                off += cs.items[:n]  # type: ignore[arg-type]
-        if not off:
-            return 0.0
-        t = simulate_step(self.problem.timeline, self.rates, {}, off)
-        return t.d2h_stall_s + t.h2d_stall_s
+        for i, n in key:
+            off += self.clusters[i].items[:n]  # type: ignore[arg-type]
+        got = 0.0
+        if off:
+            t = simulate_step(self.problem.timeline, self.rates, {}, off)
+            got = t.d2h_stall_s + t.h2d_stall_s
+        self._stall_memo[key] = got
+        return got
 
     def curve(self, state: State) -> list[int]:
         diff = [0] * (len(self.base) + 1)

@@ -59,9 +59,10 @@ def simulate_step(
     offloads: Sequence[OffloadItem],
 ) -> StepTime:
     """Step time given recompute seconds per position and the offloaded tensors."""
-    by_use = sorted(range(len(offloads)), key=lambda j: offloads[j][5])
+    mask = (1 << _IDX) - 1
     reloaded: dict[int, list[int]] = {}
-    for i in by_use:  # each reload group in first-use order
+    for key in sorted([item[5] << _IDX | i for i, item in enumerate(offloads)]):
+        i = key & mask  # each reload group in first-use order (ties: list order)
         reloaded.setdefault(offloads[i][4], []).append(i)
     released = {item[3] for item in offloads}
     events = [(pos << 3 | _RECOMPUTE) << _IDX for pos in recompute_at]
@@ -72,7 +73,6 @@ def simulate_step(
     events.sort()
     start = timeline.start_s
     d2h_rate, h2d_rate = rates.d2h_bytes_per_s, rates.h2d_bytes_per_s
-    mask = (1 << _IDX) - 1
     d2h_free = h2d_free = 0.0
     release_at = dict.fromkeys(released, 0.0)  # when the last copy freed there is done
     h2d_done = [0.0] * len(offloads)
