@@ -3,6 +3,10 @@ memopt (level 1 and budgets aimed at each of torch's peaks), on a Hugging Face c
 
     python benchmarks/pareto.py gpt2 --out pareto_gpt2.json      # on the GPU
     python benchmarks/pareto.py --plot pareto_gpt2.json pareto_llama.json --png docs/pareto.png
+    # memopt only (after a planner change): torch.compile and memopt's budgets are measured
+    # again, the other rows (and the torch peaks that set memopt's budgets) are taken from a
+    # previous full run on the same device and torch, marked "reused"
+    python benchmarks/pareto.py llama --reuse docs/data/pareto_llama.json --out new.json
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 CONFIGS = {"gpt2": ("gpt2", 12, 768, 8, 1024), "llama": ("llama", 8, 2048, 4, 2048)}
 
 
-def measure(kind: str, out: str) -> None:
+def measure(kind: str, out: str, reuse: str | None = None) -> None:
     from common import hf_model, step_stats
 
     import memopt
@@ -45,22 +49,37 @@ def measure(kind: str, out: str) -> None:
         print(json.dumps(row), flush=True)
         save()
 
-    run("eager", model)
-    model.gradient_checkpointing_enable()
-    run("eager + per-layer checkpointing", model)
-    model.gradient_checkpointing_disable()
+    old = None
+    if reuse:
+        old = json.load(open(reuse))
+        if old["model"] != kind or old["torch"] != torch.__version__:
+            raise SystemExit(f"--reuse {reuse}: another model or torch ({old['torch']})")
+    if old is None:
+        run("eager", model)
+        model.gradient_checkpointing_enable()
+        run("eager + per-layer checkpointing", model)
+        model.gradient_checkpointing_disable()
     torch._dynamo.reset()
     run("torch.compile", torch.compile(model))
     torch_peaks = []
-    for b in (0.8, 0.5, 0.3, 0.1):
+    if old is not None:
+        reused = [r for r in old["rows"] if r["variant"] != "torch.compile"]
+        reused = [r for r in reused if not r["variant"].startswith("memopt budget")]
+        rows[:0] = [{**r, "reused": reuse} for r in reused if r["variant"].startswith("eager")]
+        for r in reused:
+            if not r["variant"].startswith("eager"):
+                rows.append({**r, "reused": reuse})
+        torch_peaks = [r["peak"] for r in reused if "budget" in r]
+    else:
+        for b in (0.8, 0.5, 0.3, 0.1):
+            torch._dynamo.reset()
+            torch._functorch.config.activation_memory_budget = b
+            run(f"torch.compile budget={b}", torch.compile(model), {"budget": b})
+            torch_peaks.append(rows[-1]["peak"])
+        torch._functorch.config.activation_memory_budget = 1.0
         torch._dynamo.reset()
-        torch._functorch.config.activation_memory_budget = b
-        run(f"torch.compile budget={b}", torch.compile(model), {"budget": b})
-        torch_peaks.append(rows[-1]["peak"])
-    torch._functorch.config.activation_memory_budget = 1.0
-    torch._dynamo.reset()
-    c = memopt.optimize(model, level=1)
-    run("memopt level=1", c)
+        c = memopt.optimize(model, level=1)
+        run("memopt level=1", c)
     for b, peak in zip((0.8, 0.5, 0.3, 0.1), torch_peaks):
         torch._dynamo.reset()
         c = memopt.optimize(model, budget=int(peak))
@@ -135,13 +154,14 @@ def main() -> None:
     p.add_argument("--out")
     p.add_argument("--plot", nargs="*")
     p.add_argument("--png", default="docs/pareto.png")
+    p.add_argument("--reuse", help="a previous run's JSON: measure only compile and memopt")
     args = p.parse_args()
     if args.plot:
         for path in args.plot:
             print(table(path) + "\n")
         plot(args.plot, args.png)
     else:
-        measure(args.model, args.out or f"pareto_{args.model}.json")
+        measure(args.model, args.out or f"pareto_{args.model}.json", args.reuse)
 
 
 if __name__ == "__main__":

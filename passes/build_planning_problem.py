@@ -22,6 +22,7 @@ import torch.fx
 from memopt import memory_rules as rules
 from memopt import meta_keys as mk
 from memopt.candidates import Candidate as Analysis
+from memopt.offload.fx_helpers import saved_layer
 from memopt.passes.find_saved_activations import is_view_op
 from memopt.plan import PlanSpec, Strategy
 from memopt.planner.problem import Candidate, OpCost, PlanningProblem, StepTimeline
@@ -168,7 +169,9 @@ def build_planning_problem(
     fw_ops, fw_live = _liveness(fw, skip, value, pad_matmuls=pad_matmuls)
     bw_ops, bw_live = _liveness(bw, skip, value, inputs_live=tangents, pad_matmuls=pad_matmuls)
     fw_pos = {n.name: i for i, n in enumerate(fw_ops)}
+    fw_by_name = {n.name: n for n in fw.graph.nodes}
     bw_by_name = {n.name: n for n in bw.graph.nodes}
+    bw_node_pos = {n: i for i, n in enumerate(bw.graph.nodes)}
     bw_reads = rules.ReadPoints({n: i for i, n in enumerate(bw_ops)})
     joint_by_name = {n.name: n for n in joint.graph.nodes}
     static = sum(
@@ -205,7 +208,17 @@ def build_planning_problem(
         kept = None
         if Strategy.COMPROMISE in a.savings:
             kept = nbytes - int(value(a.savings[Strategy.COMPROMISE]) or 0)
-        layer = index_of_layer.get(a.layer) if a.layer is not None else None
+        # the offload rewrite's layer of a storage: the latest of its saved members' layers
+        tags = [
+            saved_layer(bw_by_name[m], fw_by_name[m], bw_node_pos)
+            for m in members
+            if m in fw_by_name
+            and bw_by_name.get(m) is not None
+            and bw_by_name[m].op == "placeholder"
+        ]
+        tags = [t for t in tags if t is not None]
+        tag = max(tags) if tags else a.layer
+        layer = index_of_layer.get(tag) if tag is not None else None
         cands.append(
             Candidate(
                 name=a.root,

@@ -39,7 +39,14 @@ import torch.fx as fx
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
 from memopt.offload import ops
-from memopt.offload.fx_helpers import MOVED, GraphIndex, fake_mode_of, gate_input, same_layout
+from memopt.offload.fx_helpers import (
+    MOVED,
+    GraphIndex,
+    fake_mode_of,
+    gate_input,
+    same_layout,
+    saved_layer,
+)
 from memopt.offload.result import OffloadedTensor, OffloadResult
 from memopt.offload.slots import Slots
 from memopt.offload.sync import Schedule, SyncEntry, build_schedule
@@ -331,10 +338,7 @@ def insert_offload_pass(
     def layer_of(i: int) -> int | None:
         if layer_of_saved is not None and i in layer_of_saved:
             return layer_of_saved[i]
-        for user in sorted(slots.bw_node(i).users, key=bw_pos.__getitem__):
-            if user.meta.get(mk.LAYER) is not None:
-                return user.meta[mk.LAYER]  # the layer whose backward needs it first
-        return slots.fw_node(i).meta.get(mk.LAYER)
+        return saved_layer(slots.bw_node(i), slots.fw_node(i), bw_pos)
 
     units, kept = plan_units(slots, indices, layer_of, schedule, min_bytes)
     fake_mode = fake_mode_of(fw_gm.graph, bw_gm.graph)

@@ -187,7 +187,7 @@ def step_profile(
         if not _owns(n, device):
             continue
         users = _alias_users(n)
-        aliases = [n] + [u for u in users if _aliased_input(u) is not None]
+        aliases = [n] + [u for u in users if _aliased_input(u) is not None and _root(u) is n]
         last = fread.last(users, fpos[n])
         saved_here = [a.name for a in aliases if a.name in saved_names]
         if saved_here:

@@ -93,6 +93,16 @@ def storage_closure(root: fx.Node) -> set[fx.Node]:
     return seen
 
 
+def saved_layer(bw_node: fx.Node, fw_node: fx.Node, bw_pos: dict[fx.Node, int]) -> int | None:
+    """The layer a saved tensor is offloaded with: the layer of its first backward user that
+    has one (the backward that needs it first), else the layer of its forward producer. The
+    budget planner places its offload windows by the same rule."""
+    for user in sorted(bw_node.users, key=bw_pos.__getitem__):
+        if user.meta.get(LAYER) is not None:
+            return user.meta[LAYER]
+    return fw_node.meta.get(LAYER)
+
+
 def is_memopt_op(node: fx.Node) -> bool:
     return node.op == "call_function" and getattr(node.target, "namespace", None) == "memopt"
 

@@ -50,6 +50,8 @@ def intervals(
     c: Candidate, strategy: Strategy, n_fwd: int, window: OffloadWindow | None = None
 ) -> list[Interval]:
     """Where ``c`` is live under ``strategy`` (end exclusive; empty intervals left out)."""
+    if c.kept_by_chain and strategy in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
+        strategy = Strategy.KEEP
     p, lf = c.produce_pos, c.fwd_last
     f, lb = n_fwd + c.first_bwd_use_pos, n_fwd + c.bwd_last
     nb = c.nbytes
@@ -146,7 +148,7 @@ def saved_bytes(problem: PlanningProblem, decisions: Mapping[str, Strategy]) -> 
     dev = off = 0
     for c in problem.candidates:
         s = Strategy(decisions.get(c.name, Strategy.KEEP))
-        if s == Strategy.KEEP:
+        if s == Strategy.KEEP or (c.kept_by_chain and s != Strategy.OFFLOAD):
             dev += c.nbytes
         elif s == Strategy.COMPROMISE:
             dev += c.compromise_kept_bytes or 0

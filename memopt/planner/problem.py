@@ -70,6 +70,10 @@ class Candidate:
     """Whether it may be copied to the host (needs ``layer``)."""
     nbytes_expr: sympy.Expr | None = None
     """Symbolic size, for reports only (the planner solves with ``nbytes``)."""
+    kept_by_chain: bool = False
+    """The plan strings cannot recompute it: :func:`memopt.decide.decide` keeps it even when
+    its cluster's plan covers it (a recompute chain would be too deep). Recompute and
+    compromise then act as keep: no saving, no time."""
 
     @property
     def fwd_last(self) -> int:

@@ -108,7 +108,10 @@ def simulate_step(
 
 
 def recompute_s(c: Candidate, strategy: Strategy, rates: DeviceRates) -> float:
-    """Seconds of extra compute ``strategy`` costs for ``c`` (0 for keep and offload)."""
+    """Seconds of extra compute ``strategy`` costs for ``c`` (0 for keep and offload, and for
+    a candidate the plan strings keep anyway: ``kept_by_chain``)."""
+    if c.kept_by_chain:
+        return 0.0
     if strategy == Strategy.RECOMPUTE:
         return ops_s(c.recompute_ops, rates)
     if strategy == Strategy.COMPROMISE:
