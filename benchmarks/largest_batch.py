@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import statistics
 import sys
@@ -419,6 +420,15 @@ def target_lines(data: dict) -> str:
             f"tokens/s {100 * rt:.1f}% of compile's ({'met' if ok_t else 'missed'}) -> "
             f"target {'MET' if ok_b and ok_t else 'MISSED'}."
         )
+        # the same question at exactly the target batch: is 2x the batch worth 90% of the speed?
+        at = math.ceil(TARGET_BATCH * cb)
+        hit = [t for t in v.get("trials", []) if t.get("ok") and t.get("batch") == at]
+        if at != b and hit and hit[-1].get("tokens_per_s"):
+            rt2 = hit[-1]["tokens_per_s"] / cbest["tokens_per_s"]
+            lines.append(
+                f"  at batch {at} ({TARGET_BATCH:g}x compile's): tokens/s {100 * rt2:.1f}% of "
+                f"compile's -> {'met' if rt2 >= TARGET_TPS else 'missed'}."
+            )
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,28 @@ def device_rates(device: torch.device):
     return CPU_DEFAULTS
 
 
+_warned: list[bool] = []
+
+
+def allocator_note(device_type: str, budget: object, env: Mapping[str, str]) -> str | None:
+    """A warning when an absolute CUDA budget meets the default (non-expandable) allocator.
+
+    The planner fits allocated bytes; the caching allocator can hold freed blocks that a large
+    request cannot reuse. Measured on an H100 (benchmarks/largest_batch.py, 8-layer Llama under
+    a 16 GiB cap): batch 16 went out of memory with 13.25 GiB allocated and 2.47 GiB reserved but
+    free; with expandable segments batches up to 24 trained."""
+    if device_type != "cuda" or not isinstance(budget, int):
+        return None
+    conf = env.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "")
+    if "expandable_segments:True" in conf:
+        return None
+    return (
+        "memopt: budget planning fits allocated bytes, but the default CUDA caching allocator "
+        "can fragment under a tight absolute budget and run out of memory below it; set "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts"
+    )
+
+
 #: Share of an absolute CUDA budget the planner leaves free for memory outside the graphs.
 CUDA_RESERVE_FRACTION = 0.02
 
@@ -88,6 +110,10 @@ def plan_budget(
         pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),
     )
     budget = resolve_budget(config.budget, problem)
+    note = allocator_note(device.type, config.budget, os.environ)
+    if note is not None and not _warned:
+        _warned.append(True)
+        log.warning(note)
     if device.type == "cuda" and isinstance(config.budget, int):
         # what no graph shows (cuBLAS/cuDNN workspaces, allocator rounding): the unoptimized
         # 8-layer Llama of benchmarks/pareto.py measured 106 MiB (1.6%) above the prediction

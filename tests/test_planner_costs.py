@@ -107,3 +107,14 @@ def test_implausible_rates_are_named_and_not_read_from_the_cache(monkeypatch, tm
     data = {k: v for k, v in costs.asdict(bad).items() if k != "source"}
     path.write_text(json.dumps({**data, "version": costs.CALIBRATION_VERSION}))
     assert costs._read_cache(str(path)) is None
+
+
+def test_allocator_note_only_for_absolute_cuda_budgets_without_expandable_segments():
+    from memopt.passes.plan_budget import allocator_note
+
+    assert allocator_note("cpu", 10 << 30, {}) is None
+    assert allocator_note("cuda", 0.5, {}) is None  # a fraction scales with the model
+    msg = allocator_note("cuda", 10 << 30, {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"})
+    assert msg is not None and "expandable_segments:True" in msg
+    ok = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128, expandable_segments:True"}
+    assert allocator_note("cuda", 10 << 30, ok) is None
