@@ -147,7 +147,7 @@ def _solve_as_decided(problem, budget: int, rates, candidates: Sequence[Candidat
     from memopt.decide import decide
 
     kept: set[str] = set()
-    for _ in range(MAX_CHAIN_ROUNDS):
+    for rounds in range(1, MAX_CHAIN_ROUNDS + 1):
         solution = solve(problem, budget, rates)
         plans = parse_plans([s for s in solution.plan_strings if not s.startswith("Saved_")])
         applied = decide(candidates, level=0, plans=plans, value=symbols.evaluate).per_root
@@ -159,6 +159,15 @@ def _solve_as_decided(problem, budget: int, rates, candidates: Sequence[Candidat
             and name not in kept
         }
         if not missed:
+            break
+        if rounds == MAX_CHAIN_ROUNDS:
+            log.warning(
+                "memopt budget: after %d rounds decide still keeps %d tensor(s) the plan "
+                "recomputes (%s); the predicted peak may be low by their bytes",
+                rounds,
+                len(missed),
+                ", ".join(sorted(missed)[:5]),
+            )
             break
         kept |= missed
         log.info("memopt budget: decide keeps %s (recompute chains); solving again", missed)
