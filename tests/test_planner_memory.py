@@ -139,3 +139,24 @@ def test_problem_validation() -> None:
             layer_fwd_start=(2, 0),
             layer_bwd_start=(0, 2),
         )
+
+
+def test_kept_by_chain_makes_recompute_act_as_keep() -> None:
+    # decide() keeps a covered candidate whose recompute would chain: the planner must predict
+    # keep for it (curve, saved bytes, no recompute seconds); offload is unaffected
+    from dataclasses import replace
+
+    from memopt.planner import H100_DEFAULTS, OpCost
+    from memopt.planner.timing import recompute_s, step_time
+
+    costly = replace(X, recompute_ops=(OpCost(flops=6e9),))  # 10 us at 600 TFLOP/s
+    assert recompute_s(costly, Strategy.RECOMPUTE, H100_DEFAULTS) == pytest.approx(1e-5)
+    kept = replace(costly, kept_by_chain=True)
+    prob = PlanningProblem(candidates=(kept,), timeline=TIMELINE)
+    for s in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
+        assert [v / MiB for v in memory_profile(prob, {"x": s}, WINDOWS).curve] == [5] * 8
+        assert saved_bytes(prob, {"x": s}).on_device == 4 * MiB
+        assert recompute_s(kept, s, H100_DEFAULTS) == 0.0
+        assert step_time(prob, {"x": s}, H100_DEFAULTS).overhead_s == 0.0
+    off = memory_profile(prob, {"x": Strategy.OFFLOAD}, WINDOWS).curve
+    assert [v / MiB for v in off] == [5, 5, 1, 1, 5, 5, 5, 5]
