@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -20,6 +20,7 @@ import torch.fx
 from memopt import _torch_compat as compat
 from memopt.candidates import Candidate
 from memopt.config import MemoptConfig, cache_dir
+from memopt.decide import decide
 from memopt.passes.build_planning_problem import build_planning_problem
 from memopt.plan import PlanSpec, Strategy, parse_plans
 from memopt.planner import CPU_DEFAULTS, calibrate, resolve_budget, roofline_s, solve
@@ -52,7 +53,7 @@ def device_rates(device: torch.device):
     return CPU_DEFAULTS
 
 
-_warned: list[bool] = []
+_allocator_warned = False
 
 
 def allocator_note(device_type: str, budget: object, env: Mapping[str, str]) -> str | None:
@@ -110,9 +111,10 @@ def plan_budget(
         pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),
     )
     budget = resolve_budget(config.budget, problem)
+    global _allocator_warned
     note = allocator_note(device.type, config.budget, os.environ)
-    if note is not None and not _warned:
-        _warned.append(True)
+    if note is not None and not _allocator_warned:
+        _allocator_warned = True
         log.warning(note)
     if device.type == "cuda" and isinstance(config.budget, int):
         # what no graph shows (cuBLAS/cuDNN workspaces, allocator rounding): the unoptimized
@@ -142,10 +144,6 @@ def _solve_as_decided(problem, budget: int, rates, candidates: Sequence[Candidat
     and the problem is solved again, until the predicted plan is the applied one. Without this
     the prediction missed every kept tensor: 640 MiB (4.6%) on the 8-layer Llama at batch 16.
     """
-    from dataclasses import replace
-
-    from memopt.decide import decide
-
     kept: set[str] = set()
     for rounds in range(1, MAX_CHAIN_ROUNDS + 1):
         solution = solve(problem, budget, rates)

@@ -111,16 +111,16 @@ def _option_floors(cs: ClusterSpace, floor: _OffloadFloor) -> dict[Strategy, lis
     for s, m in cs.maxn.items():
         if not m:
             continue
+        if s != Strategy.OFFLOAD:
+            out[s] = cs.rprefix[s]
+            continue
         acc = [0.0]
         per: dict[int, int] = {}
         for i in range(m):
-            if s == Strategy.OFFLOAD:
-                lay: int = cs.cands[i].layer  # type: ignore[assignment]
-                before = per.get(lay, 0)
-                per[lay] = before + cs.cands[i].nbytes
-                acc.append(acc[-1] + floor.layer(lay, per[lay]) - floor.layer(lay, before))
-            else:
-                acc.append(acc[-1] + cs.rcost[i][s])
+            lay: int = cs.cands[i].layer  # type: ignore[assignment]
+            before = per.get(lay, 0)
+            per[lay] = before + cs.cands[i].nbytes
+            acc.append(acc[-1] + floor.layer(lay, per[lay]) - floor.layer(lay, before))
         out[s] = acc
     return out
 

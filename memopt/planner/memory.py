@@ -46,12 +46,19 @@ def strategy_valid(
     return offload_valid(c, window, n_fwd)
 
 
+def applied_strategy(c: Candidate, strategy: Strategy) -> Strategy:
+    """What ``strategy`` does to ``c`` once applied: keep for a ``kept_by_chain`` candidate
+    under recompute or compromise (decide keeps it), else ``strategy`` itself."""
+    if c.kept_by_chain and strategy in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
+        return Strategy.KEEP
+    return strategy
+
+
 def intervals(
     c: Candidate, strategy: Strategy, n_fwd: int, window: OffloadWindow | None = None
 ) -> list[Interval]:
     """Where ``c`` is live under ``strategy`` (end exclusive; empty intervals left out)."""
-    if c.kept_by_chain and strategy in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
-        strategy = Strategy.KEEP
+    strategy = applied_strategy(c, strategy)
     p, lf = c.produce_pos, c.fwd_last
     f, lb = n_fwd + c.first_bwd_use_pos, n_fwd + c.bwd_last
     nb = c.nbytes
@@ -147,8 +154,8 @@ def saved_bytes(problem: PlanningProblem, decisions: Mapping[str, Strategy]) -> 
     """
     dev = off = 0
     for c in problem.candidates:
-        s = Strategy(decisions.get(c.name, Strategy.KEEP))
-        if s == Strategy.KEEP or (c.kept_by_chain and s != Strategy.OFFLOAD):
+        s = applied_strategy(c, Strategy(decisions.get(c.name, Strategy.KEEP)))
+        if s == Strategy.KEEP:
             dev += c.nbytes
         elif s == Strategy.COMPROMISE:
             dev += c.compromise_kept_bytes or 0

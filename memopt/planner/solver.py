@@ -249,21 +249,6 @@ def solve(
     ``bound_points``: how many positions the lower bounds look at (peaks of the unplanned and
     the chosen curves, overall and per phase).
     """
-    return _solve(
-        problem, budget_bytes, rates, leads, strategies, exact_work, restart_work, bound_points
-    )
-
-
-def _solve(
-    problem: PlanningProblem,
-    budget_bytes: int,
-    rates: DeviceRates,
-    leads: Sequence[int | None] | None,
-    strategies: Collection[Strategy] | None,
-    exact_work: int,
-    restart_work: int,
-    bound_points: int,
-) -> Solution:
     allowed = frozenset(plan_module.SUPPORTED_STRATEGIES if strategies is None else strategies)
     leads = default_leads(problem, allowed) if leads is None else list(leads)
     if not leads:

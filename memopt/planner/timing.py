@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from memopt.plan import Strategy
 from memopt.planner.costs import DeviceRates, ops_s
+from memopt.planner.memory import applied_strategy
 from memopt.planner.problem import Candidate, OffloadWindow, PlanningProblem, StepTimeline
 
 
@@ -110,8 +111,7 @@ def simulate_step(
 def recompute_s(c: Candidate, strategy: Strategy, rates: DeviceRates) -> float:
     """Seconds of extra compute ``strategy`` costs for ``c`` (0 for keep and offload, and for
     a candidate the plan strings keep anyway: ``kept_by_chain``)."""
-    if c.kept_by_chain:
-        return 0.0
+    strategy = applied_strategy(c, strategy)
     if strategy == Strategy.RECOMPUTE:
         return ops_s(c.recompute_ops, rates)
     if strategy == Strategy.COMPROMISE:
