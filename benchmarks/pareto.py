@@ -23,18 +23,20 @@ sys.path.insert(0, os.path.dirname(__file__))
 CONFIGS = {"gpt2": ("gpt2", 12, 768, 8, 1024), "llama": ("llama", 8, 2048, 4, 2048)}
 
 
-def measure(kind: str, out: str, reuse: str | None = None) -> None:
+def measure(kind: str, out: str, reuse: str | None = None, batch: int | None = None) -> None:
     from common import hf_model, step_stats
 
     import memopt
 
-    name, layers, hidden, batch, seq = CONFIGS[kind]
+    name, layers, hidden, default_batch, seq = CONFIGS[kind]
+    batch = batch or default_batch
     model = hf_model(name, layers, hidden)
     ids = torch.randint(0, 32000, (batch, seq), device="cuda")
     rows = []
 
     def save():
-        meta = {"model": kind, "config": CONFIGS[kind], "torch": torch.__version__}
+        config = (name, layers, hidden, batch, seq)
+        meta = {"model": kind, "config": config, "torch": torch.__version__}
         with open(out, "w") as f:
             json.dump({**meta, "device": torch.cuda.get_device_name(), "rows": rows}, f)
 
@@ -52,7 +54,7 @@ def measure(kind: str, out: str, reuse: str | None = None) -> None:
     old = None
     if reuse:
         old = json.load(open(reuse))
-        if old["model"] != kind or old["torch"] != torch.__version__:
+        if old["model"] != kind or old["torch"] != torch.__version__ or old["config"][3] != batch:
             raise SystemExit(f"--reuse {reuse}: another model or torch ({old['torch']})")
     if old is None:
         run("eager", model)
@@ -155,13 +157,14 @@ def main() -> None:
     p.add_argument("--plot", nargs="*")
     p.add_argument("--png", default="docs/pareto.png")
     p.add_argument("--reuse", help="a previous run's JSON: measure only compile and memopt")
+    p.add_argument("--batch", type=int, help="batch size (default: the model's in CONFIGS)")
     args = p.parse_args()
     if args.plot:
         for path in args.plot:
             print(table(path) + "\n")
         plot(args.plot, args.png)
     else:
-        measure(args.model, args.out or f"pareto_{args.model}.json", args.reuse)
+        measure(args.model, args.out or f"pareto_{args.model}.json", args.reuse, args.batch)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sympy
 
 from memopt.candidates import Candidate
 from memopt.errors import PlanError
 from memopt.plan import PlanSpec, Strategy
+
+#: A saved tensor that no cluster can recompute is named ``Saved_<root>+`` (its node name in
+#: the joint graph) by the budget planner; plans may keep (0) or offload (3) it by that id.
+SAVED_ID_PREFIX = "Saved_"
+
+
+def saved_id(root: str) -> str:
+    return f"{SAVED_ID_PREFIX}{root}+"
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,11 @@ def decide(
         if c.cluster_id is not None:
             by_cluster.setdefault(c.cluster_id, []).append(c)
     plan_by_id = {p.cluster_id: p for p in plans}
+    # a plan for Saved_<root>+ names one saved tensor without a cluster (emitted by the planner)
+    unclustered = {saved_id(c.root): c for c in candidates if c.cluster_id is None}
+    for pid in plan_by_id:
+        if pid in unclustered and pid not in by_cluster:
+            by_cluster[pid] = [replace(unclustered[pid], cluster_id=pid, occurrence=0)]
     warnings: list[str] = []
     unknown: list[str] = []
     for p in plans:
@@ -110,11 +123,13 @@ def decide(
             if s is None:
                 continue
             saving += c.nbytes if s == Strategy.OFFLOAD else c.savings[s]
-        potential = sympy.expand(sum((c.savings[default] for c in occ), sympy.Integer(0)))
+        potential = sympy.expand(
+            sum((c.savings[default] for c in occ if default is not None), sympy.Integer(0))
+        )
         clusters.append(
             ClusterDecision(
                 cluster_id=cid,
-                default_strategy=default,
+                default_strategy=default if default is not None else Strategy.KEEP,
                 available=available,
                 freq=len(occ),
                 strategy=strategy,

@@ -15,6 +15,7 @@ import sympy
 from tabulate import tabulate
 
 from memopt.config import MemoptConfig
+from memopt.decide import saved_id
 from memopt.plan import Strategy
 from memopt.symbolic import SymbolTable, fmt_bytes
 
@@ -52,10 +53,9 @@ class RegionReport:
         if off is not None:
             moved = {n for t in off.offloaded for n in (t.source, *t.saved)}
             for c in result.candidates:
-                if c.cluster_id and moved & {c.root, *c.members}:
-                    offloaded_saving[c.cluster_id] = (
-                        offloaded_saving.get(c.cluster_id, sympy.Integer(0)) + c.nbytes
-                    )
+                if moved & {c.root, *c.members}:
+                    cid = c.cluster_id or saved_id(c.root)
+                    offloaded_saving[cid] = offloaded_saving.get(cid, sympy.Integer(0)) + c.nbytes
         clusters = []
         for d in result.decisions.clusters:
             shown = d.strategy if d.enabled else d.default_strategy

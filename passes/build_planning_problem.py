@@ -22,6 +22,7 @@ import torch.fx
 from memopt import memory_rules as rules
 from memopt import meta_keys as mk
 from memopt.candidates import Candidate as Analysis
+from memopt.decide import saved_id
 from memopt.offload.fx_helpers import saved_layer
 from memopt.passes.find_saved_activations import is_view_op
 from memopt.plan import PlanSpec, Strategy
@@ -222,7 +223,7 @@ def build_planning_problem(
         cands.append(
             Candidate(
                 name=a.root,
-                cluster_id=a.cluster_id or f"Saved_{a.root}+",
+                cluster_id=a.cluster_id or saved_id(a.root),
                 occurrence=max(a.occurrence, 0),
                 layer=layer,
                 nbytes=nbytes,

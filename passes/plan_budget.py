@@ -147,7 +147,7 @@ def _solve_as_decided(problem, budget: int, rates, candidates: Sequence[Candidat
     kept: set[str] = set()
     for rounds in range(1, MAX_CHAIN_ROUNDS + 1):
         solution = solve(problem, budget, rates)
-        plans = parse_plans([s for s in solution.plan_strings if not s.startswith("Saved_")])
+        plans = parse_plans(solution.plan_strings)
         applied = decide(candidates, level=0, plans=plans, value=symbols.evaluate).per_root
         missed = {
             name

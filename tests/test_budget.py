@@ -45,10 +45,14 @@ def test_infeasible_budget_warns_with_smallest_peak(caplog):
 def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch):
     # With H100 rates, a tight budget on a Llama makes the planner offload: the saved tensors
     # it chose (its Saved_<name>+ ids included) go to the host on the sync dict it planned.
+    import dataclasses
+
     import memopt.passes.plan_budget as plan_budget
     from memopt.planner import H100_DEFAULTS
 
-    monkeypatch.setattr(plan_budget, "device_rates", lambda device: H100_DEFAULTS)
+    # without the copies' CPU time: on this tiny model it would outweigh every offload
+    rates = dataclasses.replace(H100_DEFAULTS, copy_op_s=0.0)
+    monkeypatch.setattr(plan_budget, "device_rates", lambda device: rates)
     torch.manual_seed(0)
     model = tiny_llama(num_hidden_layers=4, hidden_size=256, intermediate_size=512, vocab_size=256)
     ids = torch.randint(1, 256, (4, 256))
@@ -67,10 +71,21 @@ def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch):
     sources = {t["source"] for t in off["offloaded"]}
     assert sources
     # a tensor the planner names by its saved id (Saved_<name>+) is offloaded by that name
-    for p in offloads:
-        if p.startswith("Saved_"):
-            assert p.split(":")[0][len("Saved_") : -1] in sources
+    for p in (p for p in offloads if p.startswith("Saved_")):
+        assert p.split(":")[0][len("Saved_") : -1] in sources
     assert before > after  # recompute plus offload: the measured saved bytes fall
+    # Frozen: the plan strings (Saved_<name>+ ids included) and the sync dict reproduce the
+    # plan without the solver: the same tensors offloaded, the same saved bytes.
+    sync = {int(k): tuple(v) for k, v in planner["sync"].items()}
+    torch._dynamo.reset()
+    frozen = memopt.optimize(
+        model, config=planner["plan_strings"], sync=sync, offload_min_bytes=0, strict=True
+    )
+    _, _, after_frozen = run_step(model, frozen, {"input_ids": ids, "labels": ids})
+    off_frozen = memopt.report(frozen).regions[0].extra["offload"]
+    assert {t["source"] for t in off_frozen["offloaded"]} == sources
+    assert off_frozen["bytes_per_layer"] == off["bytes_per_layer"]
+    assert after_frozen == after
 
 
 def test_layer_starts_skip_stray_ops_of_a_layer():
@@ -89,7 +104,7 @@ def test_layer_starts_skip_stray_ops_of_a_layer():
     assert layer_starts(ops[:3], forward=True) == {2: 1}
 
 
-def test_planner_peak_is_the_applied_plans_peak():
+def test_planner_peak_is_the_applied_plans_peak(monkeypatch):
     # `memopt plan --budget` predicts the peak twice: the planner on its own model (baseline
     # graphs plus per-candidate intervals) and the liveness sweep of the graphs memopt really
     # produces (recompute applied, offload ops inserted). They agree when the planner knows
@@ -97,10 +112,16 @@ def test_planner_peak_is_the_applied_plans_peak():
     # sweep does not charge offloaded tensors as device memory. Before both fixes: 87.7 MB
     # predicted by the planner against 98.3 MB for the applied plan.
     import contextlib
+    import dataclasses
     import io
     import json
 
+    import memopt.planner
     from memopt.cli.main import main
+
+    # without the copies' CPU time, which would outweigh every offload on this small model
+    rates = dataclasses.replace(memopt.planner.H100_DEFAULTS, copy_op_s=0.0)
+    monkeypatch.setattr(memopt.planner, "H100_DEFAULTS", rates)
 
     cfg = [
         "num_hidden_layers=4",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sympy
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -11,6 +12,7 @@ from memopt import meta_keys as mk
 from memopt._torch_compat import CheckpointPolicy
 from memopt.candidates import Candidate
 from memopt.decide import decide
+from memopt.errors import PlanError
 from memopt.naming import cluster_id
 from memopt.passes.apply_recompute import apply_recompute_pass
 from memopt.passes.cluster_subgraphs import cluster_subgraphs_pass
@@ -148,3 +150,32 @@ def test_explicit_plan_first_n_and_keep_override():
     by = {c.cluster_id: c for c in d.clusters}
     assert by["BiasGelu+"].saving == 200 and by["BiasGelu+"].source == "plan"
     assert not by["Gemm+"].enabled and by["Gemm+"].potential == 500
+
+
+def test_saved_ids_name_tensors_without_a_cluster():
+    # The budget planner names a saved tensor no cluster can recompute Saved_<root>+; a frozen
+    # plan may offload (3) or keep (0) it by that id, never recompute it.
+    plain = Candidate(
+        root="getitem_9", members=("getitem_9",), cluster_id=None, occurrence=-1,
+        nbytes=sympy.Integer(700),
+    )  # fmt: skip
+    cands = [_cand("g0", "BiasGelu+", 0, 100, ["x0"]), plain]
+    d = decide(cands, level=0, plans=[PlanSpec("Saved_getitem_9+", Strategy.OFFLOAD, -1)])
+    assert d.per_root == {"getitem_9": Strategy.OFFLOAD} and not d.warnings
+    by = {c.cluster_id: c for c in d.clusters}
+    saved = by["Saved_getitem_9+"]
+    assert (saved.freq, saved.saving, saved.available) == (1, 700, ())
+    assert "Saved_getitem_9+" not in {
+        c.cluster_id for c in decide(cands, level=0, plans=[]).clusters
+    }
+    d = decide(cands, level=0, plans=[PlanSpec("Saved_getitem_9+", Strategy.RECOMPUTE, -1)])
+    assert d.per_root == {}
+    assert "does not support strategy 1" in d.warnings[0]
+    with pytest.raises(PlanError, match="Saved_getitem_9\\+.*does not support strategy 1"):
+        decide(
+            cands, level=0, plans=[PlanSpec("Saved_getitem_9+", Strategy.RECOMPUTE, -1)],
+            strict=True,
+        )  # fmt: skip
+    # a clustered tensor has no Saved_ id
+    d = decide(cands, level=0, plans=[PlanSpec("Saved_g0+", Strategy.OFFLOAD, -1)])
+    assert d.per_root == {} and d.unknown_plans == ("Saved_g0+:3:-1",)

@@ -90,3 +90,41 @@ def test_keep_costs_nothing() -> None:
     assert t.overhead_s == 0.0
     with pytest.raises(ValueError, match="window"):
         step_time(problem, {"T_3": Strategy.OFFLOAD}, RATES, lead_windows(problem.timeline, 1))
+
+
+def test_each_copy_charges_its_ops_cpu_time() -> None:
+    # The same plan as above with 0.5 ms of CPU per copy. T_0's offload op delays what follows
+    # its producer (layer 0's op, ends at 2 ms) by 0.5 ms: T_0 is copied 2.5-6.5. T_1's op
+    # (layer 1 ends at 3.5) delays by another 0.5 ms; the link is busy: copied 6.5-10.5.
+    # Layer 2 would start at 4 ms and waits until 6.5 (2.5 ms, half a millisecond of it
+    # already spent on the CPU); layer 3 would start at 7.5, waits until 10.5 (3 ms).
+    from dataclasses import replace
+
+    problem = four_layers()
+    windows = lead_windows(problem.timeline, 2)
+    decisions = {"T_0": Strategy.OFFLOAD, "T_1": Strategy.OFFLOAD}
+    t = step_time(problem, decisions, replace(RATES, copy_op_s=0.5 * MS), windows)
+    assert t.copy_ops_s == pytest.approx(1 * MS)  # two offloads (reloads are not charged)
+    assert t.d2h_stall_s == pytest.approx(5.5 * MS)
+    assert t.offload_s == pytest.approx(t.d2h_stall_s + t.h2d_stall_s + 1 * MS)
+    assert t.overhead_s == pytest.approx(t.offload_s)
+    # Without offload nothing is charged.
+    none = step_time(problem, {}, replace(RATES, copy_op_s=0.5 * MS), windows)
+    assert none.overhead_s == 0.0
+
+
+def test_the_cpus_lead_absorbs_offload_ops() -> None:
+    # The CPU gains 0.25 ms of lead per ms of forward. T_0's op (0.5 ms of CPU) comes after
+    # 2 ms of forward: 0.5 ms of lead, all of it spent, no idle. T_1's op after 3 ms: 0.75 ms
+    # of lead earned, 0.5 spent, 0.25 left: the GPU idles the other 0.25 ms.
+    from dataclasses import replace
+
+    problem = four_layers()
+    windows = lead_windows(problem.timeline, 2)
+    decisions = {"T_0": Strategy.OFFLOAD, "T_1": Strategy.OFFLOAD}
+    rates = replace(RATES, copy_op_s=0.5 * MS, cpu_lead_gain=0.25)
+    t = step_time(problem, decisions, rates, windows)
+    assert t.copy_ops_s == pytest.approx(0.25 * MS)
+    # T_0 copied 2-6, T_1 (op done at 3.25 ms) 6-10; layer 2 starts at 3.25 and waits 2.75
+    # ms; layer 3 would start at 7, waits 3 ms.
+    assert t.d2h_stall_s == pytest.approx(5.75 * MS)

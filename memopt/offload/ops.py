@@ -95,7 +95,8 @@ class PoolStats:
 
 
 class HostBufferPool:
-    """Host buffers reused across steps, pinned when the data comes from a GPU.
+    """Host buffers reused across steps, pinned when the data comes from a GPU, kept per
+    layout (shape, strides, dtype) or per byte size.
 
     A buffer is free again when nothing but the pool references its storage: the host
     tensor handed out (and everything aliasing it) is gone. Buffers are kept until
@@ -113,17 +114,29 @@ class HostBufferPool:
     def acquire(self, nbytes: int, pinned: bool) -> torch.Tensor:
         """A 1-D uint8 host tensor of at least ``nbytes`` bytes, not in use by anyone."""
         size = max(self._ALIGN, -(-nbytes // self._ALIGN) * self._ALIGN)
-        key = (size, pinned)
+        return self._acquire(((size,), (1,), torch.uint8, pinned))
+
+    def acquire_like(
+        self, shape: tuple, stride: tuple, dtype: torch.dtype, pinned: bool
+    ) -> torch.Tensor:
+        """A host tensor of exactly this layout, not in use by anyone. A training loop asks
+        for the same layouts every step, so this hands out ready tensors: no slicing or
+        reinterpreting per copy (the offload op runs on the CPU's critical path)."""
+        return self._acquire((shape, stride, dtype, pinned))
+
+    def _acquire(self, key: tuple) -> torch.Tensor:
         with self._lock:
             blocks = self._free_lists.setdefault(key, [])
             for b in blocks:
                 if compat.storage_use_count(b.data) == b.idle_refs:
                     self._reuses += 1
-                    return b.data
-            data = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
+                    # a new tensor on the storage: while it lives, the use count says so
+                    return b.data.detach()
+            shape, stride, dtype, pinned = key
+            data = torch.empty_strided(shape, stride, dtype=dtype, pin_memory=pinned)
             blocks.append(_Block(data, compat.storage_use_count(data)))
             self._allocations += 1
-            return data
+            return data.detach()
 
     def owns(self, t: torch.Tensor) -> bool:
         """Whether ``t`` lives in one of the pool's buffers."""
@@ -135,11 +148,11 @@ class HostBufferPool:
         with self._lock:
             blocks = [b for bs in self._free_lists.values() for b in bs]
             in_use = sum(
-                b.data.numel() for b in blocks if compat.storage_use_count(b.data) != b.idle_refs
+                _nbytes(b.data) for b in blocks if compat.storage_use_count(b.data) != b.idle_refs
             )
             return PoolStats(
                 blocks=len(blocks),
-                bytes=sum(b.data.numel() for b in blocks),
+                bytes=sum(_nbytes(b.data) for b in blocks),
                 in_use_bytes=in_use,
                 allocations=self._allocations,
                 reuses=self._reuses,
@@ -151,6 +164,10 @@ class HostBufferPool:
             for key, blocks in list(self._free_lists.items()):
                 kept = [b for b in blocks if compat.storage_use_count(b.data) != b.idle_refs]
                 self._free_lists[key] = kept
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes()
 
 
 POOL = HostBufferPool()
@@ -232,31 +249,38 @@ def pending_copies() -> int:
 
 
 def _issue_on_transfer_stream(device: torch.device, dst: torch.Tensor, src: torch.Tensor):
+    # Runs on the CPU's critical path early in the forward (the GPU is right behind the CPU
+    # there), so it uses the fewest calls: no StreamContext, events made by record_event.
     compute = torch.cuda.current_stream(device)
     side = transfer_stream(device)
-    ready = torch.cuda.Event()
-    ready.record(compute)
-    side.wait_event(ready)
-    with torch.cuda.stream(side):
+    side.wait_stream(compute)
+    torch.cuda.set_stream(side)
+    try:
         dst.copy_(src, non_blocking=True)
-        done = torch.cuda.Event()
-        done.record(side)
-    return done
+    finally:
+        torch.cuda.set_stream(compute)
+    return side.record_event()
 
 
 # --------------------------------------------------------------------------- op bodies
 
 
+#: (shape, strides) -> the host copy's strides; a training loop repeats a few layouts
+_HOST_STRIDES: dict[tuple, tuple] = {}
+
+
 def _offload(t: torch.Tensor, after: torch.Tensor | None = None) -> torch.Tensor:
-    stride = host_stride(t)
+    shape, strides = tuple(t.shape), t.stride()
+    stride = _HOST_STRIDES.get((shape, strides))
+    if stride is None:
+        stride = _HOST_STRIDES.setdefault((shape, strides), host_stride(t))
     src = t
-    if stride != tuple(t.stride()):
+    if stride != strides:
         src = t.contiguous()  # on the compute stream, before the copy is issued
         with _STATS_LOCK:
             _STATS.contiguous_copies += 1
     nbytes = t.numel() * t.element_size()
-    block = POOL.acquire(nbytes, pinned=t.is_cuda)
-    host = block[:nbytes].view(t.dtype).as_strided(t.shape, stride)
+    host = POOL.acquire_like(shape, stride, t.dtype, pinned=t.is_cuda)
     if t.is_cuda and nbytes:
         done = _issue_on_transfer_stream(t.device, host, src)
         with _PENDING_LOCK:

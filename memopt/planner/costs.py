@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from memopt.planner.problem import OpCost
 
 #: Version of the cache file format and of the measuring code; a change re-measures.
-CALIBRATION_VERSION = 2  # 2: version 1 could time fake tensors inside a compile
+CALIBRATION_VERSION = 3  # 2: version 1 timed fake tensors inside a compile; 3: copy_op_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +39,14 @@ class DeviceRates:
     """Pinned host-to-device copy rate."""
     d2h_bytes_per_s: float
     """Device-to-pinned-host copy rate."""
+    copy_op_s: float = 0.0
+    """CPU seconds of memopt's offload op plus its wait, per offloaded tensor. Early in the
+    forward the GPU runs right behind the CPU that launches its kernels, so this time delays
+    the step; the planner charges what the CPU's lead over the GPU cannot absorb."""
+    cpu_lead_gain: float = 0.0
+    """Seconds of lead the CPU gains over the GPU per second of forward compute (0: it never
+    gets ahead, every offload op's CPU time delays the GPU). Not measured by
+    :func:`calibrate`: :data:`CPU_LEAD_GAIN`, fitted on the H100 host."""
     source: str = "default"
     """``"default"``, ``"measured"`` or ``"cache:<path>"``."""
 
@@ -53,15 +61,24 @@ CPU_DEFAULTS = DeviceRates(
     d2h_bytes_per_s=10e9,
 )
 
+#: The CPU's lead over the GPU grows by this many seconds per second of forward compute. Fitted
+#: on the H100 host of docs/benchmarks.md (torch 2.11, Inductor, 8-layer Llama): 11 offload ops
+#: in layer 0 (about 1 ms of CPU) left the GPU idle about 1.2 ms longer, 19 ops spread over
+#: six layers (1.8 ms of CPU) about 0.9 ms: the CPU gains about a tenth of the GPU's time.
+CPU_LEAD_GAIN = 0.1
+
 #: Nominal H100 SXM rates for planning when no H100 is at hand: bf16 dense matmul at about 60%
 #: of the 989 TFLOP/s peak, HBM3 copies at about 85% of 3.35 TB/s, PCIe Gen5 x16 pinned copies
-#: at about 50 GB/s each way. :func:`calibrate` replaces them with measured values.
+#: at about 50 GB/s each way, and the CPU time of an offload op plus its wait as measured on the
+#: H100 host of docs/benchmarks.md. :func:`calibrate` replaces them with measured values.
 H100_DEFAULTS = DeviceRates(
     name="h100-default",
     matmul_flops_per_s=600e12,
     hbm_bytes_per_s=2.8e12,
     h2d_bytes_per_s=50e9,
     d2h_bytes_per_s=50e9,
+    copy_op_s=75e-6,
+    cpu_lead_gain=CPU_LEAD_GAIN,
 )
 
 
@@ -131,6 +148,8 @@ _MAX_RATES = {
     "h2d_bytes_per_s": 2e12,
     "d2h_bytes_per_s": 2e12,
 }
+#: Above this the copy ops' CPU time is wrong (a busy host, or a debugger): seconds per copy.
+_MAX_COPY_OP_S = 0.01
 
 
 def check_rates(rates: DeviceRates) -> str:
@@ -140,6 +159,8 @@ def check_rates(rates: DeviceRates) -> str:
         for k, v in _MAX_RATES.items()
         if not 0 < getattr(rates, k) <= v
     ]
+    if not 0 <= rates.copy_op_s <= _MAX_COPY_OP_S:
+        bad.append(f"copy_op_s={rates.copy_op_s:.3g} (above {_MAX_COPY_OP_S})")
     return ", ".join(bad)
 
 
@@ -162,7 +183,10 @@ def _read_cache(path: str) -> DeviceRates | None:
     try:
         fields = {k: data[k] for k in ("name", "matmul_flops_per_s", "hbm_bytes_per_s")}
         fields.update(
-            h2d_bytes_per_s=data["h2d_bytes_per_s"], d2h_bytes_per_s=data["d2h_bytes_per_s"]
+            h2d_bytes_per_s=data["h2d_bytes_per_s"],
+            d2h_bytes_per_s=data["d2h_bytes_per_s"],
+            copy_op_s=data["copy_op_s"],
+            cpu_lead_gain=data["cpu_lead_gain"],
         )
     except KeyError:
         return None
@@ -196,12 +220,15 @@ def _measure(dev, sizes: CalibrationSizes) -> DeviceRates:
         mm_s = _time_matmul(dev, n, dtype, sync, sizes.repeats)
         copy_s = _time_copy(dev, sizes.copy_bytes, sync, sizes.repeats)
         h2d_s, d2h_s = _time_transfers(dev, sizes.transfer_bytes, is_cuda, sync, sizes.repeats)
+        op_s = _time_copy_ops(dev, sync, sizes.repeats) if is_cuda else 0.0
     return DeviceRates(
         name=dev.type,
         matmul_flops_per_s=2 * n**3 / mm_s,
         hbm_bytes_per_s=2 * sizes.copy_bytes / copy_s,
         h2d_bytes_per_s=sizes.transfer_bytes / h2d_s,
         d2h_bytes_per_s=sizes.transfer_bytes / d2h_s,
+        copy_op_s=op_s,
+        cpu_lead_gain=CPU_LEAD_GAIN if is_cuda else 0.0,
         source="measured",
     )
 
@@ -232,6 +259,30 @@ def _time_transfers(
     h2d = _time(lambda: on_dev.copy_(host, non_blocking=True), sync, repeats)
     d2h = _time(lambda: host.copy_(on_dev, non_blocking=True), sync, repeats)
     return h2d, d2h
+
+
+def _time_copy_ops(dev, sync: Callable[[], None], repeats: int, rounds: int = 50) -> float:
+    """CPU seconds of memopt's offload op plus its wait on a 64 KiB tensor (whose copy takes
+    the GPU far less time than the ops take the CPU), per offload, without synchronizing."""
+    import torch
+
+    from memopt.offload import ops
+
+    t = torch.zeros(16384, device=dev)
+
+    def trips() -> None:
+        for _ in range(rounds):  # each host buffer goes back to the pool at once
+            ops.wait_offload(ops.offload(t), [t], None)
+
+    trips()  # warm-up: the pinned pool and the transfer stream
+    sync()
+    samples = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        trips()
+        samples.append(time.perf_counter() - t0)
+        sync()
+    return statistics.median(samples) / rounds
 
 
 def _time(fn: Callable[[], object], sync: Callable[[], None], repeats: int) -> float:

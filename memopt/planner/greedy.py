@@ -280,7 +280,7 @@ class _Tightener:
         # Dropping r seconds of recompute shortens the step by at most r, adding copies never
         # shortens it, and the step is never shorter than its compute plus recompute.
         now = self.time()
-        most = rec_old if new[0] == Strategy.OFFLOAD else now.d2h_stall_s + now.h2d_stall_s
+        most = rec_old if new[0] == Strategy.OFFLOAD else now.offload_s
         if most - rec_new <= _TOL:
             return 0.0
         trial = list(self.state)
@@ -307,7 +307,7 @@ class _Tightener:
             if s == Strategy.OFFLOAD
             for c in cs.cands[:n]
         )
-        stall = (sim.d2h_stall_s + sim.h2d_stall_s) / off_bytes if off_bytes else 0.0
+        stall = sim.offload_s / off_bytes if off_bytes else 0.0
 
         def dearness(i: int) -> float:
             s, n = self.state[i]

@@ -87,7 +87,7 @@ class Solution:
             f"predicted overhead {self.time.overhead_s * 1e3:.3f} ms (+{pct:.1f}% of "
             f"{self.baseline_step_s * 1e3:.3f} ms): recompute {self.time.recompute_s * 1e3:.3f}"
             f" ms, offload stalls {self.time.d2h_stall_s * 1e3:.3f} ms, reload stalls "
-            f"{self.time.h2d_stall_s * 1e3:.3f} ms",
+            f"{self.time.h2d_stall_s * 1e3:.3f} ms, copy ops {self.time.copy_ops_s * 1e3:.3f} ms",
         ]
         if self.feasible:
             bound = (
@@ -117,6 +117,7 @@ class Solution:
             "recompute_s": self.time.recompute_s,
             "offload_stall_s": self.time.d2h_stall_s,
             "reload_stall_s": self.time.h2d_stall_s,
+            "copy_ops_s": self.time.copy_ops_s,
             "baseline_step_s": self.baseline_step_s,
             "saved_bytes_on_device": self.saved.on_device,
             "saved_bytes_offloaded": self.saved.offloaded,

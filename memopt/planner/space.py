@@ -205,7 +205,7 @@ class Space:
         return simulate_step(self.problem.timeline, self.rates, rec, off)
 
     def stall_s(self, state: State) -> float:
-        """Copy stalls of a state, simulated without recompute (faster; recompute time only
+        """Copy stalls (and the copies' CPU time) of a state, simulated without recompute (faster; recompute time only
         adds room for reloads to hide). Memoized on the offload options alone."""
         key = tuple((i, n) for i, (s, n) in enumerate(state) if s == Strategy.OFFLOAD and n)
         got = self._stall_memo.get(key)
@@ -217,7 +217,7 @@ class Space:
         got = 0.0
         if off:
             t = simulate_step(self.problem.timeline, self.rates, {}, off)
-            got = t.d2h_stall_s + t.h2d_stall_s
+            got = t.offload_s
         self._stall_memo[key] = got
         return got
 
