@@ -76,7 +76,7 @@ def allocator_note(device_type: str, budget: object, env: Mapping[str, str]) -> 
 
 
 #: Share of an absolute CUDA budget the planner leaves free for memory outside the graphs.
-CUDA_RESERVE_FRACTION = 0.02
+CUDA_RESERVE_FRACTION = 0.025
 
 
 def plan_budget(
