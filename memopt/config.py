@@ -20,7 +20,7 @@ from typing import Any
 
 from memopt._version import __version__
 from memopt.errors import ConfigError
-from memopt.plan import PlanSpec, parse_plans
+from memopt.plan import PlanSpec, parse_plans, plan_file_sync
 
 _UNSET: Any = object()
 
@@ -247,6 +247,21 @@ def resolve_config(
     pick("budget", budget, "MEMOPT_BUDGET", parse_budget)
     pick("debug", None, "MEMOPT_DEBUG", _bool_setting)
 
+    # a frozen budget plan file ({"config": [...], "sync": {...}}) brings its sync dict along,
+    # unless sync is given as an argument
+    plan_source = config if config is not _UNSET and config is not None else _env("MEMOPT_CONFIG")
+    file_sync = plan_file_sync(plan_source)
+    sync_from_file = None
+    if file_sync is not None and others.get("sync") is None:
+        if isinstance(file_sync, Mapping):  # JSON keys are strings
+            file_sync = {
+                int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in file_sync.items()
+            }
+        try:
+            sync_from_file = _normalize_sync(file_sync)
+        except ConfigError as e:
+            raise ConfigError(f"plan file {plan_source!r}: {e}") from None
+
     known = {f.name for f in fields(MemoptConfig)} - {"sources"}
     for name, v in others.items():
         if name not in known:
@@ -269,6 +284,9 @@ def resolve_config(
             raise ConfigError(f"layers={v!r} must be a module-path prefix string")
         values[name] = v
         sources[name] = "argument"
+    if sync_from_file is not None:
+        values["sync"] = sync_from_file
+        sources["sync"] = f"plan file ({sources['plans']})"
     for name in known:
         sources.setdefault(name, "default")
     return MemoptConfig(**values, sources=sources)

@@ -131,16 +131,40 @@ def _split_plan_text(value: str) -> list[str]:
     return [p for p in (s.strip() for s in value.split(",")) if p]
 
 
-def _load_plan_file(path: str) -> list[str]:
+def _read_plan_file(path: str) -> object:
     try:
         with open(path) as f:
-            data = json.load(f)
+            return json.load(f)
     except FileNotFoundError:
         raise PlanError(f"plan file {path!r} does not exist") from None
     except json.JSONDecodeError as e:
         raise PlanError(f"plan file {path!r} is not valid JSON: {e}") from None
+
+
+def _load_plan_file(path: str) -> list[str]:
+    """A plan file holds a JSON list of plan strings, or a frozen budget plan: an object with
+    ``"config"`` (that list, or one comma-separated string) and ``"sync"`` (the sync dict)."""
+    data = _read_plan_file(path)
+    if isinstance(data, dict) and "config" in data:
+        data = data["config"]
+        if isinstance(data, str):
+            data = [p for p in data.split(",")]
     if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
         raise PlanError(
-            f'plan file {path!r} must hold a JSON list of plan strings such as ["BiasGelu+:1:-1"]'
+            f"plan file {path!r} must hold a JSON list of plan strings such as "
+            '["BiasGelu+:1:-1"], or an object {"config": [...], "sync": {...}}'
         )
     return [x.strip() for x in data if x.strip()]
+
+
+def plan_file_sync(value: object) -> dict | None:
+    """The ``"sync"`` dict of a frozen plan file (``value`` is a plan file path), else None."""
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    if not (value.endswith(".json") or (os.path.sep in value and os.path.isfile(value))):
+        return None
+    data = _read_plan_file(value)
+    if isinstance(data, dict) and data.get("sync") is not None:
+        return data["sync"]
+    return None

@@ -69,6 +69,31 @@ def test_json_plan_file(tmp_path, monkeypatch):
         parse_plans(str(tmp_path / "missing.json"))
 
 
+def test_frozen_budget_plan_file_carries_its_sync_dict(tmp_path, monkeypatch):
+    # {"config": ..., "sync": ...} is what a budget plan freezes to (Solution.freeze(), or the
+    # report's plan_strings and sync): MEMOPT_CONFIG=<that file> re-applies all of it.
+    f = tmp_path / "frozen.json"
+    plan = {
+        "config": ["RMSNorm+:1:-1", "Saved_getitem_9+:3:-1"],
+        "sync": {"0": [True, 2, False, 1]},
+    }
+    f.write_text(json.dumps(plan))
+    monkeypatch.setenv("MEMOPT_CONFIG", str(f))
+    cfg = resolve_config()
+    assert cfg.plan_strings() == ["RMSNorm+:1:-1", "Saved_getitem_9+:3:-1"]
+    assert cfg.sync == ((0, (True, 2, False, 1)),)
+    assert cfg.sources["sync"] == "plan file (env:MEMOPT_CONFIG)"
+    # an explicit sync argument wins; a comma-separated "config" string works too
+    f.write_text(json.dumps({**plan, "config": "RMSNorm+:1:-1,Gather+:3:-1"}))
+    cfg = resolve_config(sync={1: (True, 3, False, 0)})
+    assert cfg.plan_strings() == ["RMSNorm+:1:-1", "Gather+:3:-1"]
+    assert cfg.sync == ((1, (True, 3, False, 0)),) and cfg.sources["sync"] == "argument"
+    # a bad sync in the file names the file and the entry
+    f.write_text(json.dumps({**plan, "sync": {"0": [True, 2]}}))
+    with pytest.raises(ConfigError, match=r"plan file .*frozen.json.*sync\[0\]"):
+        resolve_config()
+
+
 def test_arguments_win_over_environment(monkeypatch):
     monkeypatch.setenv("MEMOPT_LEVEL", "2")
     monkeypatch.setenv("MEMOPT_PROBE_LEVEL", "0")
