@@ -2,9 +2,11 @@
 
 Reads the settings (``offload_layers``, ``sync``) and the strategy-3 decisions (plan strings
 ``Cluster:3:N``), the partitioned forward/backward graphs and the detected layers. With
-``offload_layers=k`` every saved activation of the offloaded layers goes; with strategy-3
-plans only those clusters' tensors go, under ``sync`` or, if none, the default dict for
-``n-1`` layers (every layer but the last, whose backward comes right after its forward).
+``offload_layers=k``, or ``sync`` alone, every saved activation of the offloaded layers goes;
+with strategy-3 plans only those clusters' tensors go, under ``sync`` or, if none, the default
+dict for ``n-1`` layers (every layer but the last, whose backward comes right after its
+forward). So a frozen budget plan (its plan strings and sync dict) offloads exactly what the
+planner chose.
 """
 
 from __future__ import annotations
@@ -106,8 +108,9 @@ def offload_step(
         indices = [
             i for i, o in enumerate(outs) if isinstance(o, torch.fx.Node) and o.name in chosen
         ]
-        if config.offload_layers or config.sync:
-            indices = None  # the layer settings already cover every saved tensor of a layer
+        if config.offload_layers:
+            indices = None  # offload_layers=k takes every saved tensor of those layers
+        # with strategy-3 plans (or the planner's choice), a sync dict only schedules them
     try:
         return insert_offload_pass(
             fw,
