@@ -1,0 +1,72 @@
+"""A budget plan, frozen to a file and re-applied through MEMOPT_CONFIG without the solver,
+gives the same step: same offloaded bytes, same saved bytes, same peak.
+
+    python benchmarks/freeze_check.py --budget 4928556544 --out freeze.json   # on the GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="llama")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--budget", default="4928556544")
+    p.add_argument("--out")
+    args = p.parse_args()
+    from common import hf_model, step_stats
+
+    import memopt
+
+    model = hf_model(args.model, args.layers, args.hidden)
+    ids = torch.randint(0, 32000, (args.batch, args.seq), device="cuda")
+
+    def measure(compiled) -> dict:
+        def step():
+            model.zero_grad(set_to_none=True)
+            compiled(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+
+        ms, peak = step_stats(step, warmup=2, iters=8)
+        rep = memopt.report(compiled)
+        return {
+            "ms": ms,
+            "peak": peak,
+            "offloaded_bytes": rep.offloaded_bytes(),
+            "saved_bytes": list(rep.saved_bytes()),
+        }
+
+    budget = float(args.budget) if "." in args.budget else int(args.budget)
+    torch._dynamo.reset()
+    planned = memopt.optimize(model, budget=budget)
+    rows = {"planned": measure(planned)}
+    plan = next(r.extra["planner"] for r in memopt.report(planned).regions if "planner" in r.extra)
+    path = os.path.join(tempfile.mkdtemp(), "frozen.json")
+    with open(path, "w") as f:
+        json.dump({"config": plan["plan_strings"], "sync": plan["sync"]}, f)
+    os.environ["MEMOPT_CONFIG"] = path
+    torch._dynamo.reset()
+    rows["frozen"] = measure(memopt.optimize(model))
+    rows["plan"] = {"config": plan["plan_strings"], "sync": plan["sync"]}
+    same = all(rows["planned"][k] == rows["frozen"][k] for k in ("offloaded_bytes", "saved_bytes"))
+    rows["same_plan"] = same
+    print(json.dumps(rows, indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
