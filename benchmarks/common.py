@@ -48,6 +48,38 @@ def hf_model(kind: str, layers: int, hidden: int, dtype=torch.bfloat16, device="
     return model.to(device=device, dtype=dtype)
 
 
+def add_model_args(p, model: str = "llama") -> None:
+    """``--model/--layers/--hidden/--batch/--seq``; defaults: the pareto Llama (8L h2048 4x2048)."""
+    p.add_argument("--model", default=model)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=2048)
+
+
+def lm_step(model, compiled, ids):
+    """One training step of a causal LM (no KV cache) as a closure, for timing."""
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        compiled(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+
+    return step
+
+
+def gpu_ms(fn, reps: int) -> list[float]:
+    """Compute-stream milliseconds of ``fn()`` per repetition (events around it)."""
+    out = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        out.append(a.elapsed_time(b))
+    return out
+
+
 def step_stats(step, warmup: int = 3, iters: int = 10):
     """Median step time (ms) and peak allocated bytes of ``step()`` (a full fwd+bwd)."""
     for _ in range(warmup):

@@ -26,20 +26,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from common import add_model_args, gpu_ms, hf_model, lm_step  # noqa: E402
+
 MiB = 1 << 20
-
-
-def gpu_ms(fn, reps: int) -> list[float]:
-    """Compute-stream milliseconds of ``fn()`` per repetition (events around it)."""
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b))
-    return out
 
 
 class Copier:
@@ -106,30 +95,11 @@ def interference(fn, copier: Copier, reps: int, rates: dict) -> dict:
     return row
 
 
-def llama_step(args):
-    from common import hf_model
-
-    model = hf_model("llama", args.layers, args.hidden)
-    ids = torch.randint(0, 32000, (args.batch, args.seq), device="cuda")
-
-    def make_step(compiled):
-        def step():
-            model.zero_grad(set_to_none=True)
-            compiled(input_ids=ids, labels=ids, use_cache=False).loss.backward()
-
-        return step
-
-    return model, make_step
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=8)
     p.add_argument("--chunks", default="4,64", help="copy chunk sizes in MiB")
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--hidden", type=int, default=2048)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--seq", type=int, default=2048)
+    add_model_args(p)
     p.add_argument("--ks", default="1,2", help="memopt offload_layers values to time")
     p.add_argument("--out")
     args = p.parse_args()
@@ -157,9 +127,10 @@ def main() -> None:
         for _ in range(40):
             big2.copy_(big)
 
-    model, make_step = llama_step(args)
+    model = hf_model(args.model, args.layers, args.hidden)
+    ids = torch.randint(0, 32000, (args.batch, args.seq), device="cuda")
     torch._dynamo.reset()
-    compiled_step = make_step(torch.compile(model))
+    compiled_step = lm_step(model, torch.compile(model), ids)
     for chunk_mib in [int(c) for c in args.chunks.split(",")]:
         copier = Copier(4 << 30, chunk_mib * MiB)
         rates = {"d2h": copier.rate("d2h"), "h2d": copier.rate("h2d")}
@@ -176,7 +147,7 @@ def main() -> None:
     for k in [int(x) for x in args.ks.split(",") if x]:
         torch._dynamo.reset()
         c = memopt.optimize(model, offload_layers=k)
-        step = make_step(c)
+        step = lm_step(model, c, ids)
         step()
         torch.cuda.synchronize()
         ms = statistics.median(gpu_ms(step, args.reps))

@@ -19,6 +19,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from common import add_model_args, gpu_ms, hf_model, lm_step  # noqa: E402
+
 
 def profile_summary(step, steps: int = 3) -> dict:
     """Per-step kernel time, kernel count, compute-stream idle time and copies."""
@@ -118,18 +120,13 @@ def gaps(step) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="llama")
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--hidden", type=int, default=2048)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--seq", type=int, default=2048)
+    add_model_args(p)
     p.add_argument("--budget", default="4928556544")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--ks", default="", help="also offload_layers=k for these k")
     p.add_argument("--parts", action="store_true", help="also the plan's recompute/offload parts")
     p.add_argument("--out")
     args = p.parse_args()
-    from common import hf_model
 
     import memopt
 
@@ -138,22 +135,12 @@ def main() -> None:
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
 
     def run(label, compiled, extra=None):
-        def step():
-            model.zero_grad(set_to_none=True)
-            compiled(input_ids=ids, labels=ids, use_cache=False).loss.backward()
-
+        step = lm_step(model, compiled, ids)
         for _ in range(3):
             step()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        times = []
-        for _ in range(args.reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            step()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b))
+        times = gpu_ms(step, args.reps)
         row = {
             "variant": label,
             "ms": statistics.median(times),

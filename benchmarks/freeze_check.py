@@ -16,18 +16,15 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from common import add_model_args, hf_model, lm_step, step_stats  # noqa: E402
+
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="llama")
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--hidden", type=int, default=2048)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--seq", type=int, default=2048)
+    add_model_args(p)
     p.add_argument("--budget", default="4928556544")
     p.add_argument("--out")
     args = p.parse_args()
-    from common import hf_model, step_stats
 
     import memopt
 
@@ -35,11 +32,7 @@ def main() -> None:
     ids = torch.randint(0, 32000, (args.batch, args.seq), device="cuda")
 
     def measure(compiled) -> dict:
-        def step():
-            model.zero_grad(set_to_none=True)
-            compiled(input_ids=ids, labels=ids, use_cache=False).loss.backward()
-
-        ms, peak = step_stats(step, warmup=2, iters=8)
+        ms, peak = step_stats(lm_step(model, compiled, ids), warmup=2, iters=8)
         rep = memopt.report(compiled)
         return {
             "ms": ms,

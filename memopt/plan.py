@@ -126,9 +126,14 @@ def _split_plan_text(value: str) -> list[str]:
     value = value.strip()
     if not value:
         return []
-    if value.endswith(".json") or (os.path.sep in value and os.path.isfile(value)):
+    if _is_plan_file(value):
         return _load_plan_file(value)
     return [p for p in (s.strip() for s in value.split(",")) if p]
+
+
+def _is_plan_file(value: str) -> bool:
+    """Whether a plan setting names a JSON file rather than listing plans."""
+    return value.endswith(".json") or (os.path.sep in value and os.path.isfile(value))
 
 
 def _read_plan_file(path: str) -> object:
@@ -148,7 +153,7 @@ def _load_plan_file(path: str) -> list[str]:
     if isinstance(data, dict) and "config" in data:
         data = data["config"]
         if isinstance(data, str):
-            data = [p for p in data.split(",")]
+            data = data.split(",")
     if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
         raise PlanError(
             f"plan file {path!r} must hold a JSON list of plan strings such as "
@@ -162,7 +167,7 @@ def plan_file_sync(value: object) -> dict | None:
     if not isinstance(value, str):
         return None
     value = value.strip()
-    if not (value.endswith(".json") or (os.path.sep in value and os.path.isfile(value))):
+    if not _is_plan_file(value):
         return None
     data = _read_plan_file(value)
     if isinstance(data, dict) and data.get("sync") is not None:

@@ -160,7 +160,7 @@ def check_rates(rates: DeviceRates) -> str:
         if not 0 < getattr(rates, k) <= v
     ]
     if not 0 <= rates.copy_op_s <= _MAX_COPY_OP_S:
-        bad.append(f"copy_op_s={rates.copy_op_s:.3g} (above {_MAX_COPY_OP_S})")
+        bad.append(f"copy_op_s={rates.copy_op_s:.3g} (outside 0..{_MAX_COPY_OP_S})")
     return ", ".join(bad)
 
 
