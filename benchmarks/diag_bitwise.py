@@ -16,11 +16,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import sys
 
 import torch
 
 import memopt
-from memopt.offload.partition import LayerOffloadPartitioner
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.offload_partitioner import LayerOffloadPartitioner  # noqa: E402
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 

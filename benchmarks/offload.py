@@ -18,15 +18,18 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 
 import torch
 
 from memopt.offload import ops
-from memopt.offload.partition import LayerOffloadPartitioner
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from memopt.offload.timeline import format_bytes
 from memopt.offload.trace import summarize_trace
+from tests.offload_partitioner import LayerOffloadPartitioner  # noqa: E402
 
 MiB = 1 << 20
 

@@ -10,6 +10,7 @@ import torch
 
 from memopt import _torch_compat as compat
 from memopt.config import MemoptConfig, resolve_config
+from memopt.errors import ConfigError
 from memopt.partitioner import MemoptPartitioner, MemoptState
 from memopt.report import Report
 
@@ -73,6 +74,7 @@ def optimize(
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"memopt.optimize expects a torch.nn.Module, got {type(model).__name__}")
     settings = {k: kwargs.pop(k) for k in list(kwargs) if k in _SETTING_NAMES}
+    _check_compile_kwargs(kwargs)
     cfg = resolve_config(
         level=level,
         config=config,
@@ -103,8 +105,26 @@ _SETTING_NAMES = frozenset(
         "offload_layers",
         "sync",
         "offload_min_bytes",
+        "disable_passes",
     }
 )
+
+
+def _check_compile_kwargs(kwargs: dict[str, Any]) -> None:
+    """Keyword arguments that are neither memopt settings nor torch.compile's: a typo."""
+    import difflib
+    import inspect
+
+    allowed = set(inspect.signature(torch.compile).parameters) - {"model", "backend", "dynamic"}
+    unknown = sorted(set(kwargs) - allowed)
+    if unknown:
+        names = sorted(_SETTING_NAMES | {"level", "config", "probe_level", "strict", "budget"})
+        close = difflib.get_close_matches(unknown[0], names + sorted(allowed), n=1)
+        raise ConfigError(
+            f"memopt.optimize: unknown keyword argument(s) {', '.join(unknown)}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; memopt settings: {', '.join(names)}; torch.compile's: {', '.join(sorted(allowed))}"
+        )
 
 
 def param_offload_handle(model: torch.nn.Module):

@@ -73,6 +73,10 @@ class MemoptConfig:
     debug: bool = False
     """Log each pass's time and node-count change."""
 
+    disable_passes: tuple[str, ...] = ()
+    """Passes switched off by name (``passes/pipeline.py`` lists them), e.g. ``("offload",)``;
+    ``MEMOPT_DISABLE_PASSES=offload,apply_recompute``."""
+
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
     """Where each setting came from: 'argument', 'env:NAME' or 'default'."""
 
@@ -192,6 +196,20 @@ def parse_budget(name: str, value: Any) -> float | int:
     return num
 
 
+def _passes(name: str, value: Any) -> tuple[str, ...]:
+    """Pass names from a comma-separated string or a sequence of strings, checked."""
+    from memopt.passes.pipeline import check_disabled
+
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple | set | frozenset) or not all(
+        isinstance(x, str) for x in items
+    ):
+        raise ConfigError(f"{name}={value!r}: expected pass names (a list, or comma-separated)")
+    names = tuple(sorted({x.strip() for x in items if x.strip()}))
+    check_disabled(names)
+    return names
+
+
 def _normalize_sync(value: Any) -> tuple | None:
     if value is None:
         return None
@@ -246,6 +264,7 @@ def resolve_config(
     pick("strict", strict, "MEMOPT_STRICT", _bool_setting)
     pick("budget", budget, "MEMOPT_BUDGET", parse_budget)
     pick("debug", None, "MEMOPT_DEBUG", _bool_setting)
+    pick("disable_passes", others.pop("disable_passes", None), "MEMOPT_DISABLE_PASSES", _passes)
 
     # a frozen budget plan file ({"config": [...], "sync": {...}}) brings its sync dict along,
     # unless sync is given as an argument

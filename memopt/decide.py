@@ -1,19 +1,25 @@
-"""Turn candidates + settings into decisions (plain data in, plain data out; no FX).
+"""The one place where a region's plan is decided: candidates + settings -> :class:`Plan`
+(plain data in, plain data out; no FX).
 
-Levels: 0 applies only explicit plans; 1 recomputes every cluster whose default strategy is 1;
-2 also applies every compromise (strategy-2) cluster. Explicit plans win over the level.
+Levels, plan strings, the sync dict, ``offload_layers`` and the budget planner (whose answer
+arrives as plan strings and a sync dict, exactly as a frozen plan file would) are ways to fill
+the same record. Both rewrites (``passes/apply_recompute.py``, ``passes/offload_step.py``)
+read only the Plan. Levels: 0 applies only explicit plans; 1 recomputes every cluster whose
+default strategy is 1; 2 also applies every compromise (strategy-2) cluster. Explicit plans
+win over the level.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import sympy
 
 from memopt.candidates import Candidate
-from memopt.errors import PlanError
+from memopt.errors import ConfigError, PlanError
+from memopt.offload.sync import SyncEntry, SyncError, build_schedule, default_sync
 from memopt.plan import PlanSpec, Strategy
 
 #: A saved tensor that no cluster can recompute is named ``Saved_<root>+`` (its node name in
@@ -44,11 +50,34 @@ class ClusterDecision:
 
 
 @dataclass(frozen=True)
-class Decisions:
-    per_root: dict[str, Strategy]  # candidate root -> applied strategy (absent: keep)
+class Plan:
+    """A region's decision record: what happens to each saved tensor, and when offloaded
+    tensors move. Frozen; every rewrite reads it and nothing else decides."""
+
+    per_root: Mapping[str, Strategy]
+    """Saved tensor (candidate root) -> applied strategy; absent: kept."""
     clusters: tuple[ClusterDecision, ...]
+    """Per cluster: what was asked, what was applied, the bytes saved (the report's rows)."""
     unknown_plans: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    sync: Mapping[int, SyncEntry] | None = None
+    """The offload schedule (per layer), None when nothing is offloaded."""
+    offload_layers: int = 0
+    """With ``offload_layers=k``: every saved tensor of the scheduled layers moves, not only
+    strategy-3 tensors."""
+    num_layers: int = 0
+    """Repeated layers in this region (what the sync dict's layer indices refer to)."""
+
+    def plan_strings(self) -> tuple[str, ...]:
+        """The applied plans as ``ClusterId:Strategy:Count`` strings."""
+        return tuple(
+            f"{c.cluster_id}:{int(c.strategy)}:{c.count}" for c in self.clusters if c.enabled
+        )
+
+    def frozen(self) -> dict:
+        """The plan file (``MEMOPT_CONFIG=file.json``) that reproduces this plan."""
+        sync = {str(k): list(v) for k, v in (self.sync or {}).items()}
+        return {"config": list(self.plan_strings()), "sync": sync}
 
 
 def decide(
@@ -59,20 +88,62 @@ def decide(
     known_elsewhere: Collection[str] = (),
     strict: bool = False,
     value: Callable[[sympy.Expr], int | None] = lambda e: None,
-) -> Decisions:
-    """``value`` evaluates a symbolic size at the compile-time sizes (orders conflicts)."""
+    layer_names: Sequence[str] = (),
+    offload_layers: int = 0,
+    sync: Mapping[int, SyncEntry] | None = None,
+) -> Plan:
+    """``value`` evaluates a symbolic size at the compile-time sizes (orders conflicts).
+    ``layer_names``: the region's repeated layers; ``offload_layers`` and ``sync`` are the
+    activation-offload settings (see :func:`offload_schedule`)."""
+    by_cluster = _by_cluster(candidates, plans)
+    warnings: list[str] = []
+    unknown = _unknown_plans(plans, by_cluster, known_elsewhere, strict, warnings)
+    plan_by_id = {p.cluster_id: p for p in plans}
+    requested = {
+        cid: _requested(cid, occ, level, plan_by_id.get(cid), strict, warnings)
+        for cid, occ in by_cluster.items()
+    }
+    per_root, skipped = _resolve_chains(by_cluster, requested, value)
+    clusters = tuple(
+        _cluster_decision(cid, occ, requested[cid], per_root, skipped.get(cid, 0))
+        for cid, occ in by_cluster.items()
+    )
+    offloaded = Strategy.OFFLOAD in per_root.values()
+    schedule, note = offload_schedule(len(layer_names), offload_layers, sync, offloaded)
+    if note:
+        warnings.append(note)
+    return Plan(
+        per_root,
+        clusters,
+        tuple(unknown),
+        tuple(warnings),
+        sync=schedule,
+        offload_layers=offload_layers if schedule else 0,
+        num_layers=len(layer_names),
+    )
+
+
+def _by_cluster(
+    candidates: Sequence[Candidate], plans: Sequence[PlanSpec]
+) -> dict[str, list[Candidate]]:
+    """Candidates per cluster id in forward order; a plan for ``Saved_<root>+`` makes a
+    one-tensor cluster of a candidate that has none (the planner's ids)."""
     by_cluster: dict[str, list[Candidate]] = {}
     for c in candidates:
         if c.cluster_id is not None:
             by_cluster.setdefault(c.cluster_id, []).append(c)
-    plan_by_id = {p.cluster_id: p for p in plans}
-    # a plan for Saved_<root>+ names one saved tensor without a cluster (emitted by the planner)
     unclustered = {saved_id(c.root): c for c in candidates if c.cluster_id is None}
-    for pid in plan_by_id:
+    for p in plans:
+        pid = p.cluster_id
         if pid in unclustered and pid not in by_cluster:
             by_cluster[pid] = [replace(unclustered[pid], cluster_id=pid, occurrence=0)]
-    warnings: list[str] = []
-    unknown: list[str] = []
+    for occ in by_cluster.values():
+        occ.sort(key=lambda c: c.occurrence)
+    return by_cluster
+
+
+def _unknown_plans(plans, by_cluster, known_elsewhere, strict, warnings) -> list[str]:
+    unknown = []
     for p in plans:
         if p.cluster_id in by_cluster or p.cluster_id in known_elsewhere:
             continue
@@ -87,60 +158,86 @@ def decide(
             raise PlanError(msg + " (MEMOPT_STRICT=1 makes this an error)")
         unknown.append(str(p))
         warnings.append(msg)
+    return unknown
 
-    requested: dict[str, tuple[Strategy, int, str, Strategy | None, tuple[Strategy, ...]]] = {}
-    for cid, occ in by_cluster.items():
-        occ.sort(key=lambda c: c.occurrence)
-        available = tuple(sorted({s for c in occ for s in c.savings}))
-        default = occ[0].default_strategy
-        strategy, count, source = Strategy.KEEP, -1, "default"
-        if level >= 1 and default == Strategy.RECOMPUTE:
-            strategy, source = Strategy.RECOMPUTE, "level"
-        elif level >= 2 and default == Strategy.COMPROMISE:
-            strategy, source = Strategy.COMPROMISE, "level"
-        plan = plan_by_id.get(cid)
-        if plan is not None:
-            strategy, count, source = plan.strategy, plan.count, "plan"
-            if strategy in (Strategy.RECOMPUTE, Strategy.COMPROMISE) and strategy not in available:
-                msg = (
-                    f"plan '{plan}': cluster {cid!r} does not support strategy "
-                    f"{int(strategy)}; available: {', '.join(str(int(s)) for s in available)}"
-                )
-                if strict:
-                    raise PlanError(msg)
-                warnings.append(msg + "; the plan is ignored")
-                strategy, count, source = Strategy.KEEP, -1, "plan"
-        requested[cid] = (strategy, count, source, default, available)
 
-    per_root, skipped = _resolve_chains(by_cluster, requested, value)
-
-    clusters: list[ClusterDecision] = []
-    for cid, occ in by_cluster.items():
-        strategy, count, source, default, available = requested[cid]
-        saving = sympy.Integer(0)
-        for c in occ:
-            s = per_root.get(c.root)
-            if s is None:
-                continue
-            saving += c.nbytes if s == Strategy.OFFLOAD else c.savings[s]
-        potential = sympy.expand(
-            sum((c.savings[default] for c in occ if default is not None), sympy.Integer(0))
-        )
-        clusters.append(
-            ClusterDecision(
-                cluster_id=cid,
-                default_strategy=default if default is not None else Strategy.KEEP,
-                available=available,
-                freq=len(occ),
-                strategy=strategy,
-                count=count,
-                source=source,
-                saving=sympy.expand(saving),
-                potential=potential,
-                skipped=skipped.get(cid, 0),
+def _requested(cid, occ, level, plan, strict, warnings) -> tuple:
+    """``(strategy, count, source, default, available)`` asked for one cluster."""
+    available = tuple(sorted({s for c in occ for s in c.savings}))
+    default = occ[0].default_strategy
+    strategy, count, source = Strategy.KEEP, -1, "default"
+    if level >= 1 and default == Strategy.RECOMPUTE:
+        strategy, source = Strategy.RECOMPUTE, "level"
+    elif level >= 2 and default == Strategy.COMPROMISE:
+        strategy, source = Strategy.COMPROMISE, "level"
+    if plan is not None:
+        strategy, count, source = plan.strategy, plan.count, "plan"
+        if strategy in (Strategy.RECOMPUTE, Strategy.COMPROMISE) and strategy not in available:
+            msg = (
+                f"plan '{plan}': cluster {cid!r} does not support strategy "
+                f"{int(strategy)}; available: {', '.join(str(int(s)) for s in available)}"
             )
+            if strict:
+                raise PlanError(msg)
+            warnings.append(msg + "; the plan is ignored")
+            strategy, count, source = Strategy.KEEP, -1, "plan"
+    return strategy, count, source, default, available
+
+
+def _cluster_decision(cid, occ, requested, per_root, skipped) -> ClusterDecision:
+    strategy, count, source, default, available = requested
+    saving = sympy.Integer(0)
+    for c in occ:
+        s = per_root.get(c.root)
+        if s is not None:
+            saving += c.nbytes if s == Strategy.OFFLOAD else c.savings[s]
+    potential = sum((c.savings[default] for c in occ if default is not None), sympy.Integer(0))
+    return ClusterDecision(
+        cluster_id=cid,
+        default_strategy=default if default is not None else Strategy.KEEP,
+        available=available,
+        freq=len(occ),
+        strategy=strategy,
+        count=count,
+        source=source,
+        saving=sympy.expand(saving),
+        potential=sympy.expand(potential),
+        skipped=skipped,
+    )
+
+
+def offload_schedule(
+    n: int,
+    offload_layers: int,
+    sync: Mapping[int, SyncEntry] | None,
+    offloaded: bool,
+) -> tuple[dict[int, SyncEntry] | None, str | None]:
+    """The sync dict a region's offload follows, and a note when a setting cannot apply.
+
+    ``sync`` wins; else ``offload_layers=k`` takes the default dict for k of the ``n``
+    layers; else strategy-3 tensors take the default for ``n-1`` layers (every layer but the
+    last, whose backward comes right after its forward)."""
+    if not (offload_layers or sync or offloaded):
+        return None, None
+    if n == 0:
+        return None, (
+            "activation offload: no repeated layers in this compiled graph (children of a "
+            "ModuleList/Sequential such as model.layers.3); nothing offloaded here. If the "
+            "model has layers under another path, pass layers='<module path prefix>'."
         )
-    return Decisions(per_root, tuple(clusters), tuple(unknown), tuple(warnings))
+    try:
+        if sync:
+            build_schedule(sync, n)  # validates layers and order against this region
+            return dict(sync), None
+        if offload_layers:
+            if offload_layers >= n:
+                raise ConfigError(
+                    f"offload_layers={offload_layers} must be below the number of layers ({n})"
+                )
+            return default_sync(n, offload_layers), None
+        return default_sync(n, n - 1), None
+    except SyncError as e:
+        raise ConfigError(str(e) if str(e).startswith("sync") else f"sync: {e}") from None
 
 
 #: A recompute may read the output of at most this many chained recomputes (1: none).

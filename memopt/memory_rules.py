@@ -19,7 +19,7 @@ import torch.fx
 
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
-from memopt.passes.find_saved_activations import is_view_op
+from memopt.facts import MATMUL_OPERANDS, alias_users, aliased_input, is_view, packet, storage_root
 
 _FUSIBLE_NAMES = frozenset(
     {
@@ -58,35 +58,12 @@ def fusible(node: torch.fx.Node) -> bool:
     if node.target is operator.getitem:
         src = node.args[0]
         return isinstance(src, torch.fx.Node) and fusible(src)
-    if is_view_op(node):
+    if is_view(node):
         return True
     tags = getattr(node.target, "tags", ())
     if torch.Tag.pointwise in tags or torch.Tag.reduction in tags:
         return True
     return getattr(node.target, "__name__", "").split(".")[0] in _FUSIBLE_NAMES
-
-
-def aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The input ``node``'s output aliases: views, and ops whose schema returns ``Tensor(a)``."""
-    if node.op != "call_function":
-        return None
-    if is_view_op(node):
-        src = node.args[0] if node.args else None
-        return src if isinstance(src, torch.fx.Node) else None
-    if not compat.op_returns_alias(node.target):
-        return None
-    src = node.args[0] if node.args else None
-    return src if isinstance(src, torch.fx.Node) else None
-
-
-def root(node: torch.fx.Node) -> torch.fx.Node:
-    """The node that owns the memory ``node`` aliases."""
-    for _ in range(64):
-        src = aliased_input(node)
-        if src is None:
-            break
-        node = src
-    return node
 
 
 def must_exist(node: torch.fx.Node, alias_users: list[torch.fx.Node]) -> bool:
@@ -106,19 +83,6 @@ def is_pad_for_matmul(node: torch.fx.Node) -> bool:
         and getattr(node.target, "__name__", "").split(".")[0] == "constant_pad_nd"
         and any(u.op == "call_function" and not fusible(u) for u in node.users)
     )
-
-
-def alias_users(node: torch.fx.Node) -> list[torch.fx.Node]:
-    out, stack, seen = [], list(node.users), set()
-    while stack:
-        u = stack.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        out.append(u)
-        if aliased_input(u) is not None and root(u) is root(node):
-            stack.extend(u.users)
-    return out
 
 
 class ReadPoints:
@@ -181,7 +145,8 @@ def materialized(n: torch.fx.Node) -> bool:
     return aliased_input(n) is None and must_exist(n, alias_users(n))
 
 
-_MATMULS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1)}
+#: the matmuls Inductor's ``pad_mm`` pads
+_PADDED_MATMULS = frozenset({"mm", "addmm", "bmm"})
 _ALIGN = {torch.float16: 8, torch.bfloat16: 8, torch.float32: 4}
 #: Inductor pads only compute-bound matmuls: arithmetic intensity ``MNK / (MK + KN + MN)`` above
 #: half the device's FLOP/byte balance (H100 bf16: 990 TFLOP/s over 3.35 TB/s, halved).
@@ -193,10 +158,10 @@ def padded_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Node, sympy.Rati
     as a multiple of its size. Only static (integer) sizes are padded, as Inductor does."""
     if node.op != "call_function":
         return []
-    name = getattr(node.target, "__name__", "").split(".")[0]
-    if name not in _MATMULS:
+    name = packet(node.target)
+    if name not in _PADDED_MATMULS:
         return []
-    i1, i2 = _MATMULS[name]
+    i1, i2 = MATMUL_OPERANDS[name]
     if len(node.args) <= i2:
         return []
     a, b = node.args[i1], node.args[i2]
@@ -239,8 +204,8 @@ def start(node: torch.fx.Node, pos: dict[torch.fx.Node, int]) -> int:
     matmul: it is live from there (the two padded copies of the LM head's gradient coexist)."""
     if getattr(node.target, "__name__", "").split(".")[0] == "constant_pad_nd" and node.args:
         src = node.args[0]
-        if isinstance(src, torch.fx.Node) and root(src) in pos:
-            return min(pos[root(src)], pos[node])
+        if isinstance(src, torch.fx.Node) and storage_root(src) in pos:
+            return min(pos[storage_root(src)], pos[node])
     return pos[node]
 
 
@@ -252,5 +217,5 @@ def padded_copies(
     out = []
     for n in ops:
         for operand, factor in padded_operands(n):
-            out.append((operand, factor, pos.get(root(operand), pos[n]), pos[n]))
+            out.append((operand, factor, pos.get(storage_root(operand), pos[n]), pos[n]))
     return out

@@ -24,6 +24,7 @@ import torch
 import torch.fx
 
 from memopt import meta_keys as mk
+from memopt.facts import is_view
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -157,10 +158,8 @@ def _key_name(key: tuple) -> str:
 
 
 def _through_views(node: torch.fx.Node) -> torch.fx.Node:
-    from memopt.passes.find_saved_activations import is_view_op
-
     seen = 0
-    while isinstance(node, torch.fx.Node) and is_view_op(node) and node.args and seen < 32:
+    while isinstance(node, torch.fx.Node) and is_view(node) and node.args and seen < 32:
         node = node.args[0]
         seen += 1
     return node

@@ -57,7 +57,7 @@ class RegionReport:
                     cid = c.cluster_id or saved_id(c.root)
                     offloaded_saving[cid] = offloaded_saving.get(cid, sympy.Integer(0)) + c.nbytes
         clusters = []
-        for d in result.decisions.clusters:
+        for d in result.plan.clusters:
             shown = d.strategy if d.enabled else d.default_strategy
             saving = d.saving if d.enabled else d.potential
             if d.strategy == Strategy.OFFLOAD:
@@ -101,11 +101,14 @@ class RegionReport:
         off = getattr(result, "offload", None)
         if off is not None:
             extra["offload"] = {**off.to_dict(), "text": off.summary()}
+        if result.plan is not None:
+            extra["frozen"] = result.plan.frozen()
         if getattr(result, "budget", None) is not None:
             sol = result.budget.solution
             extra["planner"] = {
                 **sol.to_dict(),
                 "budget_bytes": result.budget.budget_bytes,
+                "unknown_sizes": list(result.budget.unknown_sizes),
                 "text": "Budget planner: " + sol.summary(),
             }
         return RegionReport(
@@ -117,7 +120,7 @@ class RegionReport:
             baseline_saved_bytes=sym.evaluate(result.baseline_saved),
             final_saved_symbolic=_expr_str(result.final_saved),
             final_saved_bytes=sym.evaluate(result.final_saved),
-            warnings=list(result.decisions.warnings),
+            warnings=list(result.plan.warnings),
             plan_seconds=result.plan_seconds,
             extra=extra,
         )
@@ -184,6 +187,24 @@ class Report:
 
         return total("baseline_saved_bytes"), total("final_saved_bytes")
 
+    def frozen_plan(self) -> dict[str, Any]:
+        """The plan file that re-applies this step's plan without planning again
+        (``{"config": [...], "sync": {...}}``; write it as JSON and pass its path as
+        ``MEMOPT_CONFIG`` or ``config=``)."""
+        config: list[str] = []
+        syncs = []
+        for r in self.regions:
+            frozen = r.extra.get("frozen") or {}
+            config += [p for p in frozen.get("config", ()) if p not in config]
+            if frozen.get("sync"):
+                syncs.append(frozen["sync"])
+        if any(s != syncs[0] for s in syncs[1:]):
+            raise ValueError(
+                "the compiled regions offload on different sync dicts; one plan file holds "
+                "one: freeze the regions' plans separately (report.regions[i].extra['frozen'])"
+            )
+        return {"config": config, "sync": syncs[0] if syncs else {}}
+
     def offloaded_bytes(self) -> int:
         """Activation bytes copied to host memory per step (activation offload)."""
         return sum(r.extra.get("offload", {}).get("total_bytes", 0) for r in self.regions)
@@ -225,16 +246,20 @@ class Report:
         return json.dumps(self.to_dict(), **kw)
 
     def table(self) -> str:
-        cfg = self.config
-        src = cfg.sources
-        head = (
+        body = self._plan_rows()
+        warns = [f"Warning: {w}" for r in self.regions for w in r.warnings]
+        return "\n".join([*self._heading(), body, *self._notes(), *warns, *self._sections()])
+
+    def _heading(self) -> list[str]:
+        cfg, src = self.config, self.config.sources
+        return [
             f"Memory Optimizer : {'ON' if self.enabled else 'OFF'} : Level {cfg.level}, "
-            f"User config: {_config_text(cfg)}, probe level: {cfg.probe_level}"
-        )
-        origin = (
+            f"User config: {_config_text(cfg)}, probe level: {cfg.probe_level}",
             f"  (settings from: level={src.get('level', 'default')}, "
-            f"config={src.get('plans', 'default')}, probe_level={src.get('probe_level', 'default')})"
-        )
+            f"config={src.get('plans', 'default')}, probe_level={src.get('probe_level', 'default')})",
+        ]
+
+    def _plan_rows(self) -> str:
         rows = []
         for i, c in enumerate(self.clusters(), 1):
             count = c["count"] if c["enabled"] else -1
@@ -247,16 +272,16 @@ class Report:
                     c["saving_symbolic"],
                 ]
             )
-        body = (
-            tabulate(
-                rows,
-                headers=["Configs", "Freq", "Max Saving(Bytes)", "Saving Symbolic(Bytes)"],
-                tablefmt="simple",
-                disable_numparse=True,
-            )
-            if rows
-            else "  (no recomputable activations found)"
+        if not rows:
+            return "  (no recomputable activations found)"
+        return tabulate(
+            rows,
+            headers=["Configs", "Freq", "Max Saving(Bytes)", "Saving Symbolic(Bytes)"],
+            tablefmt="simple",
+            disable_numparse=True,
         )
+
+    def _notes(self) -> list[str]:
         before, after = self.saved_bytes()
         syms = ", ".join(f"{k}={v}" for k, v in sorted(self.symbols().items())) or "static shapes"
         notes = [
@@ -272,43 +297,64 @@ class Report:
                 else "."
             ),
         ]
+        for extra in (self._excluded_note(), self._chained_note(), self._noted(), self._unknown()):
+            if extra:
+                notes.append(f"Note {len(notes) + 1}: {extra}")
+        return notes
+
+    def _excluded_note(self) -> str | None:
         excluded = [e for r in self.regions for e in r.excluded]
-        if excluded:
-            total = sum(e["bytes"] or 0 for e in excluded)
-            reasons: dict[str, int] = {}
-            for e in excluded:
-                key = e["reason"].split(" (")[0]
-                reasons[key] = reasons.get(key, 0) + 1
-            top = "; ".join(
-                f"{k} x{v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:4]
-            )
-            notes.append(
-                f"Note 4: {len(excluded)} saved tensor(s) ({fmt_bytes(total)}) cannot be fully "
-                f"recomputed: {top}."
-            )
+        if not excluded:
+            return None
+        total = sum(e["bytes"] or 0 for e in excluded)
+        reasons: dict[str, int] = {}
+        for e in excluded:
+            key = e["reason"].split(" (")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+        top = "; ".join(f"{k} x{v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:4])
+        return (
+            f"{len(excluded)} saved tensor(s) ({fmt_bytes(total)}) cannot be fully "
+            f"recomputed: {top}."
+        )
+
+    def _chained_note(self) -> str | None:
         chained = [
             f"{c['cluster_id']} ({c['skipped']} of {c['freq']})"
             for c in self.clusters()
             if c.get("skipped")
         ]
-        if chained:
-            notes.append(
-                f"Note {len(notes) + 1}: kept, because recomputing them would chain recomputes "
-                f"(one recompute reading another's output): {', '.join(chained)}."
-            )
+        if not chained:
+            return None
+        return (
+            "kept, because recomputing them would chain recomputes (one recompute reading "
+            f"another's output): {', '.join(chained)}."
+        )
+
+    def _noted(self) -> str | None:
         noted = sorted({f"{c['cluster_id']} {c['note']}" for c in self.clusters() if c.get("note")})
-        if noted:
-            notes.append(f"Note {len(notes) + 1}: " + "; ".join(noted) + ".")
-        warns = [w for r in self.regions for w in r.warnings]
-        extra_lines = []
-        for r in self.regions:
-            for section in r.extra.values():
-                if isinstance(section, Mapping) and "text" in section:
-                    extra_lines.append(section["text"])
+        return "; ".join(noted) + "." if noted else None
+
+    def _unknown(self) -> str | None:
+        names = [
+            n for r in self.regions for n in r.extra.get("planner", {}).get("unknown_sizes", ())
+        ]
+        if not names:
+            return None
+        return (
+            f"{len(names)} tensor(s) have sizes that depend on data ({', '.join(names[:5])}"
+            f"{', ...' if len(names) > 5 else ''}): the planner kept them and the predicted "
+            "peak does not count them."
+        )
+
+    def _sections(self) -> list[str]:
+        lines = [
+            section["text"]
+            for r in self.regions
+            for section in r.extra.values()
+            if isinstance(section, Mapping) and "text" in section
+        ]
         if self.placement:
             from memopt.params import format_placement
 
-            extra_lines.append(format_placement(self.placement))
-        return "\n".join(
-            [head, origin, body, *notes, *(f"Warning: {w}" for w in warns), *extra_lines]
-        )
+            lines.append(format_placement(self.placement))
+        return lines

@@ -38,7 +38,9 @@ class SymbolTable:
         subs = {sympy.Symbol(k, integer=True, positive=True): v for k, v in self.values.items()}
         subs.update({sympy.Symbol(k): v for k, v in self.values.items()})
         v = sympy.sympify(expr).xreplace(subs)
-        return int(v) if v.is_number else None
+        if isinstance(v, int):  # torch's sympy functions (CeilToInt, ...) may fold to an int
+            return v
+        return int(v) if getattr(v, "is_number", False) else None
 
 
 def build_symbol_table(inputs: Sequence[Any]) -> SymbolTable:

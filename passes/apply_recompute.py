@@ -7,7 +7,7 @@ Pattern (for a recomputed root r with boundary inputs b1..bk)::
 
 Compromise (strategy 2) is the same with the widening cast's input among the boundary inputs,
 so the smaller pre-cast tensor is what backward keeps. Reads the decisions and the candidates'
-node lists; writes ``node.meta["recompute"]`` (torch's key) and ``node.meta[DECISION]``.
+node lists; writes ``node.meta["recompute"]`` (torch's key).
 A node that one decision recomputes is never forced to be saved by another.
 """
 
@@ -28,20 +28,17 @@ def apply_recompute_pass(
     gm: torch.fx.GraphModule, candidates: Sequence[Candidate], per_root: Mapping[str, Strategy]
 ) -> torch.fx.GraphModule:
     by_name = {n.name: n for n in gm.graph.nodes}
-    recompute: dict[str, str] = {}
+    recompute: set[str] = set()
     save: set[str] = set()
     for c in candidates:
         s = per_root.get(c.root)
         if s not in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
             continue
-        label = "recompute" if s == Strategy.RECOMPUTE else "compromise"
-        for name in c.recompute_nodes[s]:
-            recompute[name] = label
+        recompute.update(c.recompute_nodes[s])
         save.update(c.boundary[s])
-    for name, label in recompute.items():
+    for name in recompute:
         n = by_name[name]
         n.meta[mk.TORCH_RECOMPUTE] = CheckpointPolicy.MUST_RECOMPUTE
-        n.meta[mk.DECISION] = label
     for name in save - set(recompute):
         n = by_name[name]
         if n.op == "call_function" and isinstance(n.meta.get(mk.TORCH_VAL), torch.Tensor):

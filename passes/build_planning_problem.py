@@ -7,69 +7,75 @@ nothing. Positions are op indices in the baseline forward graph, then the backwa
 Per-op time is a roofline (FLOPs of matmuls and attention over the matmul rate, bytes read and
 written over the memory rate: pointwise ops are memory-bound, not free). Live bytes come from a
 liveness sweep of each graph with every candidate left out (the planner adds them back per its
-decisions); graph inputs count as static bytes.
+decisions); graph inputs count as static bytes. A size that cannot be evaluated (a
+data-dependent shape) is unknown, not 0: its candidate is left out of the plan (kept) and
+the node is named in ``Sizes.unknown`` for the report.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 
 import sympy
 import torch
 import torch.fx
 
+from memopt import facts
 from memopt import memory_rules as rules
 from memopt import meta_keys as mk
 from memopt.candidates import Candidate as Analysis
 from memopt.decide import saved_id
-from memopt.offload.fx_helpers import saved_layer
-from memopt.passes.find_saved_activations import is_view_op
 from memopt.plan import PlanSpec, Strategy
 from memopt.planner.problem import Candidate, OpCost, PlanningProblem, StepTimeline
 
-aten = torch.ops.aten
-_MM = {"mm": 2, "addmm": 2, "bmm": 2, "baddbmm": 2}
+
+@dataclass
+class Sizes:
+    """Sizes at the compile's values; what cannot be evaluated is recorded, never taken as 0."""
+
+    value: Callable[[sympy.Expr], int | None]
+    unknown: set[str] = field(default_factory=set)
+
+    def of(self, node: torch.fx.Node) -> int:
+        """Bytes of a node's value; an unknown size counts 0 here and is named in ``unknown``."""
+        n = facts.nbytes(node.meta.get(mk.TORCH_VAL), self.value)
+        if n is None:
+            self.unknown.add(node.name)
+            return 0
+        return n
+
+    def expr(self, e: sympy.Expr) -> int | None:
+        v = self.value(e)
+        return None if v is None else int(v)
+
+    def dim(self, x: object) -> int:
+        return facts.dim_value(x, self.value) or 0
 
 
-def _nbytes(val, value: Callable[[sympy.Expr], int | None]) -> int:
-    if isinstance(val, torch.Tensor):
-        n = val.numel()
-        n = value(n.node.expr) if isinstance(n, torch.SymInt) else n
-        return int(n or 0) * val.element_size()
-    if isinstance(val, tuple | list):
-        return sum(_nbytes(v, value) for v in val)
-    return 0
-
-
-def _size(x, value) -> int:
-    if isinstance(x, torch.SymInt):
-        return int(value(x.node.expr) or 0)
-    return int(x)
-
-
-def op_cost(node: torch.fx.Node, value) -> OpCost:
+def op_cost(node: torch.fx.Node, sizes: Sizes) -> OpCost:
     """FLOPs and bytes moved by one node (views move nothing; values that Inductor fuses away
     are neither written nor read back)."""
-    if node.op != "call_function" or is_view_op(node):
+    if node.op != "call_function" or facts.is_view(node):
         return OpCost()
     out = node.meta.get(mk.TORCH_VAL)
     # fusion: only values that exist in memory move bytes; a fused-away value is computed in
     # registers by the kernel of its consumer, which reads the inputs that do exist
-    moved = _nbytes(out, value) if rules.materialized(node) else 0
+    moved = sizes.of(node) if rules.materialized(node) else 0
     for a in node.all_input_nodes:
-        if rules.materialized(rules.root(a)):
-            moved += _nbytes(a.meta.get(mk.TORCH_VAL), value)
-    name = getattr(node.target, "__name__", "").split(".")[0]
+        if rules.materialized(facts.storage_root(a)):
+            moved += sizes.of(a)
+    name = facts.packet(node.target)
     flops = 0.0
-    if name in _MM and isinstance(out, torch.Tensor):
-        a = node.args[1] if name in ("addmm", "baddbmm") else node.args[0]
-        k = _size(a.meta[mk.TORCH_VAL].shape[-1], value)
-        flops = 2.0 * k * math.prod(_size(s, value) for s in out.shape)
+    if name in facts.MATMUL_OPERANDS and isinstance(out, torch.Tensor):
+        a = node.args[facts.MATMUL_OPERANDS[name][0]]
+        k = sizes.dim(a.meta[mk.TORCH_VAL].shape[-1])
+        flops = 2.0 * k * math.prod(sizes.dim(s) for s in out.shape)
     elif "attention" in name:
-        q = node.args[0].meta.get(mk.TORCH_VAL)
-        if isinstance(q, torch.Tensor) and q.dim() == 4:
-            b, h, s, d = (_size(x, value) for x in q.shape)
+        q = facts.tensor_val(node.args[0])
+        if q is not None and q.dim() == 4:
+            b, h, s, d = (sizes.dim(x) for x in q.shape)
             flops = 4.0 * b * h * s * s * d * (2.5 if "backward" in name else 1.0)
     return OpCost(flops=flops, bytes=moved)
 
@@ -77,7 +83,7 @@ def op_cost(node: torch.fx.Node, value) -> OpCost:
 def _liveness(
     gm: torch.fx.GraphModule,
     skip: set[str],
-    value,
+    sizes: Sizes,
     *,
     inputs_live: Collection[str] = (),
     pad_matmuls: bool = False,
@@ -102,20 +108,19 @@ def _liveness(
         delta[min(max(start, end), last_pos) + 1] -= size
 
     for n in ops:
-        if rules.aliased_input(n) is not None or n.name in skip:
+        if facts.aliased_input(n) is not None or n.name in skip:
             continue
-        size = _nbytes(n.meta.get(mk.TORCH_VAL), value)
-        users = rules.alias_users(n)
+        users = facts.alias_users(n)
         if any(u is out_node for u in users):
-            add(pos[n], last_pos, size)
+            add(pos[n], last_pos, sizes.of(n))
         elif rules.must_exist(n, users):
-            add(rules.start(n, pos), reads.last(users, pos[n]), size)
+            add(rules.start(n, pos), reads.last(users, pos[n]), sizes.of(n))
     for p in gm.graph.nodes:
         if p.op == "placeholder" and p.name in inputs_live:
-            add(0, reads.last(rules.alias_users(p), 0), _nbytes(p.meta.get(mk.TORCH_VAL), value))
+            add(0, reads.last(facts.alias_users(p), 0), sizes.of(p))
     if pad_matmuls:
         for operand, factor, first, last in rules.padded_copies(ops, pos):
-            add(first, last, int(_nbytes(operand.meta.get(mk.TORCH_VAL), value) * factor))
+            add(first, last, int(sizes.of(operand) * factor))
     live, acc = [], 0
     for i in range(len(ops)):
         acc += delta[i]
@@ -123,25 +128,108 @@ def _liveness(
     return ops, live
 
 
-def layer_starts(ops: Sequence[torch.fx.Node], *, forward: bool) -> dict[int, int]:
-    """Op index where each layer's region begins, in execution order (forward: 0, 1, ...;
-    backward: n-1, ..., 0): the first op of the layer after the previous layer's start, as
-    the offload rewrite places its sync points (:class:`memopt.offload.fx_helpers.GraphIndex`).
-    A few ops of a layer can sit elsewhere (in the backward, ops tagged with the bottom layer
-    run early); taking each layer's very first op would make the starts non-monotonic and the
-    layers unusable for offload."""
-    tags = {n.meta.get(mk.LAYER) for n in ops}
-    order = sorted((t for t in tags if isinstance(t, int)), reverse=not forward)
-    starts: dict[int, int] = {}
-    floor = -1
-    for lay in order:
-        first = next(
-            (i for i, n in enumerate(ops) if i > floor and n.meta.get(mk.LAYER) == lay), None
-        )
-        if first is not None:
-            starts[lay] = first
-            floor = first
-    return starts
+def _layer_events(fw_ops, bw_ops) -> tuple[list[int], list[int], list[int]]:
+    """The layers with a start in both graphs, and their forward and backward starts; none
+    when the starts are not monotonic (layers unusable for offload)."""
+    layer_fwd = facts.layer_starts(fw_ops, forward=True)
+    layer_bwd = facts.layer_starts(bw_ops, forward=False)
+    layers = sorted(set(layer_fwd) & set(layer_bwd))
+    f_starts = [layer_fwd[x] for x in layers]
+    b_starts = [layer_bwd[x] for x in layers]
+    ok = all(a < b for a, b in zip(f_starts, f_starts[1:])) and all(
+        a > b for a, b in zip(b_starts, b_starts[1:])
+    )
+    return (layers, f_starts, b_starts) if ok else ([], [], [])
+
+
+def _tangents(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule) -> set[str]:
+    fw_names = {a.name for a in fw.graph.output_node().args[0] if isinstance(a, torch.fx.Node)}
+    return {
+        p.name
+        for p in bw.graph.nodes
+        if p.op == "placeholder" and p.name not in fw_names and facts.tensor_val(p) is not None
+    }
+
+
+def recompute_reads(analysis: Sequence[Analysis]) -> dict[str, dict[Strategy, tuple[str, ...]]]:
+    """Per candidate and recompute strategy, the other candidates whose tensors its recompute
+    subgraph reads (what the chain-depth rule of :func:`memopt.decide.decide` looks at)."""
+    producer = {m: a.root for a in analysis for m in (a.root, *a.members)}
+    out: dict[str, dict[Strategy, tuple[str, ...]]] = {}
+    for a in analysis:
+        out[a.root] = {
+            s: tuple(sorted({producer[i] for i in ins if producer.get(i, a.root) != a.root}))
+            for s, ins in a.boundary.items()
+        }
+    return out
+
+
+class _Graphs:
+    """Name lookups and read points of the baseline graphs, built once."""
+
+    def __init__(self, joint, fw, bw, fw_ops, bw_ops):
+        self.fw_pos = {n.name: i for i, n in enumerate(fw_ops)}
+        self.fw_by_name = {n.name: n for n in fw.graph.nodes}
+        self.bw_by_name = {n.name: n for n in bw.graph.nodes}
+        self.bw_node_pos = {n: i for i, n in enumerate(bw.graph.nodes)}
+        self.bw_reads = rules.ReadPoints({n: i for i, n in enumerate(bw_ops)})
+        self.joint_by_name = {n.name: n for n in joint.graph.nodes}
+
+    def offload_layer(self, members: Sequence[str]) -> int | None:
+        """The offload rewrite's layer of a storage: the latest of its saved members'."""
+        tags = [
+            facts.saved_layer(self.bw_by_name[m], self.fw_by_name[m], self.bw_node_pos)
+            for m in members
+            if m in self.fw_by_name
+            and self.bw_by_name.get(m) is not None
+            and self.bw_by_name[m].op == "placeholder"
+        ]
+        tags = [t for t in tags if t is not None]
+        return max(tags) if tags else None
+
+
+def _candidate(a: Analysis, g: _Graphs, sizes: Sizes, layer_index, min_offload_bytes):
+    members = [m for m in (a.root, *a.members) if m in g.fw_pos or m in g.bw_by_name]
+    fpos = [g.fw_pos[m] for m in members if m in g.fw_pos]
+    uses = [
+        p
+        for m in members
+        if m in g.bw_by_name
+        for u in facts.alias_users(g.bw_by_name[m])
+        if (p := g.bw_reads.at(u)) is not None
+    ]
+    nbytes = sizes.expr(a.nbytes)
+    if not fpos or not uses:
+        return None
+    if nbytes is None:
+        sizes.unknown.add(a.root)  # kept: the planner cannot weigh what it cannot size
+        return None
+    rec = a.recompute_nodes.get(Strategy.RECOMPUTE, ())
+    comp = a.recompute_nodes.get(Strategy.COMPROMISE)
+    kept = None
+    if Strategy.COMPROMISE in a.savings:
+        saving = sizes.expr(a.savings[Strategy.COMPROMISE])
+        kept = None if saving is None else nbytes - saving
+    tag = g.offload_layer(members)
+    layer = layer_index.get(tag if tag is not None else a.layer)
+    cost = lambda names: tuple(op_cost(g.joint_by_name[x], sizes) for x in names)  # noqa: E731
+    return Candidate(
+        name=a.root,
+        cluster_id=a.cluster_id or saved_id(a.root),
+        occurrence=max(a.occurrence, 0),
+        layer=layer,
+        nbytes=nbytes,
+        produce_pos=min(fpos),
+        last_fwd_use_pos=max(fpos),
+        first_bwd_use_pos=min(uses),
+        last_bwd_use_pos=max(uses),
+        recomputable=Strategy.RECOMPUTE in a.savings or Strategy.COMPROMISE in a.savings,
+        recompute_ops=cost(rec or comp or ()),
+        compromise_kept_bytes=kept,
+        compromise_ops=cost(comp) if comp else None,
+        offloadable=layer is not None and nbytes >= min_offload_bytes,
+        nbytes_expr=a.nbytes,
+    )
 
 
 def build_planning_problem(
@@ -155,103 +243,32 @@ def build_planning_problem(
     rates_op_s: Callable[[OpCost], float],
     min_offload_bytes: int = 1 << 20,
     pad_matmuls: bool = False,
+    sizes: Sizes | None = None,
 ) -> PlanningProblem:
-    """``pad_matmuls``: charge the padded operand copies Inductor makes on CUDA."""
+    """``pad_matmuls``: charge the padded operand copies Inductor makes on CUDA. ``sizes``
+    collects the nodes whose size is unknown (pass one in to read them afterwards)."""
+    sizes = sizes if sizes is not None else Sizes(value)
     usable = [a for a in analysis if a.cluster_id is not None or a.layer is not None]
     skip = {m for a in usable for m in (a.root, *a.members)}
-    fw_names = {a.name for a in fw.graph.output_node().args[0] if isinstance(a, torch.fx.Node)}
-    tangents = {
-        p.name
-        for p in bw.graph.nodes
-        if p.op == "placeholder"
-        and p.name not in fw_names
-        and isinstance(p.meta.get(mk.TORCH_VAL), torch.Tensor)
-    }
-    fw_ops, fw_live = _liveness(fw, skip, value, pad_matmuls=pad_matmuls)
-    bw_ops, bw_live = _liveness(bw, skip, value, inputs_live=tangents, pad_matmuls=pad_matmuls)
-    fw_pos = {n.name: i for i, n in enumerate(fw_ops)}
-    fw_by_name = {n.name: n for n in fw.graph.nodes}
-    bw_by_name = {n.name: n for n in bw.graph.nodes}
-    bw_node_pos = {n: i for i, n in enumerate(bw.graph.nodes)}
-    bw_reads = rules.ReadPoints({n: i for i, n in enumerate(bw_ops)})
-    joint_by_name = {n.name: n for n in joint.graph.nodes}
-    static = sum(
-        _nbytes(n.meta.get(mk.TORCH_VAL), value) for n in fw.graph.nodes if n.op == "placeholder"
+    fw_ops, fw_live = _liveness(fw, skip, sizes, pad_matmuls=pad_matmuls)
+    bw_ops, bw_live = _liveness(
+        bw, skip, sizes, inputs_live=_tangents(fw, bw), pad_matmuls=pad_matmuls
     )
-    layer_fwd = layer_starts(fw_ops, forward=True)
-    layer_bwd = layer_starts(bw_ops, forward=False)
-    layers = sorted(set(layer_fwd) & set(layer_bwd))
-    f_starts = [layer_fwd[x] for x in layers]
-    b_starts = [layer_bwd[x] for x in layers]
-    ok = all(a < b for a, b in zip(f_starts, f_starts[1:])) and all(
-        a > b for a, b in zip(b_starts, b_starts[1:])
-    )
-    if not ok:
-        layers, f_starts, b_starts = [], [], []
-    index_of_layer = {lay: k for k, lay in enumerate(layers)}
-
-    cands = []
-    for a in usable:
-        members = [m for m in (a.root, *a.members) if m in fw_pos or m in bw_by_name]
-        fpos = [fw_pos[m] for m in members if m in fw_pos]
-        uses = [
-            p
-            for m in members
-            if m in bw_by_name
-            for u in rules.alias_users(bw_by_name[m])
-            if (p := bw_reads.at(u)) is not None
-        ]
-        if not fpos or not uses:
-            continue
-        rec = a.recompute_nodes.get(Strategy.RECOMPUTE, ())
-        comp = a.recompute_nodes.get(Strategy.COMPROMISE)
-        nbytes = int(value(a.nbytes) or 0)
-        kept = None
-        if Strategy.COMPROMISE in a.savings:
-            kept = nbytes - int(value(a.savings[Strategy.COMPROMISE]) or 0)
-        # the offload rewrite's layer of a storage: the latest of its saved members' layers
-        tags = [
-            saved_layer(bw_by_name[m], fw_by_name[m], bw_node_pos)
-            for m in members
-            if m in fw_by_name
-            and bw_by_name.get(m) is not None
-            and bw_by_name[m].op == "placeholder"
-        ]
-        tags = [t for t in tags if t is not None]
-        tag = max(tags) if tags else a.layer
-        layer = index_of_layer.get(tag) if tag is not None else None
-        cands.append(
-            Candidate(
-                name=a.root,
-                cluster_id=a.cluster_id or saved_id(a.root),
-                occurrence=max(a.occurrence, 0),
-                layer=layer,
-                nbytes=nbytes,
-                produce_pos=min(fpos),
-                last_fwd_use_pos=max(fpos),
-                first_bwd_use_pos=min(uses),
-                last_bwd_use_pos=max(uses),
-                recomputable=Strategy.RECOMPUTE in a.savings or Strategy.COMPROMISE in a.savings,
-                recompute_ops=tuple(op_cost(joint_by_name[x], value) for x in (rec or comp or ())),
-                compromise_kept_bytes=kept,
-                compromise_ops=(
-                    tuple(op_cost(joint_by_name[x], value) for x in comp) if comp else None
-                ),
-                offloadable=layer is not None and nbytes >= min_offload_bytes,
-                nbytes_expr=a.nbytes,
-            )
-        )
+    layers, f_starts, b_starts = _layer_events(fw_ops, bw_ops)
+    layer_index = {lay: k for k, lay in enumerate(layers)}
+    graphs = _Graphs(joint, fw, bw, fw_ops, bw_ops)
+    cands = [_candidate(a, graphs, sizes, layer_index, min_offload_bytes) for a in usable]
     timeline = StepTimeline(
-        fwd_op_s=tuple(rates_op_s(op_cost(n, value)) for n in fw_ops),
-        bwd_op_s=tuple(rates_op_s(op_cost(n, value)) for n in bw_ops),
+        fwd_op_s=tuple(rates_op_s(op_cost(n, sizes)) for n in fw_ops),
+        bwd_op_s=tuple(rates_op_s(op_cost(n, sizes)) for n in bw_ops),
         fwd_live_bytes=tuple(fw_live),
         bwd_live_bytes=tuple(bw_live),
-        static_bytes=static,
+        static_bytes=sum(sizes.of(n) for n in fw.graph.nodes if n.op == "placeholder"),
         layer_fwd_start=tuple(f_starts),
         layer_bwd_start=tuple(b_starts),
     )
     return PlanningProblem(
-        candidates=tuple(cands),
+        candidates=tuple(c for c in cands if c is not None),
         timeline=timeline,
         fixed={p.cluster_id: (int(p.strategy), p.count) for p in fixed},
     )

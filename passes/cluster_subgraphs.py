@@ -1,8 +1,8 @@
 """cluster_subgraphs_pass: name each recompute subgraph ORT-style and number its occurrences.
 
-Reads ``node.meta[SUBGRAPH]`` (from find_recompute_subgraphs_pass). Writes
-``node.meta[CLUSTER_ID]`` and ``node.meta[OCCURRENCE]`` on each group's root and returns plain
-:class:`memopt.candidates.Candidate` objects with symbolic byte sizes and savings.
+Reads the subgraphs find_recompute_subgraphs_pass returned; writes nothing on the graph and
+returns plain :class:`memopt.candidates.Candidate` objects with symbolic byte sizes and
+savings.
 """
 
 from __future__ import annotations
@@ -78,8 +78,6 @@ def cluster_subgraphs_pass(
         if cid is not None:
             occ = counts.get(cid, 0)
             counts[cid] = occ + 1
-            root.meta[mk.CLUSTER_ID] = cid
-            root.meta[mk.OCCURRENCE] = occ
         val = root.meta.get(mk.TORCH_VAL)
         out.append(
             Candidate(

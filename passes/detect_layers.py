@@ -21,14 +21,19 @@ import torch.fx
 
 from memopt import meta_keys as mk
 
-_LOCAL = re.compile(r"^L\[['\"][^'\"]*['\"]\]\.?")
+#: the source dynamo names the traced module by: ``L['self']``, ``L['args'][0]`` (a decorated
+#: ``forward`` in transformers >= 5.24), ``L['kwargs']['model']``, ``G['net']``
+_LOCAL = re.compile(r"^[LG]\[[^\]]*\](\[[^\]]*\])*\.?")
+#: path components that wrappers insert and users do not write
+_WRAPPERS = frozenset({"_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module"})
 _SUBSCRIPT = re.compile(r"\[['\"]?([A-Za-z0-9_]+)['\"]?\]")
 _GETATTR = re.compile(r"getattr\((.*?), ['\"]([A-Za-z0-9_]+)['\"]\)")
 
 
 def normalize_module_path(path: str) -> str:
-    """``L['self'].model.layers[3]`` / ``L['self'].model.layers._modules['3']`` ->
-    ``model.layers.3``."""
+    """``L['self'].model.layers[3]`` / ``L['args'][0].model.layers._modules['3']`` ->
+    ``model.layers.3``: relative to the module that was compiled, whatever source dynamo
+    names it by, without wrapper components (``_orig_mod``, ``_checkpoint_wrapped_module``)."""
     p = path.strip()
     for _ in range(8):
         q = _GETATTR.sub(r"\1.\2", p)
@@ -38,7 +43,7 @@ def normalize_module_path(path: str) -> str:
     p = _LOCAL.sub("", p)
     p = _SUBSCRIPT.sub(r".\1", p)
     p = p.replace("._modules.", ".")
-    return p.strip(".")
+    return ".".join(c for c in p.strip(".").split(".") if c not in _WRAPPERS)
 
 
 def _stack_paths(node: torch.fx.Node) -> list[str]:

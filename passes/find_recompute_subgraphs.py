@@ -2,7 +2,7 @@
 that can recompute it in backward.
 
 Reads ``node.meta[SAVED_INDEX]`` (from find_saved_activations_pass), ``original_aten`` and
-``nn_module_stack``. Writes ``node.meta[SUBGRAPH]`` (a :class:`Subgraph`) on each group's root.
+``nn_module_stack``; returns one :class:`Subgraph` per saved storage group.
 
 The search walks producers from the root over an allow-list that depends on the probe level
 (0: elementwise, casts, views, gather/slice/where/expand; 1: also matmuls, norms, softmax).
@@ -21,104 +21,18 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
-from memopt.passes.find_saved_activations import SavedGroup, is_view_op
+from memopt.facts import is_widening_cast, op_class
+from memopt.facts import packet as _packet
+from memopt.passes.find_saved_activations import SavedGroup
 
 aten = torch.ops.aten
-
-_MATMUL = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul"})
-_CAST = frozenset({"convert_element_type", "_to_copy"})
-_GATHER = frozenset(
-    {
-        "gather",
-        "index",
-        "index_select",
-        "embedding",
-        "where",
-        "masked_fill",
-        "cat",
-        "stack",
-        "constant_pad_nd",
-    }
-)
-_CONSTANT = frozenset({"full", "scalar_tensor", "arange", "iota", "zeros", "ones", "empty"})
-_NORM_ATEN = frozenset(
-    {
-        "native_layer_norm",
-        "layer_norm",
-        "rms_norm",
-        "_fused_rms_norm",
-        "native_group_norm",
-        "group_norm",
-    }
-)
-_SOFTMAX_ATEN = frozenset({"_softmax", "softmax", "_log_softmax", "log_softmax", "_safe_softmax"})
-_NORM_MODULE_SUFFIXES = ("RMSNorm", "LayerNorm", "Norm")
 
 #: Op classes allowed in recompute subgraphs, per probe level.
 PROBE_ALLOW = {
     0: frozenset({"view", "pointwise", "cast", "gather", "constant"}),
     1: frozenset({"view", "pointwise", "cast", "gather", "constant", "matmul", "norm", "softmax"}),
 }
-
-
-def _packet(target) -> str:
-    return getattr(target, "__name__", str(target)).split(".")[0]
-
-
-def _in_norm_module(node: torch.fx.Node) -> bool:
-    stack = node.meta.get(mk.TORCH_MODULE_STACK)
-    if not stack:
-        return False
-    _path, cls = list(stack.values())[-1]
-    name = cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
-    return name.rstrip("'>").endswith(_NORM_MODULE_SUFFIXES)
-
-
-def op_class(node: torch.fx.Node) -> str:
-    """One of: view, pointwise, cast, gather, constant, matmul, norm, softmax, attention,
-    random, other."""
-    t = node.target
-    if t is operator.getitem and node.args and isinstance(node.args[0], torch.fx.Node):
-        return op_class(node.args[0])  # an output of a multi-output op is that op's class
-    name = _packet(t)
-    if "attention" in name:  # SDPA kernels carry the random tag for their dropout argument
-        return "attention"
-    if compat.is_random_op(t):
-        return "random"
-    if is_view_op(node):
-        return "view"
-    orig = node.meta.get(mk.TORCH_ORIGINAL_ATEN)
-    orig_name = _packet(orig) if orig is not None else name
-    if name in _CAST:
-        return "cast"
-    if name in _MATMUL:
-        return "matmul"
-    if orig_name in _NORM_ATEN:
-        return "norm"
-    if orig_name in _SOFTMAX_ATEN:
-        return "softmax"
-    if name in _GATHER:
-        return "gather"
-    if name in _CONSTANT:
-        return "constant"
-    if torch.Tag.pointwise in getattr(t, "tags", ()):
-        return "pointwise"
-    if _in_norm_module(node) and name in ("mean", "sum", "var_mean", "var", "amax"):
-        return "norm"
-    return "other"
-
-
-def is_widening_cast(node: torch.fx.Node) -> bool:
-    if op_class(node) != "cast" or not node.args or not isinstance(node.args[0], torch.fx.Node):
-        return False
-    out, inp = node.meta.get(mk.TORCH_VAL), node.args[0].meta.get(mk.TORCH_VAL)
-    return (
-        isinstance(out, torch.Tensor)
-        and isinstance(inp, torch.Tensor)
-        and out.element_size() > inp.element_size()
-    )
 
 
 @dataclass(frozen=True)
@@ -228,7 +142,6 @@ def find_recompute_subgraphs_pass(
                 compromise, stash = s, src
                 break
         sub = Subgraph(g, full, compromise, stash)
-        g.root.meta[mk.SUBGRAPH] = sub
         out.append(sub)
     return gm, out
 

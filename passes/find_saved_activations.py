@@ -16,58 +16,7 @@ import torch
 import torch.fx
 
 from memopt import meta_keys as mk
-
-aten = torch.ops.aten
-
-_VIEW_PACKETS = frozenset(
-    {
-        "view",
-        "_unsafe_view",
-        "reshape",
-        "permute",
-        "transpose",
-        "t",
-        "expand",
-        "squeeze",
-        "unsqueeze",
-        "slice",
-        "select",
-        "alias",
-        "as_strided",
-        "unfold",
-        "diagonal",
-        "view_as",
-        "split",
-        "unbind",
-        "chunk",
-        "narrow",
-        "_reshape_alias",
-        "view_as_real",
-        "view_as_complex",
-    }
-)
-
-
-def is_view_op(node: torch.fx.Node) -> bool:
-    """Whether a node returns an alias of its first input (no new memory)."""
-    if node.op != "call_function":
-        return False
-    if node.target is __import__("operator").getitem:
-        src = node.args[0]
-        return isinstance(src, torch.fx.Node) and is_view_op(src)
-    name = getattr(node.target, "__name__", "").split(".")[0]
-    return name in _VIEW_PACKETS
-
-
-def storage_root(node: torch.fx.Node) -> torch.fx.Node:
-    """The node that owns the memory ``node`` aliases (follows view ops up)."""
-    seen = 0
-    while is_view_op(node) and node.args and isinstance(node.args[0], torch.fx.Node):
-        node = node.args[0]
-        seen += 1
-        if seen > 64:
-            break
-    return node
+from memopt.facts import storage_root
 
 
 @dataclass(frozen=True)

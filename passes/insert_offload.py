@@ -24,8 +24,7 @@ base, and rebuilt with ``as_strided`` after the reload. No original node gains o
 user and the ops sit where Inductor already splits kernels, so fusion and numerics are those
 of the same compile without offload.
 
-Reads ``node.meta[LAYER]`` (from ``detect_layers_pass``) and ``node.meta["val"]``; writes
-``node.meta[DECISION] = "offload"`` on the copied nodes.
+Reads ``node.meta[LAYER]`` (from ``detect_layers_pass``) and ``node.meta["val"]``.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ import torch.fx as fx
 
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
+from memopt.facts import saved_layer
 from memopt.offload import ops
 from memopt.offload.fx_helpers import (
     MOVED,
@@ -45,7 +45,6 @@ from memopt.offload.fx_helpers import (
     fake_mode_of,
     gate_input,
     same_layout,
-    saved_layer,
 )
 from memopt.offload.result import OffloadedTensor, OffloadResult
 from memopt.offload.slots import Slots
@@ -196,7 +195,6 @@ class _Rewriter:
         h = self._emit(
             ops.offload, (p,), issue, layer=u.layer, name=None if fwd_wait else host_name
         )
-        p.meta[mk.DECISION] = "offload"
         device = p.meta["val"].device
         if not fwd_wait:
             self._offload_done_in_backward(u, h, device)

@@ -1,32 +1,36 @@
-"""The memopt pass pipeline, in order. Called by the partitioner on each joint graph.
+"""The memopt pass pipeline: one list of passes, one runner. Called by the partitioner on
+each joint graph.
 
-=====  ===============================  =================================================
-step   pass                              file
-=====  ===============================  =================================================
-1      baseline min-cut partition        memopt/_torch_compat.py (torch's partitioner)
-2      find_saved_activations_pass      passes/find_saved_activations.py
-3      find_recompute_subgraphs_pass    passes/find_recompute_subgraphs.py
-4      detect_layers_pass               passes/detect_layers.py
-5      cluster_subgraphs_pass           passes/cluster_subgraphs.py
-6      plan_budget (with a budget)      passes/plan_budget.py -> memopt/planner (no FX)
-7      decide (plain data, no FX)       memopt/decide.py
-8      apply_recompute_pass             passes/apply_recompute.py
-9      final min-cut partition           memopt/_torch_compat.py
-10     offload_step -> insert_offload   passes/offload_step.py, passes/insert_offload.py
-=====  ===============================  =================================================
+Every pass has one shape, ``pass(region: Region) -> Region``: it reads and writes the
+:class:`Region` record (graphs, analysis, the Plan). :data:`PASSES` lists them in order; the
+runner times each one, runs ``graph.lint()`` on the graphs after it, logs it at debug level
+(at INFO with ``MEMOPT_DEBUG=1``) and skips the passes the config switches off
+(``disable_passes=`` or ``MEMOPT_DISABLE_PASSES``). docs/architecture.md is written from this
+table (a test checks that every pass is there).
 
-Steps 2-5 only annotate (``node.meta``) and return plain data; step 6 decides; step 7 is the
-only rewrite of the joint graph. Each pass can be switched off by name (``disabled=``), its
-return is checked and ``graph.lint()`` runs after it; with ``MEMOPT_DEBUG=1`` each pass's time
-and node-count change are logged.
+=========================  =================================  ===============================
+pass                       what it does                       file
+=========================  =================================  ===============================
+detect_layers              tag each joint node's layer        passes/detect_layers.py
+partition                  baseline min-cut partition         memopt/_torch_compat.py
+find_saved_activations     the saved activations, by storage  passes/find_saved_activations.py
+find_recompute_subgraphs   recompute subgraph per storage     passes/find_recompute_subgraphs.py
+cluster_subgraphs          ORT-style cluster ids, sizes       passes/cluster_subgraphs.py
+plan_budget                the budget planner's plan strings  passes/plan_budget.py
+decide                     the Plan (no FX)                   memopt/decide.py
+apply_recompute            recompute tags, final partition    passes/apply_recompute.py
+offload                    offload/reload ops per the Plan    passes/offload_step.py
+=========================  =================================  ===============================
+
+Graph facts (op classes, aliasing, sizes, layers) come from :mod:`memopt.facts`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
@@ -34,88 +38,217 @@ import torch
 import torch.fx
 
 from memopt import _torch_compat as compat
-from memopt import meta_keys as mk
+from memopt import facts
 from memopt.candidates import Candidate
 from memopt.config import MemoptConfig
-from memopt.decide import Decisions, decide
+from memopt.decide import Plan, decide
+from memopt.errors import ConfigError
 from memopt.passes.apply_recompute import apply_recompute_pass
 from memopt.passes.cluster_subgraphs import cluster_subgraphs_pass
 from memopt.passes.detect_layers import detect_layers_pass
 from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
-from memopt.passes.find_saved_activations import find_saved_activations_pass, storage_root
-from memopt.passes.offload_step import PlannedOffload, offload_step, wants_offload
+from memopt.passes.find_saved_activations import find_saved_activations_pass
+from memopt.passes.offload_step import offload_step
 from memopt.passes.plan_budget import plan_budget
-from memopt.symbolic import SymbolTable, build_symbol_table, tensor_bytes_expr
+from memopt.plan import Strategy
+from memopt.symbolic import SymbolTable, build_symbol_table
 
 log = logging.getLogger("memopt")
 
-PASS_NAMES = (
-    "find_saved_activations",
-    "find_recompute_subgraphs",
-    "cluster_subgraphs",
-    "apply_recompute",
-)
-
 
 @dataclass
-class PipelineResult:
-    fw: torch.fx.GraphModule
-    bw: torch.fx.GraphModule
+class Region:
+    """What the passes of one joint graph read and write."""
+
+    joint: torch.fx.GraphModule
+    joint_inputs: Sequence[Any]
+    config: MemoptConfig
+    partition_kwargs: dict[str, Any]
     symbols: SymbolTable
-    candidates: list[Candidate]
-    decisions: Decisions
-    baseline_saved: sympy.Expr  # activation bytes saved for backward without memopt
-    final_saved: sympy.Expr  # after memopt's decisions
-    layers: list[str]  # the repeated layers detected (module paths)
-    budget: Any  # passes.plan_budget.BudgetResult when a budget was given
-    offload: Any  # memopt.offload.result.OffloadResult when activations were offloaded
-    num_joint_nodes: int
-    plan_seconds: float
+    known_elsewhere: Collection[str] = ()
+    fw: torch.fx.GraphModule | None = None
+    bw: torch.fx.GraphModule | None = None
+    layers: list[str] = field(default_factory=list)  # the repeated layers (module paths)
+    groups: list = field(default_factory=list)  # find_saved_activations.SavedGroup
+    subgraphs: list = field(default_factory=list)  # find_recompute_subgraphs.Subgraph
+    candidates: list[Candidate] = field(default_factory=list)
+    budget: Any = None  # passes.plan_budget.BudgetResult when a budget was given
+    plan: Plan | None = None
+    offload: Any = None  # memopt.offload.result.OffloadResult when activations were offloaded
+    baseline_saved: sympy.Expr = sympy.Integer(0)  # activation bytes saved without memopt
+    final_saved: sympy.Expr = sympy.Integer(0)  # after memopt's plan
+    num_joint_nodes: int = 0
+    plan_seconds: float = 0.0
+    pass_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def num_fwd_outputs(self) -> int:
+        return self.partition_kwargs["num_fwd_outputs"]
+
+    def partition(self) -> None:
+        self.fw, self.bw = compat.min_cut_partition(
+            self.joint, self.joint_inputs, **self.partition_kwargs
+        )
 
 
 def saved_activation_bytes(
     fw: torch.fx.GraphModule, num_fwd_outputs: int, symbols: SymbolTable
 ) -> sympy.Expr:
     """Symbolic bytes of the activations a forward graph saves (unique storages, no inputs)."""
-    outs = fw.graph.output_node().args[0]
     roots = {}
-    for n in outs[num_fwd_outputs:]:
+    for n in fw.graph.output_node().args[0][num_fwd_outputs:]:
         if not isinstance(n, torch.fx.Node) or n.op == "placeholder":
             continue
-        r = storage_root(n)
-        if r.op == "placeholder" or not isinstance(r.meta.get(mk.TORCH_VAL), torch.Tensor):
-            continue
-        roots[r] = tensor_bytes_expr(r.meta[mk.TORCH_VAL])
+        r = facts.storage_root(n)
+        if r.op != "placeholder" and facts.tensor_val(r) is not None:
+            roots[r] = facts.nbytes_expr(facts.tensor_val(r))
     return symbols.readable(sum(roots.values(), sympy.Integer(0)))
 
 
-def _saved_names(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> list[str]:
-    outs = fw.graph.output_node().args[0]
-    return [n.name for n in outs[num_fwd_outputs:] if isinstance(n, torch.fx.Node)]
+# --- the passes -----------------------------------------------------------------------------
 
 
-class _Step:
-    def __init__(self, config: MemoptConfig, gm: torch.fx.GraphModule, disabled: Collection[str]):
-        self.config, self.gm, self.disabled = config, gm, set(disabled)
+def detect_layers(r: Region) -> Region:
+    # on the joint graph, before any partition: the forward and backward graphs copy the tags
+    r.layers = detect_layers_pass(r.joint, r.config.layers)
+    return r
 
-    def run(self, name: str, fn, *args: Any, **kwargs: Any):
-        if name in self.disabled:
-            return None
-        n0, t0 = len(self.gm.graph.nodes), time.perf_counter()
-        result = fn(self.gm, *args, **kwargs)
-        gm = result[0] if isinstance(result, tuple) else result
-        if not isinstance(gm, torch.fx.GraphModule):
-            raise TypeError(f"memopt pass {name} returned {type(gm).__name__}, not a GraphModule")
-        gm.graph.lint()
-        if self.config.debug:
-            log.info(
-                "memopt pass %s: %.1f ms, nodes %d -> %d",
-                name,
-                1e3 * (time.perf_counter() - t0),
-                n0,
-                len(gm.graph.nodes),
-            )
-        return result
+
+def partition(r: Region) -> Region:
+    r.partition()
+    r.baseline_saved = saved_activation_bytes(r.fw, r.num_fwd_outputs, r.symbols)
+    return r
+
+
+def find_saved_activations(r: Region) -> Region:
+    outs = r.fw.graph.output_node().args[0][r.num_fwd_outputs :]
+    names = [n.name for n in outs if isinstance(n, torch.fx.Node)]
+    _, r.groups = find_saved_activations_pass(r.joint, names)
+    return r
+
+
+def find_recompute_subgraphs(r: Region) -> Region:
+    c = r.config
+    _, r.subgraphs = find_recompute_subgraphs_pass(
+        r.joint,
+        r.groups,
+        probe_level=c.probe_level,
+        max_nodes=c.max_subgraph_nodes,
+        max_matmuls=c.max_subgraph_matmuls,
+    )
+    return r
+
+
+def cluster_subgraphs(r: Region) -> Region:
+    _, r.candidates = cluster_subgraphs_pass(r.joint, r.subgraphs, r.symbols)
+    return r
+
+
+def plan_budget_pass(r: Region) -> Region:
+    if r.config.budget is not None:
+        r.budget = plan_budget(
+            r.joint, r.fw, r.bw, r.candidates, r.symbols, r.config, r.joint_inputs
+        )
+    return r
+
+
+def decide_pass(r: Region) -> Region:
+    c, b = r.config, r.budget
+    r.plan = decide(
+        r.candidates,
+        level=0 if b is not None else c.level,
+        plans=b.plans if b is not None else c.plans,
+        known_elsewhere=r.known_elsewhere,
+        strict=c.strict,
+        value=r.symbols.evaluate,
+        layer_names=r.layers,
+        offload_layers=c.offload_layers or 0,
+        # the user's sync dict wins; offload_layers=k takes its default schedule
+        sync=dict(c.sync) if c.sync else (b.sync if b and not c.offload_layers else None),
+    )
+    return r
+
+
+def apply_recompute(r: Region) -> Region:
+    if any(s in (Strategy.RECOMPUTE, Strategy.COMPROMISE) for s in r.plan.per_root.values()):
+        apply_recompute_pass(r.joint, r.candidates, r.plan.per_root)
+        r.partition()
+    return r
+
+
+def offload(r: Region) -> Region:
+    r.offload = offload_step(
+        r.fw,
+        r.bw,
+        plan=r.plan,
+        candidates=r.candidates,
+        num_fwd_outputs=r.num_fwd_outputs,
+        min_bytes=r.config.offload_min_bytes,
+    )
+    if r.offload is not None:
+        r.fw, r.bw = r.offload.fw, r.offload.bw
+    return r
+
+
+Pass = Callable[[Region], Region]
+
+#: The passes in order: (name, function). Names are what ``disable_passes`` takes.
+PASSES: tuple[tuple[str, Pass], ...] = (
+    ("detect_layers", detect_layers),
+    ("partition", partition),
+    ("find_saved_activations", find_saved_activations),
+    ("find_recompute_subgraphs", find_recompute_subgraphs),
+    ("cluster_subgraphs", cluster_subgraphs),
+    ("plan_budget", plan_budget_pass),
+    ("decide", decide_pass),
+    ("apply_recompute", apply_recompute),
+    ("offload", offload),
+)
+PASS_NAMES = tuple(name for name, _ in PASSES)
+#: Passes the others cannot do without.
+REQUIRED = frozenset({"partition", "decide"})
+
+
+def check_disabled(names: Collection[str]) -> None:
+    unknown = sorted(set(names) - set(PASS_NAMES))
+    if unknown:
+        raise ConfigError(
+            f"disable_passes: unknown pass name(s) {', '.join(unknown)}; "
+            f"the passes are {', '.join(PASS_NAMES)}"
+        )
+    required = sorted(set(names) & REQUIRED)
+    if required:
+        raise ConfigError(f"disable_passes: {', '.join(required)} cannot be switched off")
+
+
+def run_passes(region: Region, passes: Sequence[tuple[str, Pass]] = PASSES) -> Region:
+    """Run ``passes`` in order on ``region``: skip the disabled ones, check each return, lint
+    the graphs it leaves, time and log it."""
+    disabled = set(region.config.disable_passes)
+    check_disabled(disabled)
+    level = logging.INFO if region.config.debug else logging.DEBUG
+    for name, fn in passes:
+        if name in disabled:
+            log.log(level, "memopt pass %s: switched off", name)
+            continue
+        n0, t0 = len(region.joint.graph.nodes), time.perf_counter()
+        out = fn(region)
+        if not isinstance(out, Region):
+            raise TypeError(f"memopt pass {name} returned {type(out).__name__}, not a Region")
+        region = out
+        for gm in (region.joint, region.fw, region.bw):
+            if gm is not None:
+                gm.graph.lint()
+        region.pass_seconds[name] = dt = time.perf_counter() - t0
+        log.log(
+            level,
+            "memopt pass %s: %.1f ms, joint nodes %d -> %d",
+            name,
+            1e3 * dt,
+            n0,
+            len(region.joint.graph.nodes),
+        )
+    return region
 
 
 def run_pipeline(
@@ -125,80 +258,20 @@ def run_pipeline(
     partition_kwargs: dict[str, Any],
     *,
     known_elsewhere: Collection[str] = (),
-    disabled: Collection[str] = (),
-) -> PipelineResult:
+) -> Region:
+    """Run every pass on one joint graph; the returned Region holds the final forward and
+    backward graphs, the Plan and what the report reads."""
     t0 = time.perf_counter()
-    nfw = partition_kwargs["num_fwd_outputs"]
-    symbols = build_symbol_table(joint_inputs)
-    fw, bw = compat.min_cut_partition(gm, joint_inputs, **partition_kwargs)
-    baseline = saved_activation_bytes(fw, nfw, symbols)
-    step = _Step(config, gm, disabled)
-
-    groups = []
-    r = step.run("find_saved_activations", find_saved_activations_pass, _saved_names(fw, nfw))
-    if r is not None:
-        groups = r[1]
-    subgraphs = []
-    r = step.run(
-        "find_recompute_subgraphs",
-        find_recompute_subgraphs_pass,
-        groups,
-        probe_level=config.probe_level,
-        max_nodes=config.max_subgraph_nodes,
-        max_matmuls=config.max_subgraph_matmuls,
-    )
-    if r is not None:
-        subgraphs = r[1]
-    layers: list[str] = []
-    if "detect_layers" not in disabled:
-        layers = detect_layers_pass(gm, config.layers)
-    candidates: list[Candidate] = []
-    r = step.run("cluster_subgraphs", cluster_subgraphs_pass, subgraphs, symbols)
-    if r is not None:
-        candidates = r[1]
-    plans, level, budget = config.plans, config.level, None
-    if config.budget is not None and "plan_budget" not in disabled:
-        detect_layers_pass(fw, config.layers)
-        detect_layers_pass(bw, config.layers)
-        budget = plan_budget(gm, fw, bw, candidates, symbols, config, joint_inputs)
-        plans, level = budget.plans, 0
-    decisions = decide(
-        candidates,
-        level=level,
-        plans=plans,
+    region = Region(
+        joint=gm,
+        joint_inputs=joint_inputs,
+        config=config,
+        partition_kwargs=partition_kwargs,
+        symbols=build_symbol_table(joint_inputs),
         known_elsewhere=known_elsewhere,
-        strict=config.strict,
-        value=symbols.evaluate,
     )
-    if any(s in (1, 2) for s in decisions.per_root.values()):
-        if step.run("apply_recompute", apply_recompute_pass, candidates, decisions.per_root):
-            fw, bw = compat.min_cut_partition(gm, joint_inputs, **partition_kwargs)
-    final = saved_activation_bytes(fw, nfw, symbols)
-    offload = None
-    planned = PlannedOffload.from_solution(budget.solution) if budget is not None else None
-    if "offload" not in disabled and wants_offload(config, decisions.per_root, planned):
-        offload = offload_step(
-            fw,
-            bw,
-            config=config,
-            num_fwd_outputs=nfw,
-            candidates=candidates,
-            per_root=decisions.per_root,
-            planned=planned,
-        )
-        if offload is not None:
-            fw, bw = offload.fw, offload.bw
-    return PipelineResult(
-        fw=fw,
-        bw=bw,
-        symbols=symbols,
-        candidates=candidates,
-        decisions=decisions,
-        baseline_saved=baseline,
-        final_saved=final,
-        layers=layers,
-        budget=budget,
-        offload=offload,
-        num_joint_nodes=len(gm.graph.nodes),
-        plan_seconds=time.perf_counter() - t0,
-    )
+    region = run_passes(region)
+    region.final_saved = saved_activation_bytes(region.fw, region.num_fwd_outputs, region.symbols)
+    region.num_joint_nodes = len(gm.graph.nodes)
+    region.plan_seconds = time.perf_counter() - t0
+    return region

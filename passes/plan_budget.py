@@ -21,7 +21,7 @@ from memopt import _torch_compat as compat
 from memopt.candidates import Candidate
 from memopt.config import MemoptConfig, cache_dir
 from memopt.decide import decide
-from memopt.passes.build_planning_problem import build_planning_problem
+from memopt.passes.build_planning_problem import Sizes, build_planning_problem
 from memopt.plan import PlanSpec, Strategy, parse_plans
 from memopt.planner import CPU_DEFAULTS, calibrate, resolve_budget, roofline_s, solve
 from memopt.symbolic import SymbolTable, fmt_bytes
@@ -34,6 +34,12 @@ class BudgetResult:
     plans: tuple[PlanSpec, ...]
     solution: Any  # memopt.planner.Solution
     budget_bytes: int
+    unknown_sizes: tuple[str, ...] = ()  # nodes whose size could not be evaluated
+
+    @property
+    def sync(self) -> dict | None:
+        """The sync dict the planner's offload windows assume (None without offload)."""
+        return dict(self.solution.sync) or None
 
 
 def _device(inputs: Sequence[Any]) -> torch.device:
@@ -99,6 +105,7 @@ def plan_budget(
                     named.add(c.cluster_id)
     device = _device(joint_inputs)
     rates = device_rates(device)
+    sizes = Sizes(lambda e: symbols.evaluate(symbols.readable(e)))
     problem = build_planning_problem(
         joint,
         fw,
@@ -109,7 +116,15 @@ def plan_budget(
         rates_op_s=lambda op: roofline_s(op, rates),
         min_offload_bytes=config.offload_min_bytes,
         pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),
+        sizes=sizes,
     )
+    if sizes.unknown:
+        log.warning(
+            "memopt budget: %d tensor(s) of unknown size (data-dependent shapes: %s) are kept "
+            "and not counted in the predicted peak",
+            len(sizes.unknown),
+            ", ".join(sorted(sizes.unknown)[:5]),
+        )
     budget = resolve_budget(config.budget, problem)
     global _allocator_warned
     note = allocator_note(device.type, config.budget, os.environ)
@@ -129,7 +144,7 @@ def plan_budget(
             fmt_bytes(budget),
             fmt_bytes(solution.min_feasible_peak),
         )
-    return BudgetResult(plans, solution, budget)
+    return BudgetResult(plans, solution, budget, tuple(sorted(sizes.unknown)))
 
 
 #: Rounds of :func:`_solve_as_decided` (each one only adds candidates that decide keeps).

@@ -88,22 +88,6 @@ def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch):
     assert after_frozen == after
 
 
-def test_layer_starts_skip_stray_ops_of_a_layer():
-    from memopt.meta_keys import LAYER
-    from memopt.passes.build_planning_problem import layer_starts
-
-    g = torch.fx.Graph()
-    x = g.placeholder("x")
-    ops = []
-    # backward order 2, 1, 0 with one op of layer 0 running early (between layers 2 and 1)
-    for tag in (None, 2, 2, 0, 2, 1, 1, 0, 0):
-        x = g.call_function(torch.ops.aten.neg.default, (x,))
-        x.meta[LAYER] = tag
-        ops.append(x)
-    assert layer_starts(ops, forward=False) == {2: 1, 1: 5, 0: 7}
-    assert layer_starts(ops[:3], forward=True) == {2: 1}
-
-
 def test_planner_peak_is_the_applied_plans_peak(monkeypatch):
     # `memopt plan --budget` predicts the peak twice: the planner on its own model (baseline
     # graphs plus per-candidate intervals) and the liveness sweep of the graphs memopt really

@@ -11,10 +11,10 @@ import torch
 import torch.nn as nn
 
 from memopt.offload import ops
-from memopt.offload.check import check_offload
-from memopt.offload.partition import LayerOffloadPartitioner
 from memopt.offload.trace import summarize_trace
 from tests.helpers import tiny_gpt2, tiny_llama
+from tests.offload_check import check_offload
+from tests.offload_partitioner import LayerOffloadPartitioner
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 pytestmark = pytest.mark.gpu

@@ -9,7 +9,7 @@ from test_offload_rewrite import MiB, Net
 from torch._inductor.utils import run_and_get_code
 
 from memopt.offload import ops
-from memopt.offload.partition import LayerOffloadPartitioner
+from tests.offload_partitioner import LayerOffloadPartitioner
 
 D = 512
 

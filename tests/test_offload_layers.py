@@ -7,8 +7,8 @@ import torch.nn as nn
 
 from memopt._torch_compat import aot_eager_backend
 from memopt.meta_keys import LAYER
-from memopt.offload.partition import LayerOffloadPartitioner
 from memopt.passes.detect_layers import detect_layers_pass, normalize_module_path
+from tests.offload_partitioner import LayerOffloadPartitioner
 
 
 @pytest.mark.parametrize(
@@ -20,6 +20,10 @@ from memopt.passes.detect_layers import detect_layers_pass, normalize_module_pat
         ("getattr(L['self'].layers, '2')", "layers.2"),
         ("model.layers.0", "model.layers.0"),
         ("L['self']", ""),
+        # transformers >= 5.24 decorates forward: dynamo sees the model as args[0]
+        ("L['args'][0].model.layers.0", "model.layers.0"),
+        ("L['kwargs']['model'].h[3].attn", "h.3.attn"),
+        ("L['self']._orig_mod.layers._checkpoint_wrapped_module", "layers"),
     ],
 )
 def test_normalize_module_path(raw, want):

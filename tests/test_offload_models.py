@@ -6,9 +6,9 @@ import torch
 
 from memopt._torch_compat import aot_eager_backend, min_cut_partition
 from memopt.offload import ops
-from memopt.offload.check import check_offload
-from memopt.offload.partition import LayerOffloadPartitioner
 from tests.helpers import tiny_gpt2, tiny_llama
+from tests.offload_check import check_offload
+from tests.offload_partitioner import LayerOffloadPartitioner
 
 transformers = pytest.importorskip("transformers")
 

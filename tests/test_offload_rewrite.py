@@ -12,11 +12,11 @@ import torch.nn as nn
 from memopt._torch_compat import aot_eager_backend, min_cut_partition
 from memopt.meta_keys import LAYER
 from memopt.offload import ops
-from memopt.offload.check import check_offload, op_sequence
-from memopt.offload.partition import LayerOffloadPartitioner
 from memopt.offload.sync import SyncError
 from memopt.passes.detect_layers import detect_layers_pass
 from memopt.passes.insert_offload import insert_offload_pass
+from tests.offload_check import check_offload, op_sequence
+from tests.offload_partitioner import LayerOffloadPartitioner
 
 MiB = 1 << 20
 D = 512

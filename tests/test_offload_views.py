@@ -10,8 +10,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from memopt.meta_keys import LAYER
 from memopt.offload import ops
-from memopt.offload.check import check_offload, op_sequence
 from memopt.passes.insert_offload import insert_offload_pass
+from tests.offload_check import check_offload, op_sequence
 
 N, D = 64, 32
 aten = torch.ops.aten

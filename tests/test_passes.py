@@ -160,8 +160,16 @@ def test_saved_ids_name_tensors_without_a_cluster():
         nbytes=sympy.Integer(700),
     )  # fmt: skip
     cands = [_cand("g0", "BiasGelu+", 0, 100, ["x0"]), plain]
-    d = decide(cands, level=0, plans=[PlanSpec("Saved_getitem_9+", Strategy.OFFLOAD, -1)])
+    off = [PlanSpec("Saved_getitem_9+", Strategy.OFFLOAD, -1)]
+    d = decide(cands, level=0, plans=off, layer_names=("h.0", "h.1", "h.2"))
     assert d.per_root == {"getitem_9": Strategy.OFFLOAD} and not d.warnings
+    # strategy-3 tensors move on the default schedule for n-1 layers
+    assert d.sync == {0: (True, 1, False, 2), 1: (True, 2, False, 1)} and d.num_layers == 3
+    assert d.frozen() == {"config": ["Saved_getitem_9+:3:-1"], "sync": {
+        "0": [True, 1, False, 2], "1": [True, 2, False, 1]}}  # fmt: skip
+    # without repeated layers the offload cannot apply: the plan says so
+    d = decide(cands, level=0, plans=off)
+    assert d.sync is None and "no repeated layers" in d.warnings[0]
     by = {c.cluster_id: c for c in d.clusters}
     saved = by["Saved_getitem_9+"]
     assert (saved.freq, saved.saving, saved.available) == (1, 700, ())
@@ -169,7 +177,7 @@ def test_saved_ids_name_tensors_without_a_cluster():
         c.cluster_id for c in decide(cands, level=0, plans=[]).clusters
     }
     d = decide(cands, level=0, plans=[PlanSpec("Saved_getitem_9+", Strategy.RECOMPUTE, -1)])
-    assert d.per_root == {}
+    assert d.per_root == {} and d.sync is None
     assert "does not support strategy 1" in d.warnings[0]
     with pytest.raises(PlanError, match="Saved_getitem_9\\+.*does not support strategy 1"):
         decide(

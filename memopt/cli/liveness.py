@@ -48,11 +48,11 @@ import torch.fx
 
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
+from memopt.facts import alias_users as _alias_users
+from memopt.facts import aliased_input as _aliased_input
+from memopt.facts import storage_root as _root
 from memopt.memory_rules import ReadPoints, padded_copies, padded_operands  # noqa: F401 (re-export)
-from memopt.memory_rules import alias_users as _alias_users
-from memopt.memory_rules import aliased_input as _aliased_input
 from memopt.memory_rules import must_exist as _must_exist
-from memopt.memory_rules import root as _root
 from memopt.memory_rules import start as _start
 from memopt.symbolic import SymbolTable, tensor_bytes_expr
 

@@ -96,7 +96,6 @@ class _PlanPartitioner(MemoptPartitioner):
         self.planner: list[PlannerInputs] = []
 
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any):
-        from memopt.passes.detect_layers import detect_layers_pass
         from memopt.passes.pipeline import run_pipeline
 
         static = kwargs.get("static_lifetime_input_indices") or ()
@@ -107,8 +106,6 @@ class _PlanPartitioner(MemoptPartitioner):
             )
             region = RegionReport.from_pipeline(0, result)
             state.add_region(region)
-            detect_layers_pass(result.fw, config.layers)
-            detect_layers_pass(result.bw, config.layers)
             profile = step_profile(
                 result.fw,
                 result.bw,

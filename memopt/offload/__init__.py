@@ -5,9 +5,9 @@
 * :mod:`memopt.offload.ops` -- the ``torch.ops.memopt`` copy ops, streams, pinned pool;
 * ``memopt.passes.detect_layers`` / ``memopt.passes.insert_offload`` -- layer tags and the
   graph rewrite (with :mod:`~memopt.offload.units`, :mod:`~memopt.offload.slots`,
-  :mod:`~memopt.offload.fx_helpers`); :mod:`memopt.offload.result` is what it returns and
-  :mod:`memopt.offload.check` the invariants it must keep;
-* :mod:`memopt.offload.partition` -- a stand-alone Inductor partitioner running both passes;
+  :mod:`~memopt.offload.fx_helpers`); :mod:`memopt.offload.result` is what it returns
+  (``tests/offload_check.py`` checks the invariants it must keep and
+  ``tests/offload_partitioner.py`` runs it alone, for tests and the offload benchmark);
 * :mod:`memopt.offload.trace` -- profiler trace summary (copy streams, overlap).
 
 See docs/offload.md.

@@ -1,4 +1,5 @@
-"""Graph facts the offload rewrite reads: storage roots, layer regions, anchors and gates."""
+"""What the offload rewrite needs beyond :mod:`memopt.facts` (storage roots, layers and
+matmuls are read from there): layouts, layer regions as nodes, anchors and gates."""
 
 from __future__ import annotations
 
@@ -9,33 +10,22 @@ import torch
 import torch.fx as fx
 
 from memopt import _torch_compat as compat
-from memopt.meta_keys import LAYER
+from memopt.facts import (
+    alias_users,
+    aliased_input,
+    first_user,
+    is_matmul,
+    is_view,
+    layer_starts,
+    storage_root,
+    tensor_val,
+)
 
 aten = torch.ops.aten
 
 
-def _matmul_targets() -> frozenset:
-    out = set()
-    for name in ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm"):
-        packet = getattr(aten, name, None)
-        if packet is not None:
-            out.update(getattr(packet, o) for o in packet.overloads())
-    return frozenset(out)
-
-
-MATMULS = _matmul_targets()
-"""Gate kernels. Matmuls take inputs of any layout, so routing one of their inputs through a
-barrier changes no lowering; attention and convolution impose layouts and are left alone."""
-
 MOVED = "memopt_offload_moved"
 """node.meta flag: the rewrite placed this op away from its sync point (see the notes)."""
-
-
-def tensor_val(node: object) -> torch.Tensor | None:
-    if not isinstance(node, fx.Node):
-        return None
-    v = node.meta.get("val")
-    return v if isinstance(v, torch.Tensor) else None
 
 
 def nbytes_hint(v: torch.Tensor) -> int:
@@ -55,52 +45,11 @@ def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dim() == b.dim() and ea == eb
 
 
-def _shares(val: object, storage_of: torch.Tensor) -> bool:
-    if isinstance(val, torch.Tensor):
-        return compat.same_storage(val, storage_of)
-    if isinstance(val, list | tuple):
-        return any(_shares(v, storage_of) for v in val)
-    return False
-
-
-def storage_root(node: fx.Node) -> fx.Node:
-    """The node that allocated ``node``'s storage: walk back through views (any op whose output
-    shares storage with an input, e.g. reshape, permute, split + getitem)."""
-    v = tensor_val(node)
-    assert v is not None, node
-    cur, last_tensor = node, node
-    while True:
-        nxt = next((a for a in cur.all_input_nodes if _shares(a.meta.get("val"), v)), None)
-        if nxt is None:
-            # a multi-output op (var_mean, sdpa) allocates each output: its getitem is the root
-            return last_tensor
-        cur = nxt
-        if tensor_val(cur) is not None:
-            last_tensor = cur
-
-
 def storage_closure(root: fx.Node) -> set[fx.Node]:
     """``root`` and every node that is a view of it."""
-    v = tensor_val(root)
-    assert v is not None, root
-    seen, todo = {root}, [root]
-    while todo:
-        n = todo.pop()
-        for u in n.users:
-            if u not in seen and _shares(u.meta.get("val"), v):
-                seen.add(u)
-                todo.append(u)
-    return seen
-
-
-def saved_layer(bw_node: fx.Node, fw_node: fx.Node, bw_pos: dict[fx.Node, int]) -> int | None:
-    """The layer a saved tensor is offloaded with: the layer of its first backward user that
-    has one (the backward that needs it first), else the layer of its forward producer. The
-    budget planner places its offload windows by the same rule."""
-    for user in sorted(bw_node.users, key=bw_pos.__getitem__):
-        if user.meta.get(LAYER) is not None:
-            return user.meta[LAYER]
-    return fw_node.meta.get(LAYER)
+    return {root} | {
+        u for u in alias_users(root) if aliased_input(u) is not None and storage_root(u) is root
+    }
 
 
 def is_memopt_op(node: fx.Node) -> bool:
@@ -144,18 +93,12 @@ class GraphIndex:
         nodes = list(graph.nodes)
         pos = {n: i for i, n in enumerate(nodes)}
         output = graph.find_nodes(op="output")[0]
-        starts: dict[int, fx.Node] = {}
-        order = range(num_layers) if forward else range(num_layers - 1, -1, -1)
-        floor = -1
-        for layer in order:
-            first = next(
-                (n for n in nodes if pos[n] > floor and n.meta.get(LAYER) == layer and _is_work(n)),
-                None,
-            )
-            if first is not None:
-                starts[layer] = first
-                floor = pos[first]
-        kernels = [n for n in nodes if _is_kernel(n)]
+        starts = {
+            layer: nodes[i]
+            for layer, i in layer_starts(nodes, forward=forward).items()
+            if 0 <= layer < num_layers
+        }
+        kernels = [n for n in nodes if is_matmul(n)]
         return cls(graph, nodes, pos, output, starts, kernels)
 
     def point_node(self, layer: int | None, forward: bool) -> fx.Node:
@@ -170,8 +113,7 @@ class GraphIndex:
         return self.starts[max(later)] if later else self.output
 
     def first_user(self, nodes: Iterable[fx.Node]) -> fx.Node | None:
-        users = [u for n in nodes for u in n.users if u in self.pos]
-        return min(users, key=self.pos.__getitem__, default=None)
+        return first_user(nodes, self.pos)
 
 
 def gate_input(kernel: fx.Node, banned: Callable[[fx.Node], bool]) -> fx.Node | None:
@@ -183,32 +125,9 @@ def gate_input(kernel: fx.Node, banned: Callable[[fx.Node], bool]) -> fx.Node | 
     return (computed or inputs or [None])[0]
 
 
-def _is_kernel(n: fx.Node) -> bool:
-    return n.op == "call_function" and n.target in MATMULS
-
-
 def _is_view_of_input(n: fx.Node) -> bool:
     inputs = n.all_input_nodes
-    return bool(inputs) and all(a.op == "placeholder" for a in inputs) and _is_view_node(n)
-
-
-def _flat(args: object) -> list[fx.Node]:
-    out: list[fx.Node] = []
-    fx.node.map_arg(args, lambda n: out.append(n))
-    return out
-
-
-def _is_work(n: fx.Node) -> bool:
-    """A node that marks where a layer's computation begins: not a placeholder and not a view
-    of one (weight transposes can sit anywhere)."""
-    if n.op != "call_function" or tensor_val(n) is None or is_offload_node(n):
-        return False
-    return not _is_view_of_input(n)
-
-
-def _is_view_node(n: fx.Node) -> bool:
-    v = tensor_val(n)
-    return v is not None and any(_shares(a.meta.get("val"), v) for a in n.all_input_nodes)
+    return bool(inputs) and all(a.op == "placeholder" for a in inputs) and is_view(n)
 
 
 def fake_mode_of(*graphs: fx.Graph):

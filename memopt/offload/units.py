@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import torch.fx as fx
 
 from memopt import _torch_compat as compat
+from memopt.facts import storage_root
 from memopt.offload import ops
-from memopt.offload.fx_helpers import is_static, nbytes_hint, same_layout, storage_root
+from memopt.offload.fx_helpers import is_static, nbytes_hint, same_layout
 from memopt.offload.slots import Slots
 from memopt.offload.sync import Schedule
 

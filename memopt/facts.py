@@ -1,0 +1,308 @@
+"""Graph facts: the one place that says what a node of an FX graph is.
+
+Every pass, the planner's problem builder, the offload rewrite and the CLI read these answers
+instead of keeping their own tables:
+
+==========================  ===========================================================
+fact                        function
+==========================  ===========================================================
+op class                    :func:`op_class` (view, matmul, attention, convolution,
+                            random, collective, cast, norm, softmax, gather, constant,
+                            pointwise, other)
+aliasing                    :func:`is_view`, :func:`aliased_input`, :func:`storage_root`,
+                            :func:`alias_users`
+matmul operands             :data:`MATMUL_OPERANDS`, :func:`is_matmul`
+size in bytes               :func:`nbytes_expr` (symbolic), :func:`nbytes` (at the
+                            compile's sizes, or ``None``: unknown, never 0)
+layer                       ``node.meta[LAYER]`` written once per graph by
+                            ``passes/detect_layers.py``; :func:`layer_starts` (where each
+                            layer begins), :func:`saved_layer` (the layer a saved tensor
+                            is offloaded with)
+==========================  ===========================================================
+
+Aliasing follows views (by op name) and ops whose schema returns an alias of an input
+(``Tensor(a)``: ``detach``, in-place ops, memopt's ``wait``).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable, Sequence
+
+import sympy
+import torch
+import torch.fx
+
+from memopt import _torch_compat as compat
+from memopt import meta_keys as mk
+
+#: Ops that return a view of their first input (no new memory).
+VIEW_OPS = frozenset(
+    {
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "permute",
+        "transpose",
+        "t",
+        "expand",
+        "squeeze",
+        "unsqueeze",
+        "slice",
+        "select",
+        "alias",
+        "as_strided",
+        "unfold",
+        "diagonal",
+        "view_as",
+        "split",
+        "unbind",
+        "chunk",
+        "narrow",
+        "_reshape_alias",
+        "view_as_real",
+        "view_as_complex",
+    }
+)
+
+#: Matmul ops and the argument indices of their two operands.
+MATMUL_OPERANDS = {
+    "mm": (0, 1),
+    "addmm": (1, 2),
+    "bmm": (0, 1),
+    "baddbmm": (1, 2),
+    "matmul": (0, 1),
+    "_scaled_mm": (0, 1),
+}
+_CAST = frozenset({"convert_element_type", "_to_copy"})
+_GATHER = frozenset(
+    {"gather", "index", "index_select", "embedding", "where", "masked_fill", "cat", "stack"}
+    | {"constant_pad_nd"}
+)
+_CONSTANT = frozenset({"full", "scalar_tensor", "arange", "iota", "zeros", "ones", "empty"})
+_NORM = frozenset(
+    {"native_layer_norm", "layer_norm", "rms_norm", "_fused_rms_norm", "native_group_norm"}
+    | {"group_norm", "native_batch_norm", "_native_batch_norm_legit_functional"}
+)
+_SOFTMAX = frozenset({"_softmax", "softmax", "_log_softmax", "log_softmax", "_safe_softmax"})
+_NORM_MODULE_SUFFIXES = ("RMSNorm", "LayerNorm", "Norm")
+_COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "c10d_functional", "c10d"})
+
+
+def packet(target: object) -> str:
+    """The overload packet name of an op (``aten.mm.default`` -> ``mm``)."""
+    return getattr(target, "__name__", str(target)).split(".")[0]
+
+
+def tensor_val(node: object) -> torch.Tensor | None:
+    """The (fake) tensor a node produces, or None (SymInts, tuples, no metadata)."""
+    if not isinstance(node, torch.fx.Node):
+        return None
+    v = node.meta.get(mk.TORCH_VAL)
+    return v if isinstance(v, torch.Tensor) else None
+
+
+# --- aliasing -------------------------------------------------------------------------------
+
+
+def is_view(node: torch.fx.Node) -> bool:
+    """Whether a node returns a view of its first input (an output of a multi-output view op,
+    such as ``split`` + ``getitem``, included)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        src = node.args[0]
+        return isinstance(src, torch.fx.Node) and is_view(src)
+    return packet(node.target) in VIEW_OPS
+
+
+def aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The input whose memory ``node``'s output aliases: views, and ops whose schema returns
+    ``Tensor(a)``; None when the output owns new memory."""
+    if node.op != "call_function" or not (is_view(node) or compat.op_returns_alias(node.target)):
+        return None
+    src = node.args[0] if node.args else None
+    return src if isinstance(src, torch.fx.Node) else None
+
+
+def storage_root(node: torch.fx.Node) -> torch.fx.Node:
+    """The node that owns the memory ``node`` aliases (itself when it owns new memory)."""
+    for _ in range(256):
+        src = aliased_input(node)
+        if src is None:
+            break
+        node = src
+    return node
+
+
+def alias_users(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """Every user of ``node`` and, through views of the same storage, of its aliases."""
+    out, stack, seen = [], list(node.users), set()
+    root = storage_root(node)
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        out.append(u)
+        if aliased_input(u) is not None and storage_root(u) is root:
+            stack.extend(u.users)
+    return out
+
+
+# --- op classes -----------------------------------------------------------------------------
+
+
+def is_matmul(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and packet(node.target) in MATMUL_OPERANDS
+
+
+def is_collective(node: torch.fx.Node) -> bool:
+    return getattr(node.target, "namespace", None) in _COLLECTIVE_NAMESPACES
+
+
+def _in_norm_module(node: torch.fx.Node) -> bool:
+    stack = node.meta.get(mk.TORCH_MODULE_STACK)
+    if not stack:
+        return False
+    _path, cls = list(stack.values())[-1]
+    name = cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
+    return name.rstrip("'>").endswith(_NORM_MODULE_SUFFIXES)
+
+
+def op_class(node: torch.fx.Node) -> str:
+    """One of: view, pointwise, cast, gather, constant, matmul, norm, softmax, attention,
+    convolution, random, collective, other."""
+    t = node.target
+    if t is operator.getitem and node.args and isinstance(node.args[0], torch.fx.Node):
+        return op_class(node.args[0])  # an output of a multi-output op is that op's class
+    name = packet(t)
+    if "attention" in name:  # SDPA kernels carry the random tag for their dropout argument
+        return "attention"
+    if is_collective(node):
+        return "collective"
+    if compat.is_random_op(t):
+        return "random"
+    if is_view(node):
+        return "view"
+    orig = node.meta.get(mk.TORCH_ORIGINAL_ATEN)
+    orig_name = packet(orig) if orig is not None else name
+    if name in _CAST:
+        return "cast"
+    if name in MATMUL_OPERANDS:
+        return "matmul"
+    if name.startswith("convolution"):
+        return "convolution"
+    if orig_name in _NORM:
+        return "norm"
+    if orig_name in _SOFTMAX:
+        return "softmax"
+    if name in _GATHER:
+        return "gather"
+    if name in _CONSTANT:
+        return "constant"
+    if torch.Tag.pointwise in getattr(t, "tags", ()):
+        return "pointwise"
+    if _in_norm_module(node) and name in ("mean", "sum", "var_mean", "var", "amax"):
+        return "norm"
+    return "other"
+
+
+def is_widening_cast(node: torch.fx.Node) -> bool:
+    """A cast to a wider dtype (its smaller input can be saved instead of its output)."""
+    if op_class(node) != "cast" or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    out, inp = tensor_val(node), tensor_val(node.args[0])
+    return out is not None and inp is not None and out.element_size() > inp.element_size()
+
+
+# --- sizes ----------------------------------------------------------------------------------
+
+
+def nbytes_expr(val: object) -> sympy.Expr:
+    """Symbolic bytes of a tensor (or the sum over a tuple of tensors); 0 for non-tensors."""
+    if isinstance(val, torch.Tensor):
+        return compat.sym_expr(val.numel()) * val.element_size()
+    if isinstance(val, tuple | list):
+        return sum((nbytes_expr(v) for v in val), sympy.Integer(0))
+    return sympy.Integer(0)
+
+
+def nbytes(val: object, value: Callable[[sympy.Expr], int | None]) -> int | None:
+    """Bytes at the compile's sizes (``value`` evaluates an expression), or None when a size
+    cannot be evaluated (data-dependent shapes): unknown, never 0."""
+    expr = nbytes_expr(val)
+    if isinstance(expr, sympy.Integer):
+        return int(expr)
+    v = value(expr)
+    return None if v is None else int(v)
+
+
+def dim_value(x: object, value: Callable[[sympy.Expr], int | None]) -> int | None:
+    """An int dimension, or a SymInt's value at the compile's sizes (None: unknown)."""
+    if isinstance(x, torch.SymInt):
+        v = value(x.node.expr)
+        return None if v is None else int(v)
+    return int(x)  # type: ignore[arg-type]
+
+
+# --- layers ---------------------------------------------------------------------------------
+
+
+def layer_of(node: torch.fx.Node) -> int | None:
+    """The node's layer (tagged by ``detect_layers_pass``), or None outside the layers."""
+    return node.meta.get(mk.LAYER)
+
+
+def _starts_layer(n: torch.fx.Node) -> bool:
+    """A node that can mark where a layer's computation begins: computed work, not a view of
+    a graph input (weight transposes can sit anywhere) and not an op memopt inserted."""
+    if n.op != "call_function" or tensor_val(n) is None:
+        return False
+    if getattr(n.target, "namespace", None) == "memopt":
+        return False
+    inputs = n.all_input_nodes
+    return not (inputs and all(a.op == "placeholder" for a in inputs) and is_view(n))
+
+
+def layer_starts(nodes: Sequence[torch.fx.Node], *, forward: bool) -> dict[int, int]:
+    """Index in ``nodes`` where each layer's region begins, in execution order (forward:
+    0, 1, ...; backward: n-1, ..., 0): the first work node of the layer after the previous
+    layer's start. A few ops of a layer can sit elsewhere (in the backward, ops tagged with
+    the bottom layer run early); taking each layer's very first op would make the starts
+    non-monotonic. The planner's offload windows and the offload rewrite's sync points both
+    come from here."""
+    tags = {layer_of(n) for n in nodes}
+    order = sorted((t for t in tags if isinstance(t, int)), reverse=not forward)
+    starts: dict[int, int] = {}
+    floor = -1
+    for lay in order:
+        first = next(
+            (
+                i
+                for i, n in enumerate(nodes)
+                if i > floor and layer_of(n) == lay and _starts_layer(n)
+            ),
+            None,
+        )
+        if first is not None:
+            starts[lay] = first
+            floor = first
+    return starts
+
+
+def saved_layer(
+    bw_node: torch.fx.Node, fw_node: torch.fx.Node, bw_pos: dict[torch.fx.Node, int]
+) -> int | None:
+    """The layer a saved tensor is offloaded with: the layer of its first backward user that
+    has one (the backward that needs it first), else the layer of its forward producer."""
+    for user in sorted(bw_node.users, key=bw_pos.__getitem__):
+        if layer_of(user) is not None:
+            return layer_of(user)
+    return layer_of(fw_node)
+
+
+def first_user(nodes: Iterable[torch.fx.Node], pos: dict[torch.fx.Node, int]):
+    """The earliest user (by ``pos``) of any of ``nodes``, or None."""
+    users = [u for n in nodes for u in n.users if u in pos]
+    return min(users, key=pos.__getitem__, default=None)
