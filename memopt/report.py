@@ -44,39 +44,7 @@ class RegionReport:
     @staticmethod
     def from_pipeline(index: int, result: Any) -> RegionReport:
         sym: SymbolTable = result.symbols
-        notes_by_cluster: dict[str, str] = {}
-        for c in result.candidates:
-            if c.cluster_id and c.note:
-                notes_by_cluster[c.cluster_id] = c.note
-        off = getattr(result, "offload", None)
-        offloaded_saving: dict[str, sympy.Expr] = {}
-        if off is not None:
-            moved = {n for t in off.offloaded for n in (t.source, *t.saved)}
-            for c in result.candidates:
-                if moved & {c.root, *c.members}:
-                    cid = c.cluster_id or saved_id(c.root)
-                    offloaded_saving[cid] = offloaded_saving.get(cid, sympy.Integer(0)) + c.nbytes
-        clusters = []
-        for d in result.plan.clusters:
-            shown = d.strategy if d.enabled else d.default_strategy
-            saving = d.saving if d.enabled else d.potential
-            if d.strategy == Strategy.OFFLOAD:
-                saving = offloaded_saving.get(d.cluster_id, sympy.Integer(0))
-            clusters.append(
-                {
-                    "cluster_id": d.cluster_id,
-                    "strategy": int(shown),
-                    "count": d.count if d.enabled else -1,
-                    "freq": d.freq,
-                    "enabled": d.enabled,
-                    "source": d.source,
-                    "available": [int(s) for s in d.available],
-                    "saving_bytes": sym.evaluate(saving),
-                    "saving_symbolic": _expr_str(saving),
-                    "note": notes_by_cluster.get(d.cluster_id),
-                    "skipped": d.skipped,
-                }
-            )
+        clusters = _cluster_rows(result, sym)
         excluded = [
             {
                 "root": c.root,
@@ -358,3 +326,41 @@ class Report:
 
             lines.append(format_placement(self.placement))
         return lines
+
+
+def _cluster_rows(result: Any, sym: SymbolTable) -> list[dict[str, Any]]:
+    """One report row per cluster of the region's Plan (offloaded bytes as moved)."""
+    notes_by_cluster: dict[str, str] = {}
+    for c in result.candidates:
+        if c.cluster_id and c.note:
+            notes_by_cluster[c.cluster_id] = c.note
+    off = getattr(result, "offload", None)
+    offloaded_saving: dict[str, sympy.Expr] = {}
+    if off is not None:
+        moved = {n for t in off.offloaded for n in (t.source, *t.saved)}
+        for c in result.candidates:
+            if moved & {c.root, *c.members}:
+                cid = c.cluster_id or saved_id(c.root)
+                offloaded_saving[cid] = offloaded_saving.get(cid, sympy.Integer(0)) + c.nbytes
+    clusters = []
+    for d in result.plan.clusters:
+        shown = d.strategy if d.enabled else d.default_strategy
+        saving = d.saving if d.enabled else d.potential
+        if d.strategy == Strategy.OFFLOAD:
+            saving = offloaded_saving.get(d.cluster_id, sympy.Integer(0))
+        clusters.append(
+            {
+                "cluster_id": d.cluster_id,
+                "strategy": int(shown),
+                "count": d.count if d.enabled else -1,
+                "freq": d.freq,
+                "enabled": d.enabled,
+                "source": d.source,
+                "available": [int(s) for s in d.available],
+                "saving_bytes": sym.evaluate(saving),
+                "saving_symbolic": _expr_str(saving),
+                "note": notes_by_cluster.get(d.cluster_id),
+                "skipped": d.skipped,
+            }
+        )
+    return clusters

@@ -187,3 +187,20 @@ def test_saved_ids_name_tensors_without_a_cluster():
     # a clustered tensor has no Saved_ id
     d = decide(cands, level=0, plans=[PlanSpec("Saved_g0+", Strategy.OFFLOAD, -1)])
     assert d.per_root == {} and d.unknown_plans == ("Saved_g0+:3:-1",)
+
+
+def test_recompute_reads_name_the_candidates_a_recompute_reads():
+    # what the planner needs to know decide's chain rule: b's recompute reads a (through
+    # a's tensor), c reads b's view and a; x is a graph input, no candidate's
+    from memopt.passes.build_planning_problem import recompute_reads
+
+    cands = [
+        _cand("a", "A+", 0, 10, ["x"]),
+        _cand("b", "B+", 0, 10, ["a"], members=("b", "bv")),
+        _cand("c", "C+", 0, 10, ["bv", "a", "c"]),
+    ]
+    assert recompute_reads(cands) == {
+        "a": {Strategy.RECOMPUTE: ()},
+        "b": {Strategy.RECOMPUTE: ("a",)},
+        "c": {Strategy.RECOMPUTE: ("a", "b")},
+    }

@@ -116,6 +116,33 @@ def _names(symbols: dict[str, int], bt: int, st: int) -> dict[str, str]:
     return names
 
 
+def _regions_at_full_depth(i, traces, depths, source, names, values):
+    """Config ``i``'s region reports and peak profile at the model's full depth: traced
+    there, or extrapolated from the two traced depths."""
+    per_depth = [list(t.runs[i]) for t in traces]
+    regions = [[finish_region(r.report, names, values) for r in d] for d in per_depth]
+    profiles = [
+        combine_regions([rename_profile(r.profile, names) for r in d], values) for d in per_depth
+    ]
+    if len(traces) == 2:
+        if len(regions[0]) != len(regions[1]):
+            raise CliError(
+                f"the model compiles to {len(regions[0])} and {len(regions[1])} graphs at "
+                f"depths {depths[0]} and {depths[1]}; use --depth full",
+                EXIT_TRACE,
+            )
+        steps = source.num_layers - depths[1]
+        region_list = [
+            extrapolate_region(a, b, steps, values) for a, b in zip(regions[0], regions[1])
+        ]
+        profile = extrapolate_profile(profiles[0], profiles[1], steps)
+    else:
+        region_list, profile = regions[0], profiles[0]
+    for k, r in enumerate(region_list):
+        r.index = k
+    return region_list, profile
+
+
 def analyze(
     source: ModelSource,
     request: Request,
@@ -163,28 +190,7 @@ def analyze(
     values.update({"batch": request.batch, "seq": request.seq})
     reports, peaks = [], []
     for i, config in enumerate(configs):
-        per_depth = [[r for r in t.runs[i]] for t in traces]
-        regions = [[finish_region(r.report, names, values) for r in d] for d in per_depth]
-        profiles = [
-            combine_regions([rename_profile(r.profile, names) for r in d], values)
-            for d in per_depth
-        ]
-        if len(traces) == 2:
-            if len(regions[0]) != len(regions[1]):
-                raise CliError(
-                    f"the model compiles to {len(regions[0])} and {len(regions[1])} graphs at "
-                    f"depths {depths[0]} and {depths[1]}; use --depth full",
-                    EXIT_TRACE,
-                )
-            steps = source.num_layers - depths[1]
-            region_list = [
-                extrapolate_region(a, b, steps, values) for a, b in zip(regions[0], regions[1])
-            ]
-            profile = extrapolate_profile(profiles[0], profiles[1], steps)
-        else:
-            region_list, profile = regions[0], profiles[0]
-        for k, r in enumerate(region_list):
-            r.index = k
+        region_list, profile = _regions_at_full_depth(i, traces, depths, source, names, values)
         reports.append(Report(config, region_list))
         peaks.append(PeakModel(static, profile))
     return Analysis(

@@ -142,6 +142,79 @@ class _Sweep:
         return PhasePeak(**{k: self.symbols.readable(v) for k, v in sums.items()})
 
 
+class _Positions:
+    """Positions of a partitioned step's kernels: forward ops, then backward ops, then the
+    optimizer step; read points with fusion (:class:`memopt.memory_rules.ReadPoints`)."""
+
+    def __init__(self, fw: torch.fx.GraphModule, bw: torch.fx.GraphModule):
+        self.fw_ops = [n for n in fw.graph.nodes if n.op == "call_function"]
+        self.bw_ops = [n for n in bw.graph.nodes if n.op == "call_function"]
+        self.nf = len(self.fw_ops)
+        self.end = self.nf + len(self.bw_ops)  # the optimizer step
+        self.fpos = {n: i for i, n in enumerate(self.fw_ops)}
+        self.bpos = {n: self.nf + i for i, n in enumerate(self.bw_ops)}
+        self.fread, self.bread = ReadPoints(self.fpos), ReadPoints(self.bpos)
+        self.bw_inputs = {n.name: n for n in bw.graph.nodes if n.op == "placeholder"}
+
+    def last_bw_use(self, names: list[str]) -> int | None:
+        uses = [
+            self.bread.at(u)
+            for name in names
+            if name in self.bw_inputs
+            for u in _alias_users(self.bw_inputs[name])
+        ]
+        uses = [u for u in uses if isinstance(u, int)]
+        return max(uses) if uses else None
+
+
+def _sweep_forward(fw, bw, num_fwd_outputs, at: _Positions, sweep, device) -> sympy.Expr:
+    """Forward values: saved activations live to their last backward use; returns their bytes."""
+    fw_out = fw.graph.output_node().args[0]
+    saved_names = {n.name for n in fw_out[num_fwd_outputs:] if isinstance(n, torch.fx.Node)}
+    user_outs = {_root(n) for n in fw_out[:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
+    saved = sympy.Integer(0)
+    for n in at.fw_ops:
+        if not _owns(n, device):
+            continue
+        users = _alias_users(n)
+        aliases = [n] + [u for u in users if _aliased_input(u) is not None and _root(u) is n]
+        last = at.fread.last(users, at.fpos[n])
+        saved_here = [a.name for a in aliases if a.name in saved_names]
+        if saved_here:
+            bw_last = at.last_bw_use(saved_here)
+            end = bw_last if bw_last is not None else at.nf
+            sweep.add(at.fpos[n], end, "activations", n.meta["val"])
+            saved += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
+        elif n in user_outs or any(u.op == "output" for u in users):
+            sweep.add(at.fpos[n], at.nf - 1, "temporaries", n.meta["val"])
+        elif _must_exist(n, users):
+            sweep.add(_start(n, at.fpos), last, "temporaries", n.meta["val"])
+    for p in bw.graph.nodes:  # tangents (incoming gradients of the forward's outputs)
+        if p.op == "placeholder" and p.name not in saved_names and _is_tensor(p):
+            if device is not None and p.meta[mk.TORCH_VAL].device.type != device:
+                continue
+            last = at.last_bw_use([p.name])
+            sweep.add(at.nf, last if last is not None else at.nf, "temporaries", p.meta["val"])
+    return saved
+
+
+def _sweep_backward(bw, at: _Positions, sweep, device) -> sympy.Expr:
+    """Backward values: gradients live to the optimizer step; returns their bytes."""
+    bw_out = bw.graph.output_node()
+    grads = sympy.Integer(0)
+    for n in at.bw_ops:
+        if not _owns(n, device):
+            continue
+        users = _alias_users(n)
+        if any(u is bw_out for u in users):
+            sweep.add(at.bpos[n], at.end, "gradients", n.meta["val"])
+            grads += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
+        elif _must_exist(n, users):
+            last = at.bread.last(users, at.bpos[n])
+            sweep.add(_start(n, at.bpos), last, "temporaries", n.meta["val"])
+    return grads
+
+
 def step_profile(
     fw: torch.fx.GraphModule,
     bw: torch.fx.GraphModule,
@@ -157,66 +230,12 @@ def step_profile(
     (Inductor's ``static_lifetime_input_indices``); the other inputs count as ``inputs``.
     ``device``: the traced device type; tensors elsewhere are not counted. ``pad_matmuls``:
     charge the padded operand copies Inductor makes for unaligned matmuls on CUDA."""
-    fw_ops = [n for n in fw.graph.nodes if n.op == "call_function"]
-    bw_ops = [n for n in bw.graph.nodes if n.op == "call_function"]
-    nf, nb = len(fw_ops), len(bw_ops)
-    end = nf + nb  # the optimizer step
-    fpos = {n: i for i, n in enumerate(fw_ops)}
-    bpos = {n: nf + i for i, n in enumerate(bw_ops)}
-    fw_out = fw.graph.output_node().args[0]
-    saved_names = {n.name for n in fw_out[num_fwd_outputs:] if isinstance(n, torch.fx.Node)}
-    user_outs = {_root(n) for n in fw_out[:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
-    bw_by_name = {n.name: n for n in bw.graph.nodes if n.op == "placeholder"}
-    bw_out = bw.graph.output_node()
-
-    fread, bread = ReadPoints(fpos), ReadPoints(bpos)
-
-    def last_bw_use(names: list[str]) -> int | None:
-        uses = [
-            bread.at(u)
-            for name in names
-            if name in bw_by_name
-            for u in _alias_users(bw_by_name[name])
-        ]
-        uses = [u for u in uses if isinstance(u, int)]
-        return max(uses) if uses else None
-
+    at = _Positions(fw, bw)
     sweep = _Sweep(symbols)
-    saved = sympy.Integer(0)
-    for n in fw_ops:
-        if not _owns(n, device):
-            continue
-        users = _alias_users(n)
-        aliases = [n] + [u for u in users if _aliased_input(u) is not None and _root(u) is n]
-        last = fread.last(users, fpos[n])
-        saved_here = [a.name for a in aliases if a.name in saved_names]
-        if saved_here:
-            bw_last = last_bw_use(saved_here)
-            sweep.add(fpos[n], bw_last if bw_last is not None else nf, "activations", n.meta["val"])
-            saved += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
-        elif n in user_outs or any(u.op == "output" for u in users):
-            sweep.add(fpos[n], nf - 1, "temporaries", n.meta["val"])
-        elif _must_exist(n, users):
-            sweep.add(_start(n, fpos), last, "temporaries", n.meta["val"])
-    for p in bw.graph.nodes:  # tangents (incoming gradients of the forward's outputs)
-        if p.op == "placeholder" and p.name not in saved_names and _is_tensor(p):
-            if device is not None and p.meta[mk.TORCH_VAL].device.type != device:
-                continue
-            last = last_bw_use([p.name])
-            sweep.add(nf, last if last is not None else nf, "temporaries", p.meta["val"])
-    grads = sympy.Integer(0)
-    for n in bw_ops:
-        if not _owns(n, device):
-            continue
-        users = _alias_users(n)
-        if any(u is bw_out for u in users):
-            sweep.add(bpos[n], end, "gradients", n.meta["val"])
-            grads += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
-        elif _must_exist(n, users):
-            last = bread.last(users, bpos[n])
-            sweep.add(_start(n, bpos), last, "temporaries", n.meta["val"])
+    saved = _sweep_forward(fw, bw, num_fwd_outputs, at, sweep, device)
+    grads = _sweep_backward(bw, at, sweep, device)
     if pad_matmuls:
-        for ops, pos in ((fw_ops, fpos), (bw_ops, bpos)):
+        for ops, pos in ((at.fw_ops, at.fpos), (at.bw_ops, at.bpos)):
             for operand, factor, first, last in padded_copies(ops, pos):
                 sweep.add_scaled(first, last, "temporaries", operand.meta["val"], factor)
     static = set(static_input_indices)
@@ -229,7 +248,8 @@ def step_profile(
         ),
         sympy.Integer(0),
     )
-    top_end, bottom_start = _layer_bounds(bw_ops)
+    nf, end = at.nf, at.end
+    top_end, bottom_start = _layer_bounds(at.bw_ops)
     phases = {
         "forward": sweep.peak(0, max(nf - 1, 0)),
         "backward_start": sweep.peak(nf, max(nf + bottom_start - 1, nf)),
