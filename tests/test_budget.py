@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import torch
@@ -42,7 +43,7 @@ def test_infeasible_budget_warns_with_smallest_peak(caplog):
     assert not memopt.report(opt).regions[0].extra["planner"]["feasible"]
 
 
-def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch):
+def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch, tmp_path):
     # With H100 rates, a tight budget on a Llama makes the planner offload: the saved tensors
     # it chose (its Saved_<name>+ ids included) go to the host on the sync dict it planned.
     import dataclasses
@@ -76,16 +77,18 @@ def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch):
     assert before > after  # recompute plus offload: the measured saved bytes fall
     # Frozen: the plan strings (Saved_<name>+ ids included) and the sync dict reproduce the
     # plan without the solver: the same tensors offloaded, the same saved bytes.
-    sync = {int(k): tuple(v) for k, v in planner["sync"].items()}
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(rep.frozen_plan()))
     torch._dynamo.reset()
-    frozen = memopt.optimize(
-        model, config=planner["plan_strings"], sync=sync, offload_min_bytes=0, strict=True
-    )
+    frozen = memopt.optimize(model, config=str(plan_file), offload_min_bytes=0, strict=True)
     _, _, after_frozen = run_step(model, frozen, {"input_ids": ids, "labels": ids})
     off_frozen = memopt.report(frozen).regions[0].extra["offload"]
     assert {t["source"] for t in off_frozen["offloaded"]} == sources
     assert off_frozen["bytes_per_layer"] == off["bytes_per_layer"]
     assert after_frozen == after
+    # the frozen plan file is the same Plan: same plan strings, same sync dict
+    assert memopt.report(frozen).frozen_plan() == rep.frozen_plan()
+    assert rep.frozen_plan()["sync"] == planner["sync"]
 
 
 def test_planner_peak_is_the_applied_plans_peak(monkeypatch):
