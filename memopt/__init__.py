@@ -12,12 +12,13 @@ from memopt._version import __version__
 from memopt.api import MemoptBackend, optimize, param_offload_handle, report
 from memopt.config import MemoptConfig, resolve_config
 from memopt.errors import ConfigError, PlanError
-from memopt.params import CPUAdamW
+from memopt.params import CPUAdamW, HostAdamW
 from memopt.plan import PlanSpec, Strategy, parse_plan, parse_plans
 from memopt.report import Report
 
 __all__ = [
     "CPUAdamW",
+    "HostAdamW",
     "ConfigError",
     "MemoptBackend",
     "MemoptConfig",

@@ -67,13 +67,16 @@ def optimize(
     arguments that are memopt settings (see :class:`memopt.config.MemoptConfig`) are applied;
     the rest go to ``torch.compile`` (``mode=``, ``fullgraph=`` ...).
 
-    ``param_offload=f`` streams that fraction of the layers' parameter bytes from pinned host
-    memory (``device`` is the GPU to stream to; by default the model's); train such a model
-    with ``memopt.CPUAdamW(model.parameters(), param_offload=memopt.param_offload_handle(model))``.
+    ``param_offload=f`` keeps that share of the parameter bytes on the host through FSDP2
+    (docs/params.md): each layer is ``fully_shard``-ed with a host or device offload policy (a
+    model already sharded keeps its groups; a world-size-1 process group is created when none
+    exists, its backend from ``device``; ``mp_policy=`` goes to ``fully_shard``). Train with
+    ``memopt.HostAdamW(model.parameters(), offload=memopt.param_offload_handle(model))``.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"memopt.optimize expects a torch.nn.Module, got {type(model).__name__}")
     settings = {k: kwargs.pop(k) for k in list(kwargs) if k in _SETTING_NAMES}
+    mp_policy = kwargs.pop("mp_policy", None)  # FSDP2's, for param_offload
     _check_compile_kwargs(kwargs)
     cfg = resolve_config(
         level=level,
@@ -85,10 +88,14 @@ def optimize(
     )
     state = MemoptState(cfg)
     if cfg.param_offload:
-        from memopt.params import apply_param_offload
+        from memopt.params import offload_parameters
 
-        state.param_handle = apply_param_offload(
-            model, cfg.param_offload, layers_prefix=cfg.layers, device=device
+        state.param_handle = offload_parameters(
+            model,
+            cfg.param_offload,
+            layers_prefix=cfg.layers,
+            device=device,
+            mp_policy=mp_policy,
         )
     compiled = torch.compile(model, backend=MemoptBackend(cfg, state), dynamic=dynamic, **kwargs)
     _STATES[compiled] = state
@@ -136,7 +143,7 @@ def param_offload_handle(model: torch.nn.Module):
 def report(model: torch.nn.Module | None = None, *, optimizer: Any = None) -> Report:
     """The plan report of a model returned by :func:`optimize` (or, with no model or a model
     compiled with ``backend="memopt"``, of the environment-configured backend). Pass the
-    ``memopt.CPUAdamW`` optimizer to add its state placement to the report."""
+    ``memopt.HostAdamW`` / ``memopt.CPUAdamW`` optimizer to add its state placement."""
     state = _STATES.get(model) if model is not None else None
     if state is None:
         if model is not None and not _BACKEND_STATE:

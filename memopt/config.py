@@ -67,8 +67,8 @@ class MemoptConfig:
     """Memory budget: a fraction (0, 1] of the baseline saved-activation bytes, or bytes."""
 
     param_offload: float | None = None
-    """Fraction in [0, 1) of the layers' parameter bytes kept in pinned host memory and
-    streamed through a GPU ring of slots (see docs/params.md)."""
+    """Share in [0, 1] of the parameter bytes whose FSDP2 shards live on the host (layer
+    groups first, spread over the depth; see docs/params.md)."""
 
     debug: bool = False
     """Log each pass's time and node-count change."""
@@ -297,8 +297,8 @@ def resolve_config(
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{name}={v!r} must be an int >= 0")
         elif name == "param_offload":
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1:
-                raise ConfigError(f"param_offload={v!r} must be a number in [0, 1)")
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+                raise ConfigError(f"param_offload={v!r} must be a number in [0, 1]")
         elif name == "layers" and not isinstance(v, str):
             raise ConfigError(f"layers={v!r} must be a module-path prefix string")
         values[name] = v

@@ -37,7 +37,7 @@ class MemoptState:
         self._lock = threading.Lock()
         self._pending_key: str | None = None
         self._ran = False
-        self.param_handle: Any = None  # memopt.params.ParamOffloadHandle when param_offload
+        self.param_handle: Any = None  # memopt.params.FsdpOffload when param_offload
 
     def known_cluster_ids(self) -> set[str]:
         return {c["cluster_id"] for r in self.regions for c in r.clusters}

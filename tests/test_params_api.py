@@ -1,4 +1,5 @@
-"""memopt.optimize(model, param_offload=f) + memopt.CPUAdamW through the public entry point."""
+"""memopt.optimize(model, param_offload=f) + memopt.HostAdamW through the public entry point
+(FSDP2 at world size 1 on the CPU: memopt creates the process group; the test removes it)."""
 
 from __future__ import annotations
 
@@ -6,40 +7,49 @@ import copy
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import memopt
 from tests.helpers import tiny_llama
 
 
-def test_optimize_param_offload_trains_like_adamw_and_reports_placement():
+@pytest.fixture
+def no_process_group():
+    assert not dist.is_initialized()
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_optimize_fsdp_param_offload_trains_like_adamw_and_reports_placement(no_process_group):
     torch.manual_seed(0)
     ref = tiny_llama(num_hidden_layers=4)
     model = copy.deepcopy(ref)
     ids = torch.randint(1, 128, (2, 12))
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, fused=True)
-    opt_model = memopt.optimize(model, param_offload=0.5)
-    handle = memopt.param_offload_handle(opt_model)
-    assert handle is not None and handle is memopt.param_offload_handle(model)
-    opt = memopt.CPUAdamW(model.parameters(), lr=1e-2, param_offload=handle)
+    opt_model = memopt.optimize(model, param_offload=0.5, device="cpu")
+    rec = memopt.param_offload_handle(opt_model)
+    assert rec is memopt.param_offload_handle(model) and dist.get_world_size() == 1
+    # 4 layers of 147,968 B and a 65,792 B root: 3 layers reach half of 657,664 B.
+    assert rec.plan.on_host == (True, True, True, False, False)
+    assert rec.plan.host_bytes == 443_904
+    opt = memopt.HostAdamW(model.parameters(), lr=1e-2, offload=rec)
     for _ in range(2):
         ref_opt.zero_grad()
-        ref(input_ids=ids, labels=ids).loss.backward()
+        want = ref(input_ids=ids, labels=ids).loss
+        want.backward()
         ref_opt.step()
         opt.zero_grad()
         loss = opt_model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
-    with torch.no_grad():
-        torch.testing.assert_close(
-            opt_model(input_ids=ids, labels=ids).loss, ref(input_ids=ids, labels=ids).loss
-        )
+        torch.testing.assert_close(loss, want, rtol=1e-6, atol=1e-6)
     rep = memopt.report(opt_model, optimizer=opt)
     rows = rep.to_dict()["placement"]
-    streamed = [r for r in rows if r.get("where") == "cpu" and r.get("kind") != "optimizer"]
-    assert streamed, rows
+    assert [r["name"] for r in rows if r.get("host")] == [f"model.layers.{i}" for i in range(3)]
     assert "total MiB:" in rep.table()
 
 
 def test_param_offload_fraction_validated():
-    with pytest.raises(memopt.ConfigError, match=r"param_offload=1.5 must be a number in \[0, 1\)"):
+    with pytest.raises(memopt.ConfigError, match=r"param_offload=1.5 must be a number in \[0, 1\]"):
         memopt.optimize(tiny_llama(), param_offload=1.5)

@@ -1,12 +1,12 @@
 """``CPUAdamW``: AdamW whose fp32 master weights, ``exp_avg`` and ``exp_avg_sq`` live on the host.
 
-Data flow per parameter ``p`` (device or streamed)::
+Data flow per parameter ``p`` (it stays on the device; for parameters that live on the host use
+FSDP2 offload and :class:`memopt.params.HostAdamW`)::
 
     backward: p.grad (device) --D2H, side stream--> pinned staging --worker--> fp32 grad flat
               p.grad = None                        (device gradient freed as soon as it is copied)
     step():   fused AdamW kernel over flat chunks  (vectorized; ``threads`` chunks at a time)
               master --cast--> p (H2D, side stream; compute waits before the next forward)
-                            or the streamed layer's host copy (loaded by the next forward)
 
 Gradients accumulate in the fp32 flat across backward calls until :meth:`zero_grad`, so gradient
 accumulation works unchanged. With ``fused_backward=True`` a parameter is updated on the worker
@@ -37,7 +37,6 @@ class _P:
     group: int
     offset: int
     numel: int
-    host: torch.Tensor | None  # the streamed layer's host copy, if any
     staging: torch.Tensor | None = None  # pinned grad buffer for D2H
     wstage: torch.Tensor | None = None  # pinned cast buffer for H2D write-back
     step: int = 0
@@ -50,9 +49,8 @@ class _P:
 class CPUAdamW(torch.optim.Optimizer):
     """AdamW with host-resident fp32 master weights and moments (ZeRO-Offload style).
 
-    Args beyond torch.optim.AdamW's: ``param_offload`` (a handle from
-    :func:`memopt.params.apply_param_offload`; streamed parameters are updated in their host
-    copies), ``fused_backward`` and ``accumulation_steps`` (update inside backward),
+    Args beyond torch.optim.AdamW's: ``fused_backward`` and ``accumulation_steps`` (update
+    inside backward),
     ``chunk_numel`` (elements per kernel call / NVMe I/O), ``threads`` (chunks updated at once;
     each call is already multi-threaded by ATen, so 1 is usually best), ``nvme_dir``.
     """
@@ -66,7 +64,6 @@ class CPUAdamW(torch.optim.Optimizer):
         weight_decay: float = 1e-2,
         *,
         maximize: bool = False,
-        param_offload=None,
         fused_backward: bool = False,
         accumulation_steps: int = 1,
         chunk_numel: int = 1 << 22,
@@ -86,7 +83,6 @@ class CPUAdamW(torch.optim.Optimizer):
             )
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize)
         super().__init__(params, defaults)
-        self.handle = param_offload
         self.fused_backward = fused_backward
         self.accumulation_steps = accumulation_steps
         self.nvme_dir = nvme_dir
@@ -94,13 +90,10 @@ class CPUAdamW(torch.optim.Optimizer):
         self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="memopt-adamw")
         self._threads = max(1, threads)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="memopt-grad")
-        self._cuda = any(p.is_cuda for g in self.param_groups for p in g["params"]) or bool(
-            param_offload is not None and param_offload.cuda
-        )
+        self._cuda = any(p.is_cuda for g in self.param_groups for p in g["params"])
         self._d2h = torch.cuda.Stream() if self._cuda else None
         self._h2d = torch.cuda.Stream() if self._cuda else None
         self._h2d_done = None
-        self._touched_host = False
         self._infos: dict[int, _P] = {}
         self._flats: list[dict[str, torch.Tensor]] = []
         self._chunks = []
@@ -108,8 +101,6 @@ class CPUAdamW(torch.optim.Optimizer):
         self._hooks = []
         for gi, group in enumerate(self.param_groups):
             self._build_group(gi, group, chunk_numel)
-        if param_offload is not None:
-            param_offload.attach_optimizer(self)
 
     # ---- setup -------------------------------------------------------------------------------
     def _build_group(self, gi: int, group: dict, chunk_numel: int) -> None:
@@ -139,13 +130,11 @@ class CPUAdamW(torch.optim.Optimizer):
                 raise ValueError("a parameter appears in more than one parameter group")
             if not p.is_contiguous():
                 raise ValueError("CPUAdamW needs contiguous parameters")
-            host = self.handle.host_tensor(p) if self.handle is not None else None
-            src = host if host is not None else p.detach()
-            f["master"][off : off + n].copy_(src.reshape(-1))
-            info = _P(p, gi, off, n, host)
+            f["master"][off : off + n].copy_(p.detach().reshape(-1))
+            info = _P(p, gi, off, n)
             if p.is_cuda:
                 info.staging = torch.empty(n, dtype=p.dtype, pin_memory=True)
-                if p.dtype != torch.float32 and host is None:
+                if p.dtype != torch.float32:
                     info.wstage = torch.empty(n, dtype=p.dtype, pin_memory=True)
             self._infos[id(p)] = info
             if p.requires_grad:
@@ -207,13 +196,12 @@ class CPUAdamW(torch.optim.Optimizer):
             f["exp_avg_sq"][s:e],
             info.step,
         )
-        if info.host is not None or not info.param.is_cuda:
+        if not info.param.is_cuda:
             self._write_back(info)  # host memory: safe from the worker thread
         else:
             info.updated = True  # the H2D copy waits for step(), ordered after the backward
         f["grad"][s:e].zero_()
         info.has_grad, info.micro = False, 0
-        self._touched_host = True
 
     def _wait(self) -> None:
         for info in self._infos.values():
@@ -275,9 +263,6 @@ class CPUAdamW(torch.optim.Optimizer):
             self._h2d_done = torch.cuda.Event()
             self._h2d_done.record(self._h2d)
             torch.cuda.current_stream().wait_stream(self._h2d)
-        if self.handle is not None and (touched or self._touched_host):
-            self.handle.mark_host_updated()
-        self._touched_host = False
         return loss
 
     def _step_group(self, gi: int) -> None:
@@ -341,9 +326,7 @@ class CPUAdamW(torch.optim.Optimizer):
     def _write_back(self, info: _P) -> None:
         s, e = info.offset, info.offset + info.numel
         master = self._flats[info.group]["master"][s:e]
-        if info.host is not None:
-            info.host.view(-1).copy_(master)
-        elif info.param.is_cuda:
+        if info.param.is_cuda:
             src = master
             if info.wstage is not None:
                 info.wstage.copy_(master)
@@ -416,8 +399,6 @@ class CPUAdamW(torch.optim.Optimizer):
         load_state(self, state_dict)
         if self._cuda:
             torch.cuda.current_stream().wait_stream(self._h2d)
-        if self.handle is not None:
-            self.handle.mark_host_updated()
 
     def placement_rows(self) -> list[dict]:
         """Report rows: per group, fp32 master + gradient (host) and the moments (host/disk)."""

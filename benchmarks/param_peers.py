@@ -1,0 +1,342 @@
+"""Parameter offload against its peers, each variant in its own process (issue 15's table).
+
+    python3 benchmarks/param_peers.py run --out docs/data/param_peers.json [--size 1b] [--jobs ...]
+    python3 benchmarks/param_peers.py variant --name memopt --bs 2 --seq 512     # one process
+    python3 benchmarks/param_peers.py adamw [--numel 67108864]                   # CPU AdamW speed
+
+Model: Llama-style, random weights (``1b``: 20 layers, hidden 2048, ffn 5632, 16 heads, 4 KV
+heads, vocab 32000 = 1.033 B parameters), bf16 autocast, HF gradient checkpointing. 12 steps,
+s/step is the median of the last 9. Offload variants run with the GPU capped by
+``set_per_process_memory_fraction`` (``--cap-gib``); ``gpu`` runs uncapped. Losses are compared
+with the ``gpu`` variant's. Variants:
+
+* ``gpu``: everything on the GPU, torch AdamW(fused).
+* ``fsdp2``: ``fully_shard`` per layer + root, world size 1, ``CPUOffloadPolicy(pin_memory=True)``,
+  ``MixedPrecisionPolicy(bf16, fp32 reduce)``, torch AdamW(fused) on the CPU shards.
+* ``memopt``: ``memopt.params.shard_with_offload(model, f)`` (same FSDP2 groups and policies)
+  + ``HostAdamW(overlap=True)`` (host updates during backward, and the next forward waits per
+  group); ``memopt-nooverlap`` updates after backward; ``memopt-bf16host`` keeps bf16 host shards
+  with fp32 masters (2 B/param transfers); ``memopt-half`` puts half the bytes on the host.
+* (``streamer``, the old ``apply_param_offload(model, 0.9)`` + ``CPUAdamW``, was measured in
+  docs/data/param_peers_2026-11-24.json and then deleted from memopt.)
+* ``torchao``: ``CPUOffloadOptimizer(offload_gradients=True)`` when torchao imports (uncapped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+GiB = 2**30
+SIZES = {
+    "1b": dict(layers=20, hidden=2048, inter=5632, vocab=32000, heads=16),
+    "tiny": dict(layers=4, hidden=256, inter=688, vocab=1024, heads=4),
+}
+DEFAULT_JOBS = (
+    "memopt:2x512,fsdp2:2x512,gpu:2x512,memopt-nooverlap:2x512,memopt-bf16host:2x512,"
+    "memopt:4x1024,fsdp2:4x1024,gpu:4x1024,memopt-half:2x512,torchao:2x512,"
+    "memopt:8x1024,fsdp2:8x1024"
+)
+
+
+def llama(size: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    s = SIZES[size]
+    cfg = LlamaConfig(
+        vocab_size=s["vocab"],
+        hidden_size=s["hidden"],
+        intermediate_size=s["inter"],
+        num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"],
+        num_key_value_heads=s["heads"] // 4,
+        max_position_embeddings=4096,
+    )
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device("cuda"):  # fast init, same weights in every process
+        model = LlamaForCausalLM(cfg)
+    model.gradient_checkpointing_enable({"use_reentrant": False})
+    return model
+
+
+def batches(n: int, bs: int, seq: int, vocab: int):
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(0, vocab, (bs, seq), generator=g) for _ in range(n)]
+
+
+def host_rss() -> dict:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS", "VmHWM")):
+                out[line.split(":")[0]] = int(line.split()[1]) * 1024
+    return out
+
+
+def cap_gpu(gib: float) -> None:
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(gib * GiB / total)
+    torch.cuda.reset_peak_memory_stats()
+
+
+def _mp():
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
+def setup(name: str, model, args):
+    """Place ``model`` for variant ``name``; returns (model, optimizer, extra report dict)."""
+    kw = dict(lr=1e-4, weight_decay=0.01)
+    if name == "gpu":
+        return model, torch.optim.AdamW(model.parameters(), fused=True, **kw), {}
+    if name == "torchao":
+        from torchao.optim import CPUOffloadOptimizer
+
+        opt = CPUOffloadOptimizer(
+            model.parameters(), torch.optim.AdamW, offload_gradients=True, fused=True, **kw
+        )
+        return model, opt, {}
+    model.cpu()
+    if name != "memopt-half":  # half the bytes on the GPU: compared uncapped with ``gpu``
+        cap_gpu(args.cap_gib)
+    from memopt.params.fsdp import ensure_process_group
+
+    ensure_process_group("cuda")
+    if name == "fsdp2":
+        from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+        for layer in model.model.layers:
+            fully_shard(layer, offload_policy=CPUOffloadPolicy(pin_memory=True), mp_policy=_mp())
+        fully_shard(model, offload_policy=CPUOffloadPolicy(pin_memory=True), mp_policy=_mp())
+        return model, torch.optim.AdamW(model.parameters(), fused=True, **kw), {}
+    from memopt.params import HostAdamW, format_placement, shard_with_offload
+
+    host_dtype = torch.bfloat16 if name == "memopt-bf16host" else None
+    f = 0.5 if name == "memopt-half" else args.fraction
+    rec = shard_with_offload(model, f, mp_policy=_mp(), host_dtype=host_dtype)
+    opt = HostAdamW(model.parameters(), offload=rec, overlap=name != "memopt-nooverlap", **kw)
+    rows = rec.placement_rows() + opt.placement_rows()
+    extra = {"placement": format_placement(rows), "threads": opt.threads}
+    extra["kernel"] = opt._update.__name__
+    extra["pinned_bytes"] = sum(r["param_bytes"] for r in rows if r.get("pinned"))
+    extra["host_bytes"] = sum(r["param_bytes"] for r in rows if r["where"] == "cpu")
+    return model, opt, extra
+
+
+def variant(args) -> dict:
+    if args.name == "torchao":
+        import torchao  # noqa: F401 -- fail before building the model when it is missing
+    model = llama(args.size)
+    nparam = sum(p.numel() for p in model.parameters())
+    model, opt, extra = setup(args.name, model, args)
+    data = batches(args.steps, args.bs, args.seq, SIZES[args.size]["vocab"])
+    losses, times = [], []
+    for x in data:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        x = x.cuda(non_blocking=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    s = statistics.median(times[3:])
+    if hasattr(opt, "overlapped_updates"):
+        extra["overlapped_updates"] = opt.overlapped_updates
+    return {
+        "name": args.name,
+        "bs": args.bs,
+        "seq": args.seq,
+        "params": nparam,
+        "s_per_step": s,
+        "tokens_per_s": args.bs * args.seq / s,
+        "peak_gib": torch.cuda.max_memory_allocated() / GiB,
+        "cap_gib": None if args.name in ("gpu", "torchao", "memopt-half") else args.cap_gib,
+        "losses": losses,
+        "times": times,
+        **host_rss(),
+        **extra,
+    }
+
+
+def run(args) -> None:
+    results = []
+    for job in args.jobs.split(","):
+        name, shape = job.split(":")
+        bs, seq = (int(v) for v in shape.split("x"))
+        cmd = [sys.executable, __file__, "variant", "--name", name, "--bs", str(bs)]
+        cmd += ["--seq", str(seq), "--size", args.size, "--cap-gib", str(args.cap_gib)]
+        cmd += ["--fraction", str(args.fraction), "--steps", str(args.steps)]
+        t0 = time.time()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        if line:
+            res = json.loads(line[-1][7:])
+        else:
+            tail = (p.stdout + p.stderr)[-1500:]
+            oom = "OutOfMemory" in tail or "out of memory" in tail
+            res = {"name": name, "bs": bs, "seq": seq, "error": "OOM" if oom else tail}
+        res["wall_s"] = time.time() - t0
+        results.append(res)
+        print(summary(res, results), flush=True)
+        with open(args.out, "w") as f:  # after every job: a cut-off run keeps what it has
+            meta = {"torch": torch.__version__, "size": args.size, "device": _device()}
+            json.dump({**meta, "results": results}, f, indent=1)
+    for res in results:
+        if "losses" in res and (ref := _ref(res, results)):
+            res["max_loss_diff_vs_gpu"] = max(abs(a - b) for a, b in zip(ref, res["losses"]))
+    with open(args.out, "w") as f:
+        json.dump({**meta, "results": results}, f, indent=1)
+    print(table(results))
+
+
+def _device() -> str:
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def _ref(res, results):
+    for r in results:
+        if r["name"] == "gpu" and r["bs"] == res["bs"] and r["seq"] == res["seq"] and "losses" in r:
+            return r["losses"]
+    return None
+
+
+def summary(res, results) -> str:
+    if "error" in res:
+        return f"{res['name']} {res['bs']}x{res['seq']}: {res['error'][-600:]}"
+    ref = _ref(res, results)
+    diff = max(abs(a - b) for a, b in zip(ref, res["losses"])) if ref else float("nan")
+    res["max_loss_diff_vs_gpu"] = diff
+    return (
+        f"{res['name']} {res['bs']}x{res['seq']}: {res['s_per_step']:.3f} s/step, "
+        f"{res['tokens_per_s']:.0f} tok/s, peak {res['peak_gib']:.2f} GiB, host RSS peak "
+        f"{res.get('VmHWM', 0) / GiB:.1f} GiB, loss diff vs gpu {diff:.3g}"
+    )
+
+
+def table(results) -> str:
+    lines = [
+        "| variant | batch | s/step | tokens/s | GPU peak GiB | host RSS peak GiB | loss diff |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        shape = f"{r['bs']} × {r['seq']}"
+        if "error" in r:
+            err = "out of memory" if r["error"] == "OOM" else "failed"
+            lines.append(f"| {r['name']} | {shape} | {err} | | | | |")
+            continue
+        lines.append(
+            f"| {r['name']} | {shape} | {r['s_per_step']:.3f} | {r['tokens_per_s']:,.0f} | "
+            f"{r['peak_gib']:.2f} | {r.get('VmHWM', 0) / GiB:.1f} | "
+            f"{r.get('max_loss_diff_vs_gpu', float('nan')):.3g} |"
+        )
+    return "\n".join(lines)
+
+
+def _best(fn, reps: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def adamw(args) -> dict:
+    """CPU AdamW: torch's fused kernel against memopt's, with and without the bf16 write-back."""
+    from memopt.params import adamw_kernel as k
+
+    n = args.numel
+    s = k.AdamWStep(lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, step=3)
+    w, m, v = torch.randn(n), torch.zeros(n), torch.zeros(n)
+    g16, out = torch.randn(n).bfloat16(), torch.empty(n, dtype=torch.bfloat16)
+    p = torch.nn.Parameter(torch.randn(n))
+    p.grad = torch.randn(n)
+    ref = torch.optim.AdamW([p], lr=1e-4, fused=True)
+    p16 = torch.nn.Parameter(torch.randn(n))
+    p16.grad = torch.randn(n)
+    ref16 = torch.optim.AdamW([p16], lr=1e-4, fused=True)
+
+    def torch_bf16() -> None:  # torch's way to keep a bf16 copy: cast grad, step, cast out
+        p16.grad.copy_(g16)
+        ref16.step()
+        out.copy_(p16)
+
+    def memopt_bf16(chunk: int):
+        k.CHUNK = chunk
+        scratch = torch.empty(min(n, chunk))
+        return lambda: k.torch_update(w, g16, m, v, out, s, scratch)
+
+    triad = torch.empty(n)
+    res = {
+        "numel": n,
+        "threads": torch.get_num_threads(),
+        "triad_GBps": 12 * n / _best(lambda: torch.add(w, m, alpha=0.5, out=triad), 5) / 1e9,
+        "torch_fused_fp32_s": _best(ref.step, args.reps),
+        "torch_fused_bf16_writeback_s": _best(torch_bf16, args.reps),
+        "memopt_bf16_writeback_s": _best(memopt_bf16(1 << 20), args.reps),
+        "memopt_bf16_writeback_unchunked_s": _best(memopt_bf16(n), args.reps),
+    }
+    if args.compiled:
+        t0 = time.perf_counter()
+        k.compiled_update(w, g16, m, v, out, s)
+        res["compile_s"] = time.perf_counter() - t0
+        res["compiled_bf16_writeback_s"] = _best(
+            lambda: k.compiled_update(w, g16, m, v, out, s), args.reps
+        )
+    base = res["torch_fused_fp32_s"]
+    for key in [key for key in res if key.endswith("_s") and key != "compile_s"]:
+        res[key[:-2] + "_vs_torch_fused_fp32"] = res[key] / base
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["run", "variant", "adamw"])
+    ap.add_argument("--name", default="memopt")
+    ap.add_argument("--jobs", default=DEFAULT_JOBS)
+    ap.add_argument("--size", default="1b", choices=sorted(SIZES))
+    ap.add_argument("--bs", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--cap-gib", type=float, default=3.5)
+    ap.add_argument("--fraction", type=float, default=1.0)
+    ap.add_argument("--timeout", type=int, default=240)
+    ap.add_argument("--numel", type=int, default=1 << 26)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--compiled", action="store_true", help="adamw: also the Inductor kernel")
+    ap.add_argument("--out", default="param_peers.json")
+    ap.add_argument("--dump-after", type=float, default=0, help="faulthandler stack dump (s)")
+    args = ap.parse_args()
+    if args.dump_after:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(args.dump_after, exit=True)
+    if args.mode == "run":
+        run(args)
+    elif args.mode == "variant":
+        print("RESULT " + json.dumps(variant(args)), flush=True)
+        os._exit(0)  # skip process-group teardown
+    else:
+        res = adamw(args)
+        print(json.dumps(res, indent=1))
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

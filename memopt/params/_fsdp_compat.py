@@ -1,0 +1,79 @@
+"""The one door to FSDP2's private state (``torch.distributed.fsdp._fully_shard``).
+
+Checked against torch 2.11 and 2.13: ``FSDPModule._get_fsdp_state()._fsdp_param_group`` holds
+``fsdp_params``; each ``FSDPParam`` keeps the padded local shard in ``_sharded_param_data`` (1-D),
+the parameter (a DTensor over a narrowed view of it) in ``sharded_param``, and the flags
+``offload_to_cpu`` / ``pin_memory`` that the all-gather copy-in and the reduce-scatter copy-out
+read. FSDP2 takes an offload policy only at ``fully_shard`` time; :func:`move_group_to_host`
+gives an already sharded group the state ``CPUOffloadPolicy`` would have produced.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule
+from torch.distributed.tensor import DTensor
+
+
+def is_fsdp(module: nn.Module) -> bool:
+    return isinstance(module, FSDPModule)
+
+
+def param_group(module: nn.Module):
+    """The ``FSDPParamGroup`` of a ``fully_shard``-ed module (None when it manages no params)."""
+    return module._get_fsdp_state()._fsdp_param_group
+
+
+def group_params(module: nn.Module) -> list[nn.Parameter]:
+    """The sharded parameters (DTensors) this ``fully_shard`` call manages."""
+    group = param_group(module)
+    return [] if group is None else [fp.sharded_param for fp in group.fsdp_params]
+
+
+def keyed_group_params(module: nn.Module) -> list[tuple[tuple[int, str], nn.Parameter]]:
+    """``((id(owner module), attribute name), sharded param)`` for each managed parameter: the
+    key names the parameter before and after ``fully_shard`` (which replaces the object)."""
+    group = param_group(module)
+    if group is None:
+        return []
+    return [
+        ((id(fp._module_info.module), fp._module_info.param_name), fp.sharded_param)
+        for fp in group.fsdp_params
+    ]
+
+
+def group_on_host(module: nn.Module) -> bool:
+    group = param_group(module)
+    return group is not None and isinstance(group.offload_policy, CPUOffloadPolicy)
+
+
+def move_group_to_host(module: nn.Module, pin_memory: bool) -> None:
+    """Put a sharded group's local shards on the host, as ``CPUOffloadPolicy`` would have.
+
+    The parameter objects stay the same (optimizers built before still hold them); the local
+    tensors are replaced, so build any optimizer state after this call.
+    """
+    group = param_group(module)
+    if group is None or isinstance(group.offload_policy, CPUOffloadPolicy):
+        return
+    group.offload_policy = CPUOffloadPolicy(pin_memory=pin_memory)
+    for fp in group.fsdp_params:
+        data = fp._sharded_param_data.detach().cpu()
+        if pin_memory:
+            data = data.pin_memory()
+        local = fp.sharded_param._local_tensor
+        fp._sharded_param_data = data.view(-1)
+        fp.sharded_param._local_tensor = data.view(fp.padded_sharded_param_size).narrow(
+            0, 0, local.size(0)
+        )
+        fp.offload_to_cpu, fp.pin_memory = True, pin_memory
+
+
+def is_dtensor(t: torch.Tensor) -> bool:
+    return isinstance(t, DTensor)
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """The local shard of a DTensor (the tensor itself otherwise)."""
+    return t._local_tensor if hasattr(t, "_local_tensor") else t

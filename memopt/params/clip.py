@@ -1,0 +1,63 @@
+"""Global-norm gradient clipping over sharded gradients on the host and on the device.
+
+Each rank takes the norm of its local shards (per device, then combined on the mesh's device),
+one all-reduce over the shard group (sum of ``norm ** p``, or max for ``inf``) gives the global
+norm, and every local shard is scaled by ``min(1, max_norm / (norm + 1e-6))`` -- the numbers
+``torch.nn.utils.clip_grad_norm_`` computes on the unsharded gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+from memopt.params._fsdp_compat import is_dtensor, local
+
+
+def _reduce_group(grads: Sequence[torch.Tensor]):
+    """The process group and device of the first DTensor's (1-D) mesh, else ``(None, cpu)``."""
+    for g in grads:
+        if is_dtensor(g):
+            mesh = g.device_mesh
+            if mesh.ndim != 1:
+                raise NotImplementedError("clipping over an n-D mesh: use clip_grad_norm_")
+            dev = torch.device(mesh.device_type)
+            if dev.type == "cuda":
+                dev = torch.device("cuda", torch.cuda.current_device())
+            return mesh.get_group(), dev
+    return None, torch.device("cpu")
+
+
+def total_norm(grads: Sequence[torch.Tensor], norm_type: float = 2.0) -> torch.Tensor:
+    """The global ``norm_type`` norm of ``grads`` (local shards reduced over their mesh)."""
+    p = float(norm_type)
+    group, dev = _reduce_group(grads)
+    parts = []
+    for t in (local(g) for g in grads):
+        if t.numel():
+            n = torch.linalg.vector_norm(t, p, dtype=torch.float32)
+            parts.append((n if math.isinf(p) else n**p).to(dev))
+    acc = torch.zeros((), device=dev)
+    if parts:
+        stacked = torch.stack(parts)
+        acc = stacked.max() if math.isinf(p) else stacked.sum()
+    if group is not None and dist.get_world_size(group) > 1:
+        op = dist.ReduceOp.MAX if math.isinf(p) else dist.ReduceOp.SUM
+        dist.all_reduce(acc, op=op, group=group)
+    return acc if math.isinf(p) else acc ** (1.0 / p)
+
+
+@torch.no_grad()
+def clip_grads_(
+    grads: Sequence[torch.Tensor], max_norm: float, norm_type: float = 2.0
+) -> torch.Tensor:
+    """Scale ``grads`` in place so their global norm is at most ``max_norm``; returns the norm."""
+    norm = total_norm(grads, norm_type)
+    coef = torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0)
+    for g in grads:
+        t = local(g)
+        t.mul_(coef.to(t.device))
+    return norm

@@ -1,0 +1,212 @@
+"""Parameter offload through FSDP2: ``fully_shard`` with a host or device policy per group.
+
+    model --find_layers--> groups (each layer, then the root)
+          --plan_host_groups(bytes, f)--> HostPlan (which groups live on the host)
+          --fully_shard(layer, offload_policy=CPUOffloadPolicy | OffloadPolicy)--> ... root
+          --> FsdpOffload (the plan, fp32 masters of bf16 host shards, report rows)
+
+FSDP2 does the moving: host groups' shards live in (pinned) host memory, are copied to the device
+for the all-gather before use, and their reduced gradients are copied back to the host. A model
+the user already sharded keeps its groups and mesh; memopt moves the chosen groups' shards to the
+host (:func:`memopt.params._fsdp_compat.move_group_to_host`).
+
+With ``host_dtype=torch.bfloat16`` (the default when ``mp_policy.param_dtype`` is bf16), the host
+groups are cast to bf16 *before* sharding: their shards, the all-gather copies and the gradients
+are 2 B/param. The fp32 values are kept as masters (sliced to this rank's shard) for
+:class:`memopt.params.HostAdamW`, which updates them and writes the bf16 shard back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
+from torch.distributed.tensor import distribute_tensor
+
+from memopt.params import _fsdp_compat as fc
+from memopt.params.host_plan import HostPlan, plan_host_groups
+from memopt.params.layers import find_layers
+
+
+@dataclass
+class FsdpOffload:
+    """What :func:`shard_with_offload` did: the plan, the groups and the masters to hand over."""
+
+    plan: HostPlan
+    groups: list[tuple[str, nn.Module]]
+    pin_memory: bool
+    host_dtype: torch.dtype | None
+    user_sharded: bool
+    masters: dict[int, torch.Tensor] = field(default_factory=dict)
+    """``id(sharded param) -> fp32 local shard`` for host params cast to ``host_dtype``."""
+
+    @property
+    def host_parameters(self) -> list[nn.Parameter]:
+        return [
+            p
+            for (_, m), host in zip(self.groups, self.plan.on_host)
+            if host and fc.is_fsdp(m)
+            for p in fc.group_params(m)
+        ]
+
+    optimizer: object = None
+    cuda: bool = False  # read by memopt's report; FSDP2 moves the bytes, not memopt
+
+    def take_master(self, p: torch.Tensor) -> torch.Tensor | None:
+        """The fp32 master of a bf16 host shard (handed over once, then forgotten)."""
+        return self.masters.pop(id(p), None)
+
+    def attach_optimizer(self, optimizer) -> None:
+        self.optimizer = optimizer
+
+    def placement_rows(self) -> list[dict]:
+        """One row per group: this rank's local shard bytes and where they live."""
+        rows = []
+        for (name, mod), host in zip(self.groups, self.plan.on_host):
+            params = fc.group_params(mod) if fc.is_fsdp(mod) else []
+            locs = [fc.local(p) for p in params]
+            rows.append(
+                {
+                    "name": name or "(root)",
+                    "kind": "other" if mod is self.groups[-1][1] else "layer",
+                    "param_bytes": sum(t.numel() * t.element_size() for t in locs),
+                    "where": "cpu" if host else _where(locs),
+                    "host": host,
+                    "pinned": bool(locs) and all(t.is_pinned() for t in locs if t.numel()),
+                    "slot": None,
+                }
+            )
+        return rows
+
+
+def _where(tensors: list[torch.Tensor]) -> str:
+    dev = tensors[0].device.type if tensors else "cpu"
+    return "gpu" if dev == "cuda" else dev
+
+
+def ensure_process_group(device: torch.device | str | None = None) -> None:
+    """A world-size-1 process group when none exists (FSDP2 needs one; no port is opened)."""
+    if dist.is_initialized():
+        return
+    dev = torch.device(device) if device is not None else None
+    cuda = dev.type == "cuda" if dev is not None else torch.cuda.is_available()
+    backend = "cuda:nccl,cpu:gloo" if cuda else "gloo"
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
+def _nbytes(params) -> int:
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+def _default_host_dtype(mp_policy: MixedPrecisionPolicy | None) -> torch.dtype | None:
+    if mp_policy is None or mp_policy.param_dtype in (None, torch.float32):
+        return None
+    return mp_policy.param_dtype
+
+
+def shard_with_offload(
+    model: nn.Module,
+    fraction: float,
+    *,
+    layers_prefix: str | None = None,
+    mesh=None,
+    mp_policy: MixedPrecisionPolicy | None = None,
+    host_dtype: torch.dtype | None | str = None,
+    pin_memory: bool | None = None,
+    reshard_after_forward: bool = True,
+) -> FsdpOffload:
+    """Shard ``model`` with FSDP2 (or take its existing sharding) so that ``fraction`` of the
+    parameter bytes live on the host; returns the :class:`FsdpOffload` record.
+
+    ``mesh`` / ``mp_policy`` / ``reshard_after_forward`` go to every ``fully_shard`` call.
+    ``pin_memory`` defaults to whether CUDA is available. ``host_dtype=None`` (default) keeps
+    the model's dtype on the host; ``torch.bfloat16`` casts host groups (fp32 masters kept for
+    :class:`HostAdamW`); ``"auto"`` is ``mp_policy.param_dtype`` when that is 16-bit. Build the
+    optimizer after this call.
+    """
+    ensure_process_group(mesh.device_type if mesh is not None else None)
+    pin = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
+    if any(fc.is_fsdp(m) for m in model.modules()):
+        return _offload_sharded(model, fraction, pin)
+    hd = _default_host_dtype(mp_policy) if host_dtype == "auto" else host_dtype
+    groups = [*find_layers(model, layers_prefix), ("", model)]
+    layer_ids = {id(p) for _, m in groups[:-1] for p in m.parameters()}
+    root_bytes = _nbytes(p for p in model.parameters() if id(p) not in layer_ids)
+    sizes = [_nbytes(m.parameters()) for _, m in groups[:-1]] + [root_bytes]
+    plan = plan_host_groups([n for n, _ in groups], sizes, fraction)
+    rec = FsdpOffload(plan, groups, pin, hd, user_sharded=False)
+    kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
+    if mp_policy is not None:
+        kw["mp_policy"] = mp_policy
+    for (_, mod), host in zip(groups, plan.on_host):
+        policy = CPUOffloadPolicy(pin_memory=pin) if host else OffloadPolicy()
+        full = _cast_for_host(mod, hd) if host else {}
+        fully_shard(mod, offload_policy=policy, **kw)
+        for key, p in fc.keyed_group_params(mod):
+            if key in full:
+                rec.masters[id(p)] = _local_master(full.pop(key), p)
+    rec.cuda = any(p.is_cuda for p in model.parameters())
+    return rec
+
+
+def _cast_for_host(mod: nn.Module, dtype: torch.dtype | None) -> dict:
+    """Cast the group's unsharded floating parameters to ``dtype`` in place; return their fp32
+    values keyed by ``(id(owner module), name)`` (see ``keyed_group_params``)."""
+    if dtype is None:
+        return {}
+    out = {}
+    for owner in mod.modules():
+        for name, p in owner.named_parameters(recurse=False):
+            if fc.is_dtensor(p) or not p.is_floating_point() or p.dtype == dtype:
+                continue
+            out[(id(owner), name)] = p.detach().float().clone()
+            p.data = p.data.to(dtype)
+    return out
+
+
+def _local_master(full: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of ``full``, chunked as FSDP2 chunked ``p`` (no communication)."""
+    shard = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
+    return fc.local(shard).to("cpu").contiguous()
+
+
+def _offload_sharded(model: nn.Module, fraction: float, pin: bool) -> FsdpOffload:
+    """A model the user sharded: place its groups (the model itself last when it is one)."""
+    mods = [(n, m) for n, m in model.named_modules() if fc.is_fsdp(m) and m is not model]
+    root = (("", model),) if fc.is_fsdp(model) else ()
+    groups = [*mods, *root]
+    sizes = [_nbytes(fc.group_params(m)) for _, m in groups]
+    if not root:  # the model's own parameters are not sharded: nothing to place
+        groups.append(("(not sharded)", model))
+        sizes.append(0)
+    plan = plan_host_groups([n for n, _ in groups], sizes, fraction)
+    for (_, mod), host in zip(groups, plan.on_host):
+        if host and fc.is_fsdp(mod):
+            fc.move_group_to_host(mod, pin)
+    already = tuple(fc.is_fsdp(m) and fc.group_on_host(m) for _, m in groups)
+    plan = HostPlan(plan.names, plan.group_bytes, already, plan.fraction)
+    rec = FsdpOffload(plan, groups, pin, None, user_sharded=True)
+    rec.cuda = any(p.is_cuda for p in model.parameters())
+    return rec
+
+
+def offload_parameters(
+    model: nn.Module,
+    fraction: float,
+    *,
+    layers_prefix: str | None = None,
+    device: torch.device | str | None = None,
+    mp_policy: MixedPrecisionPolicy | None = None,
+) -> FsdpOffload:
+    """``memopt.optimize(..., param_offload=f)``: :func:`shard_with_offload` (a world-size-1
+    process group is created when none exists; ``device`` picks its backend)."""
+    ensure_process_group(device)
+    return shard_with_offload(model, fraction, layers_prefix=layers_prefix, mp_policy=mp_policy)

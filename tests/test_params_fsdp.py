@@ -1,0 +1,236 @@
+"""Parameter offload through FSDP2 on the CPU: gloo, world size 2, one spawn for all checks.
+
+Each check runs inside both ranks (``torch.multiprocessing.spawn``); a failing assert on a rank
+fails the test. The model is a small residual MLP stack (a ModuleList of layers, as in a
+transformer) so the two processes start in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from memopt.params.host_plan import plan_host_groups
+
+VOCAB, DIM, LAYERS = 64, 32, 4
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(DIM)
+        self.up = nn.Linear(DIM, 4 * DIM)
+        self.down = nn.Linear(4 * DIM, DIM)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+class Stack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x)
+        logits = self.head(x).float()
+        return nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
+
+
+def _model() -> Stack:
+    torch.manual_seed(0)
+    return Stack()
+
+
+def _batch(step: int, rank: int) -> torch.Tensor:
+    return torch.randint(
+        0, VOCAB, (4, 16), generator=torch.Generator().manual_seed(step * 7 + rank)
+    )
+
+
+def _train(model, opt, steps, rank, *, clip=None, first=0, micro=1, sched=None):
+    """Losses (and clip norms) of ``steps`` optimizer steps of ``micro`` micro-batches each."""
+    out = []
+    for s in range(first, first + steps):
+        for k in range(micro):
+            loss = model(_batch(micro * s + k, rank))
+            (loss / micro).backward()
+        if clip == "torch":
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            out.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
+        elif clip == "memopt":
+            out.append(float(opt.clip_grad_norm_(0.5)))
+        opt.step()
+        opt.zero_grad()
+        if sched is not None:
+            sched.step()
+        out.append(loss.item())
+    return out
+
+
+def _fsdp_plain(model, mp_policy=None):
+    from torch.distributed.fsdp import fully_shard
+
+    kw = {} if mp_policy is None else {"mp_policy": mp_policy}
+    for layer in model.layers:
+        fully_shard(layer, **kw)
+    return fully_shard(model, **kw)
+
+
+def _reference(rank, steps, **kw):
+    """FSDP2 without offload + torch.optim.AdamW(fused=True)."""
+    model = _fsdp_plain(_model(), kw.pop("mp_policy", None))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    return _train(model, opt, steps, rank, **kw)
+
+
+def _memopt(rank, fraction, **kw):
+    from memopt.params import HostAdamW, shard_with_offload
+
+    model = kw.pop("model", None) or _model()
+    mp_policy = kw.pop("mp_policy", None)
+    rec = shard_with_offload(model, fraction, mp_policy=mp_policy, host_dtype="auto")
+    opt = HostAdamW(model.parameters(), lr=1e-2, offload=rec, kernel="torch", **kw)
+    return model, opt, rec
+
+
+def check_offload_matches_fsdp(rank):
+    ref = _reference(rank, 3, clip="torch")
+    model, opt, rec = _memopt(rank, 0.4)
+    assert rec.plan.on_host == (True, False, True, False, False)
+    host = [r for r in rec.placement_rows() if r["host"]]
+    assert [r["name"] for r in host] == ["layers.0", "layers.2"]
+    assert all(r["param_bytes"] == 33_664 // 2 for r in host)  # this rank's half of a layer
+    got = _train(model, opt, 3, rank, clip="memopt")
+    torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-6)
+
+
+def check_user_sharded_model(rank):
+    ref = _reference(rank, 2)
+    model, opt, rec = _memopt(rank, 0.4, model=_fsdp_plain(_model()))
+    assert rec.user_sharded and rec.plan.on_host == (True, False, True, False, False)
+    assert opt.state[model.layers[0].up.weight]["exp_avg"].to_local().device.type == "cpu"
+    torch.testing.assert_close(_train(model, opt, 2, rank), ref, rtol=1e-6, atol=1e-6)
+
+
+def check_overlap_and_accumulation(rank):
+    from memopt.params import HostAdamW, shard_with_offload
+
+    runs, weights = [], []
+    for overlap in (False, True):
+        model = _model()
+        rec = shard_with_offload(model, 1.0)
+        opt = HostAdamW(
+            model.parameters(),
+            lr=1e-2,
+            offload=rec,
+            overlap=overlap,
+            accumulation_steps=2,
+            kernel="torch",
+        )
+        runs.append(_train(model, opt, 2, rank, micro=2))
+        if overlap:
+            with pytest.raises(RuntimeError, match="overlap=True"):
+                opt.clip_grad_norm_(1.0)
+        assert opt.pipelined == overlap
+        weights.append(model.state_dict()["layers.3.up.weight"].to_local())  # waits for updates
+    assert runs[0] == runs[1]  # same kernel, same order of updates: bitwise
+    assert torch.equal(weights[0], weights[1])
+    ref_model = _fsdp_plain(_model())
+    ref_opt = torch.optim.AdamW(ref_model.parameters(), lr=1e-2, fused=True)
+    ref = _train(ref_model, ref_opt, 2, rank, micro=2)
+    torch.testing.assert_close(runs[0], ref, rtol=1e-6, atol=1e-6)
+
+
+def check_bf16_host_shards(rank):
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    ref = _reference(rank, 3, mp_policy=mp_policy)
+    model, opt, rec = _memopt(rank, 0.4, mp_policy=mp_policy)
+    w = model.layers[0].up.weight
+    assert w.dtype == torch.bfloat16 and model.layers[1].up.weight.dtype == torch.float32
+    master = opt.state[w]["master_param"].to_local()
+    assert master.dtype == torch.float32 and torch.equal(master.bfloat16(), w.to_local())
+    got = _train(model, opt, 3, rank)
+    torch.testing.assert_close(got, ref, rtol=0, atol=2e-2)  # bf16 shards vs fp32 shards
+    assert torch.equal(opt.state[w]["master_param"].to_local().bfloat16(), w.to_local())
+
+
+def check_checkpoint_round_trip(rank, tmp):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    from memopt.params import HostAdamW, shard_with_offload
+
+    def build():
+        model = _model()
+        rec = shard_with_offload(model, 0.5)
+        opt = HostAdamW(model.parameters(), lr=1e-2, offload=rec, kernel="torch")
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        return model, opt, sched
+
+    model, opt, sched = build()
+    _train(model, opt, 2, rank, sched=sched)
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd, "sched": sched.state_dict()}, checkpoint_id=tmp)
+    after = _train(model, opt, 2, rank, first=2, sched=sched)
+    model2, opt2, sched2 = build()
+    msd2, osd2 = get_state_dict(model2, opt2)
+    state = {"model": msd2, "optim": osd2, "sched": sched2.state_dict()}
+    dcp.load(state, checkpoint_id=tmp)
+    set_state_dict(model2, opt2, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    sched2.load_state_dict(state["sched"])
+    assert opt2.param_groups[0]["lr"] == 1e-2 / 4
+    assert _train(model2, opt2, 2, rank, first=2, sched=sched2) == after
+
+
+def _worker(rank: int, world: int, port: int, tmp: str) -> None:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, f"inductor-{rank}")
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        check_offload_matches_fsdp(rank)
+        check_user_sharded_model(rank)
+        check_overlap_and_accumulation(rank)
+        check_bf16_host_shards(rank)
+        check_checkpoint_round_trip(rank, os.path.join(tmp, "ckpt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_fsdp_offload_gloo_world_size_2():
+    """Losses equal FSDP2 without offload; clipping equals clip_grad_norm_; DCP round trip."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_worker, args=(2, _free_port(), tmp), nprocs=2, join=True)
+
+
+def test_fsdp_host_plan_picks_fewest_spread_groups():
+    names = ["l0", "l1", "l2", "l3", ""]
+    sizes = [100, 100, 100, 100, 50]
+    assert plan_host_groups(names, sizes, 0.0).on_host == (False,) * 5
+    assert plan_host_groups(names, sizes, 0.2).on_host == (True, False, False, False, False)
+    half = plan_host_groups(names, sizes, 0.4)
+    assert half.on_host == (True, False, True, False, False) and half.host_bytes == 200
+    assert plan_host_groups(names, sizes, 0.9).on_host == (True, True, True, True, True)
+    assert plan_host_groups(names, sizes, 1.0).host_share == 1.0
+    with pytest.raises(ValueError, match="must be in"):
+        plan_host_groups(names, sizes, 1.5)

@@ -1,0 +1,116 @@
+"""HostAdamW and its update kernels on plain CPU tensors (no process group)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memopt.params import HostAdamW
+from memopt.params import adamw_kernel as k
+
+STEP = k.AdamWStep(lr=1e-2, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.1, step=3)
+
+
+def _state(n: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    w, grad = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    m, v = torch.randn(n, generator=g), torch.rand(n, generator=g)
+    return w, grad, m, v
+
+
+def _torch_reference(w, grad, m, v, step: k.AdamWStep):
+    """torch.optim.AdamW(fused=True) from the same state, ``step - 1`` steps already taken."""
+    p = torch.nn.Parameter(w.clone())
+    p.grad = grad.clone()
+    opt = torch.optim.AdamW(
+        [p], lr=step.lr, betas=(step.beta1, step.beta2), eps=step.eps,
+        weight_decay=step.weight_decay, fused=True,
+    )  # fmt: skip
+    opt.state[p] = {"step": torch.tensor(float(step.step - 1)), "exp_avg": m.clone(),
+                    "exp_avg_sq": v.clone()}  # fmt: skip
+    opt.step()
+    return p.detach(), opt.state[p]["exp_avg"], opt.state[p]["exp_avg_sq"]
+
+
+def test_torch_update_in_pieces_is_torch_fused_bitwise(monkeypatch):
+    monkeypatch.setattr(k, "CHUNK", 1000)  # 3 pieces and a tail
+    w, grad, m, v = _state(3500)
+    ref = _torch_reference(w, grad.bfloat16().float(), m, v, STEP)
+    out = torch.empty(3500, dtype=torch.bfloat16)
+    k.torch_update(w, grad.bfloat16(), m, v, out, STEP)
+    for got, want in zip((w, m, v), ref):
+        assert torch.equal(got, want)
+    assert torch.equal(out, w.bfloat16())
+
+
+def test_compiled_update_matches_torch_fused():
+    w, grad, m, v = _state(4096, seed=1)
+    ref = _torch_reference(w, grad, m, v, STEP)
+    out = torch.empty(4096, dtype=torch.bfloat16)
+    k.compiled_update(w, grad, m, v, out, STEP)
+    for got, want in zip((w, m, v), ref):
+        torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-7)
+    assert torch.equal(out, w.bfloat16())
+
+
+def test_host_adamw_trains_like_torch_and_loads_its_state_dict():
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    model.load_state_dict(ref.state_dict())
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, fused=True)
+    opt = HostAdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+    ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, 1, gamma=0.5)
+    x = torch.randn(32, 8)
+    for _ in range(3):
+        for mod, o, sc in ((ref, ref_opt, ref_sched), (model, opt, sched)):
+            mod(x).square().mean().backward()
+            o.step()
+            o.zero_grad()
+            sc.step()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        assert torch.equal(a, b)
+    fresh = HostAdamW(model.parameters(), lr=1e-2)
+    fresh.load_state_dict(ref_opt.state_dict())
+    assert fresh.param_groups[0]["lr"] == 1e-2 / 8
+    assert torch.equal(
+        fresh.state[model[0].weight]["exp_avg"], ref_opt.state[ref[0].weight]["exp_avg"]
+    )
+
+
+def test_host_adamw_bf16_parameter_keeps_fp32_master_and_state_across_load():
+    p = torch.nn.Parameter(torch.randn(64).bfloat16())
+    opt = HostAdamW([p], lr=1e-2)
+    master = opt.state[p]["master_param"]
+    assert master.dtype == torch.float32 and torch.equal(master.bfloat16(), p.detach())
+    p.grad = torch.randn(64).bfloat16()
+    opt.step()
+    assert torch.equal(opt.state[p]["master_param"].bfloat16(), p.detach())
+    sd = opt.state_dict()
+    opt2 = HostAdamW([p], lr=1e-2)
+    opt2.load_state_dict(sd)
+    for key in ("exp_avg", "exp_avg_sq", "master_param"):
+        assert opt2.state[p][key].dtype == torch.float32
+        assert torch.equal(opt2.state[p][key], opt.state[p][key])
+    rows = opt.placement_rows()
+    assert [(r["name"], r["param_bytes"]) for r in rows] == [
+        ("optimizer group 0: exp_avg+exp_avg_sq", 512),
+        ("optimizer group 0: fp32 master", 256),
+    ]
+
+
+def test_host_adamw_clips_like_torch():
+    torch.manual_seed(0)
+    a = [torch.nn.Parameter(torch.randn(10)) for _ in range(3)]
+    b = [torch.nn.Parameter(t.detach().clone()) for t in a]
+    for pa, pb in zip(a, b):
+        pa.grad = torch.randn(10) * 3
+        pb.grad = pa.grad.clone()
+    want = torch.nn.utils.clip_grad_norm_(b, 1.0)
+    got = HostAdamW(a).clip_grad_norm_(1.0)
+    torch.testing.assert_close(got, want)
+    for pa, pb in zip(a, b):
+        torch.testing.assert_close(pa.grad, pb.grad)
+    with pytest.raises(ValueError, match="kernel="):
+        HostAdamW(a, kernel="fast")
