@@ -19,6 +19,8 @@ the planner (``plan_budget``) under 10%.
     python benchmarks/plan_time.py --models gpt2 --out plan_time_gpt2.json
     python benchmarks/plan_time.py --table plan_time_llama.json plan_time_gpt2.json
     python benchmarks/plan_time.py --smoke        # CPU check: tiny models (~5 min on 2 cores)
+    # CPU: the planner alone (trace once, solve at each budget; CPU seconds per phase)
+    python benchmarks/plan_time.py --planner llama:8:2048 llama:4:2048 gpt2:8:1024 llama-7b:8:2048
 """
 
 from __future__ import annotations
@@ -209,6 +211,95 @@ def worker(model_name: str, variant: str, smoke: bool) -> dict:
     return out
 
 
+# --- CPU: the planner alone, at several budgets ---------------------------------------------
+#: hf: overrides that build benchmarks/common.py's models through ``memopt plan``'s path.
+HF = {
+    "llama": "hidden_size=2048 intermediate_size=5440 num_hidden_layers=8 num_attention_heads=16 "
+    "num_key_value_heads=16 vocab_size=32000 max_position_embeddings=4096",
+    "gpt2": "n_layer=12 n_embd=768 n_head=12 vocab_size=32000 n_positions=4096",
+    "llama-7b": "",  # transformers' LlamaConfig defaults: 32 layers, 6.7B parameters
+}
+BUDGETS = ("0.8", "0.5", "0.3", "0.1", "3GiB", "5GiB", "8GiB")
+
+
+def planner_rows(model: str, batch: int, seq: int, budgets: list[str]) -> list[dict]:
+    """Trace ``hf:<model>`` as ``memopt plan --budget`` does (fake tensors, static shapes),
+    keep the planning problem, then solve it at each budget. CPU seconds throughout."""
+    from memopt.cli import models
+    from memopt.cli.analyze import Request, analyze
+    from memopt.config import parse_budget, resolve_config
+    from memopt.passes import plan_budget as pb
+    from memopt.planner import resolve_budget, solve
+
+    kept: dict = {}
+    build, real_solve = pb.build_planning_problem, pb.solve
+
+    def timed_build(*args, **kwargs):
+        t0 = time.process_time()
+        kept["problem"] = build(*args, **kwargs)
+        kept["build_s"] = time.process_time() - t0
+        return kept["problem"]
+
+    def first_solve(problem, budget, rates, **kwargs):
+        kept["rates"] = rates
+        t0 = time.process_time()
+        out = real_solve(problem, budget, rates, **kwargs)
+        kept["solve_s"] = time.process_time() - t0
+        return out
+
+    pb.build_planning_problem, pb.solve = timed_build, first_solve
+    source = models.resolve(
+        f"hf:{model.split('-')[0]}", models.split_overrides(HF[model].split())[0]
+    )
+    request = Request(batch=batch, seq=seq, dtype=torch.bfloat16, depth="full", symbolic=False)
+    t0 = time.process_time()
+    analyze(source, request, [resolve_config(level=0, budget=0.5)])
+    trace_s = time.process_time() - t0
+    pb.build_planning_problem, pb.solve = build, real_solve
+    problem, rates = kept["problem"], kept["rates"]
+    rows = []
+    for b in budgets:
+        budget = resolve_budget(parse_budget("budget", b), problem)
+        t0 = time.process_time()
+        sol = solve(problem, budget, rates)
+        rows.append(
+            {
+                "model": model,
+                "batch": batch,
+                "seq": seq,
+                "candidates": len(problem.candidates),
+                "budget": b,
+                "budget_bytes": budget,
+                "trace_s": trace_s - kept["build_s"] - kept["solve_s"],
+                "build_s": kept["build_s"],
+                "solve_s": time.process_time() - t0,
+                "feasible": sol.feasible,
+                "predicted_peak": sol.predicted_peak,
+                "peak_lower_bound": sol.peak_lower_bound,
+                "predicted_overhead_s": sol.predicted_overhead_s,
+                "plan_strings": list(sol.plan_strings),
+            }
+        )
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "plan_strings"}), flush=True)
+    return rows
+
+
+def planner_table(rows: list[dict]) -> str:
+    out = [
+        "| model | batch x seq | budget | trace / build s | solve s | answer | peak GiB | "
+        "overhead ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        answer = "fits" if r["feasible"] else "INFEASIBLE"
+        out.append(
+            f"| {r['model']} | {r['batch']} x {r['seq']} | {r['budget']} | "
+            f"{r['trace_s']:.1f} / {r['build_s']:.2f} | {r['solve_s']:.2f} | {answer} | "
+            f"{r['predicted_peak'] / 2**30:.3f} | {r['predicted_overhead_s'] * 1e3:.3f} |"
+        )
+    return "\n".join(out)
+
+
 # --- parent: one process per (model, variant) ------------------------------------------------
 def run_worker(model_name: str, variant: str, smoke: bool, timeout: int) -> dict:
     tmp = tempfile.mkdtemp(prefix="plan_time-")
@@ -365,7 +456,24 @@ def main() -> None:
     p.add_argument("--out", help="JSON results, written after every worker")
     p.add_argument("--table", nargs="+", help="print the table of saved runs and exit")
     p.add_argument("--worker", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
+    p.add_argument(
+        "--planner",
+        nargs="+",
+        metavar="MODEL:BATCH:SEQ",
+        help=f"CPU: trace each (models: {', '.join(HF)}), solve at --budgets, print CPU seconds",
+    )
+    p.add_argument("--budgets", default=",".join(BUDGETS))
     args = p.parse_args()
+    if args.planner:
+        rows = []
+        for spec in args.planner:
+            model, batch, seq = spec.split(":")
+            rows += planner_rows(model, int(batch), int(seq), args.budgets.split(","))
+            if args.out:
+                with open(args.out, "w") as f:
+                    json.dump(rows, f, indent=1)
+        print(planner_table(rows))
+        return
     if args.worker:
         result = worker(*args.worker, args.smoke)
         print("RESULT " + json.dumps(result), flush=True)

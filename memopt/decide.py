@@ -21,6 +21,7 @@ from memopt.candidates import Candidate
 from memopt.errors import ConfigError, PlanError
 from memopt.offload.sync import SyncEntry, SyncError, build_schedule, default_sync
 from memopt.plan import PlanSpec, Strategy
+from memopt.planner.chains import MAX_RECOMPUTE_DEPTH
 
 #: A saved tensor that no cluster can recompute is named ``Saved_<root>+`` (its node name in
 #: the joint graph) by the budget planner; plans may keep (0) or offload (3) it by that id.
@@ -238,10 +239,6 @@ def offload_schedule(
         return default_sync(n, n - 1), None
     except SyncError as e:
         raise ConfigError(str(e) if str(e).startswith("sync") else f"sync: {e}") from None
-
-
-#: A recompute may read the output of at most this many chained recomputes (1: none).
-MAX_RECOMPUTE_DEPTH = 2
 
 
 def _resolve_chains(

@@ -188,7 +188,7 @@ class _Graphs:
         return max(tags) if tags else None
 
 
-def _candidate(a: Analysis, g: _Graphs, sizes: Sizes, layer_index, min_offload_bytes):
+def _candidate(a: Analysis, g: _Graphs, sizes: Sizes, layer_index, min_offload_bytes, reads):
     members = [m for m in (a.root, *a.members) if m in g.fw_pos or m in g.bw_by_name]
     fpos = [g.fw_pos[m] for m in members if m in g.fw_pos]
     uses = [
@@ -229,6 +229,8 @@ def _candidate(a: Analysis, g: _Graphs, sizes: Sizes, layer_index, min_offload_b
         compromise_ops=cost(comp) if comp else None,
         offloadable=layer is not None and nbytes >= min_offload_bytes,
         nbytes_expr=a.nbytes,
+        recompute_reads=reads.get(Strategy.RECOMPUTE, ()),
+        compromise_reads=reads.get(Strategy.COMPROMISE, ()),
     )
 
 
@@ -257,7 +259,10 @@ def build_planning_problem(
     layers, f_starts, b_starts = _layer_events(fw_ops, bw_ops)
     layer_index = {lay: k for k, lay in enumerate(layers)}
     graphs = _Graphs(joint, fw, bw, fw_ops, bw_ops)
-    cands = [_candidate(a, graphs, sizes, layer_index, min_offload_bytes) for a in usable]
+    reads = recompute_reads(usable)
+    cands = [
+        _candidate(a, graphs, sizes, layer_index, min_offload_bytes, reads[a.root]) for a in usable
+    ]
     timeline = StepTimeline(
         fwd_op_s=tuple(rates_op_s(op_cost(n, sizes)) for n in fw_ops),
         bwd_op_s=tuple(rates_op_s(op_cost(n, sizes)) for n in bw_ops),

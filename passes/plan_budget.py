@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -135,7 +135,9 @@ def plan_budget(
         # what no graph shows (cuBLAS/cuDNN workspaces, allocator rounding): the unoptimized
         # 8-layer Llama of benchmarks/pareto.py measured 106 MiB (1.6%) above the prediction
         budget -= int(CUDA_RESERVE_FRACTION * budget)
-    solution, plans = _solve_as_decided(problem, budget, rates, candidates, symbols)
+    solution = solve(problem, budget, rates)
+    _check_applied(solution, candidates, symbols)
+    plans = parse_plans(solution.plan_strings)
     if not solution.feasible:
         log.warning(
             "memopt: budget %s (%s) is infeasible for this graph; the smallest feasible "
@@ -147,47 +149,21 @@ def plan_budget(
     return BudgetResult(plans, solution, budget, tuple(sorted(sizes.unknown)))
 
 
-#: Rounds of :func:`_solve_as_decided` (each one only adds candidates that decide keeps).
-MAX_CHAIN_ROUNDS = 4
-
-
-def _solve_as_decided(problem, budget: int, rates, candidates: Sequence[Candidate], symbols):
-    """Solve, then check the chosen plan strings against :func:`memopt.decide.decide`, which
-    applies them: a recompute that would make a recompute chain too deep is kept there
-    (``MAX_RECOMPUTE_DEPTH``). The planner cannot see that rule, so each candidate the plan
-    asked to recompute but decide keeps is marked ``kept_by_chain`` (recompute acts as keep)
-    and the problem is solved again, until the predicted plan is the applied one. Without this
-    the prediction missed every kept tensor: 640 MiB (4.6%) on the 8-layer Llama at batch 16.
-    """
-    kept: set[str] = set()
-    for rounds in range(1, MAX_CHAIN_ROUNDS + 1):
-        solution = solve(problem, budget, rates)
-        plans = parse_plans(solution.plan_strings)
-        applied = decide(candidates, level=0, plans=plans, value=symbols.evaluate).per_root
-        missed = {
-            name
-            for name, s in solution.decisions.items()
-            if s in (Strategy.RECOMPUTE, Strategy.COMPROMISE)
-            and applied.get(name) != s
-            and name not in kept
-        }
-        if not missed:
-            break
-        if rounds == MAX_CHAIN_ROUNDS:
-            log.warning(
-                "memopt budget: after %d rounds decide still keeps %d tensor(s) the plan "
-                "recomputes (%s); the predicted peak may be low by their bytes",
-                rounds,
-                len(missed),
-                ", ".join(sorted(missed)[:5]),
-            )
-            break
-        kept |= missed
-        log.info("memopt budget: decide keeps %s (recompute chains); solving again", missed)
-        problem = replace(
-            problem,
-            candidates=tuple(
-                replace(c, kept_by_chain=True) if c.name in kept else c for c in problem.candidates
-            ),
+def _check_applied(solution, candidates: Sequence[Candidate], symbols: SymbolTable) -> None:
+    """The planner knows decide's chain rule (``Candidate.recompute_reads``), so decide
+    applies its plan strings as solved; say so loudly if it ever does not."""
+    applied = decide(
+        candidates, level=0, plans=parse_plans(solution.plan_strings), value=symbols.evaluate
+    ).per_root
+    missed = sorted(
+        name
+        for name, s in solution.decisions.items()
+        if s in (Strategy.RECOMPUTE, Strategy.COMPROMISE) and applied.get(name) != s
+    )
+    if missed:
+        log.warning(
+            "memopt budget: decide keeps %d tensor(s) the plan recomputes (%s); the predicted "
+            "peak is low by their bytes",
+            len(missed),
+            ", ".join(missed[:5]),
         )
-    return solution, plans

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from memopt.cli import models
+from memopt.cli import models, progress
 from memopt.cli.analyze import FIT_FULL_DEPTH_UP_TO, Analysis, Request, analyze
 from memopt.cli.errors import EXIT_OK, EXIT_TRACE, EXIT_USAGE, CliError, one_line
 from memopt.cli.fit import FitRow, fit_model, fit_planner
@@ -102,6 +102,12 @@ def _parser(cmd: str) -> argparse.ArgumentParser:
         p.add_argument("--memory", required=True, help="device memory, e.g. 80GiB")
         p.add_argument("--solve-for", choices=("batch", "seq"), default="batch")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="phase lines on stderr for steps over 2 s (default: when stderr is a terminal)",
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks and torch warnings")
     return p
 
@@ -186,6 +192,12 @@ def _configs(args: argparse.Namespace, plans: list[str], levels: Sequence[int], 
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    with progress.reporting("plan", args.progress) as p:
+        return _run_plan(args, p)
+
+
+def _run_plan(args: argparse.Namespace, p: progress.Progress) -> int:
+    p.phase("building the model")
     overrides, plans = models.split_overrides(args.config)
     source = models.resolve(args.model, overrides)
     budget = None
@@ -205,7 +217,9 @@ def run_plan(args: argparse.Namespace) -> int:
         ).optimizer
         budget = budget - opt
     configs = _configs(args, plans, [args.level], budget)
+    p.phase("tracing")
     a = analyze(source, request, configs)
+    p.phase("reporting")
     _, notes = _seq_default(source, args.seq)
     a.notes += notes
     if budget is not None:
@@ -227,6 +241,12 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def run_fit(args: argparse.Namespace) -> int:
+    with progress.reporting("fit", args.progress) as p:
+        return _run_fit(args, p)
+
+
+def _run_fit(args: argparse.Namespace, p: progress.Progress) -> int:
+    p.phase("building the model")
     overrides, plans = models.split_overrides(args.config)
     source = models.resolve(args.model, overrides)
     memory = parse_budget("--memory", args.memory)
@@ -235,6 +255,7 @@ def run_fit(args: argparse.Namespace) -> int:
     request = _request(args, source, symbolic=True)
     configs = [resolve_config(level=0, probe_level=args.probe_level)]
     configs += _configs(args, plans, [args.level])
+    p.phase("tracing")
     a = analyze(source, request, configs, keep_planner=True, full_depth_up_to=FIT_FULL_DEPTH_UP_TO)
     _, notes = _seq_default(source, args.seq)
     a.notes += notes
@@ -250,6 +271,7 @@ def run_fit(args: argparse.Namespace) -> int:
         fit_model(f"level {args.level}", a.peaks[1], memory, a.values, what),
     ]
     if a.planner and len(a.planner) == 1:
+        p.phase(f"building the planner's problem at each {what}")
         rows.append(
             fit_planner(
                 a.planner[0],

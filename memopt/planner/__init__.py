@@ -5,13 +5,16 @@ out; no FX here (see docs/planner.md).
 Modules: :mod:`~memopt.planner.problem` (inputs), :mod:`~memopt.planner.costs` (device rates,
 roofline, calibration), :mod:`~memopt.planner.memory` (liveness and peak),
 :mod:`~memopt.planner.timing` (step-time simulation), :mod:`~memopt.planner.space`,
-:mod:`~memopt.planner.greedy`, :mod:`~memopt.planner.bounds`, :mod:`~memopt.planner.solver`
-(the search), :mod:`~memopt.planner.emit` (plan strings and sync dict) and
-:mod:`~memopt.planner.synthetic` (layer stacks for tests and benchmarks).
+:mod:`~memopt.planner.greedy`, :mod:`~memopt.planner.bounds`, :mod:`~memopt.planner.chains`
+(the recompute-chain rule), :mod:`~memopt.planner.solver` (the search),
+:mod:`~memopt.planner.emit` (plan strings and sync dict), :mod:`~memopt.planner.progress`
+(messages for a progress display) and :mod:`~memopt.planner.synthetic` (layer stacks for tests
+and benchmarks).
 """
 
 from __future__ import annotations
 
+from memopt.planner.chains import MAX_RECOMPUTE_DEPTH
 from memopt.planner.costs import (
     CPU_DEFAULTS,
     H100_DEFAULTS,
@@ -30,12 +33,14 @@ from memopt.planner.problem import (
     StepTimeline,
     lead_windows,
 )
-from memopt.planner.solver import Solution, solve
+from memopt.planner.solution import Solution
+from memopt.planner.solver import solve
 from memopt.planner.timing import StepTime, step_time
 
 __all__ = [
     "CPU_DEFAULTS",
     "H100_DEFAULTS",
+    "MAX_RECOMPUTE_DEPTH",
     "Candidate",
     "DeviceRates",
     "MemoryProfile",

@@ -163,6 +163,48 @@ def _lp(saves, floors, need: int, const: float) -> float:
     return total
 
 
+def most_saved(space: Space) -> list[int]:
+    """Per position ``t``, at least the most bytes any plan saves at ``t``: per cluster, the
+    largest over strategies of what its candidates save there, each counted only where it
+    saves (so it also holds for plans that keep some occurrences inside a prefix, as decide
+    does for recompute chains). ``space.base[t] - most_saved(space)[t]`` is a floor on the
+    memory at ``t``, and its maximum over ``t`` a floor on every plan's peak."""
+    n = len(space.base)
+    diff = [0] * (n + 1)
+    for cs in space.clusters:
+        events: dict[int, list[tuple[Strategy, int, int]]] = {}
+        for s, m in cs.maxn.items():
+            for k in range(m):
+                for a, b, d in cs.saves[k][s]:
+                    events.setdefault(a, []).append((s, k, d))
+                    events.setdefault(b, []).append((s, k, -d))
+        vals = {s: [0] * m for s, m in cs.maxn.items() if m}
+        pos = dict.fromkeys(vals, 0)  # per strategy: the sum of the positive savings
+        xs = sorted(events)
+        for x, end in zip(xs, xs[1:]):
+            for s, k, d in events[x]:
+                old = vals[s][k]
+                vals[s][k] = new = old + d
+                pos[s] += max(new, 0) - max(old, 0)
+            best = max(pos.values(), default=0)
+            if best > 0:
+                diff[x] += best
+                diff[min(end, n)] -= best
+    out, run = [], 0
+    for d in diff[:n]:
+        run += d
+        out.append(run)
+    return out
+
+
+def peak_floor(space: Space) -> tuple[int, int]:
+    """``(bytes, position)``: no state of ``space`` peaks below ``bytes``; the memory at
+    ``position`` cannot go lower."""
+    floor = [b - m for b, m in zip(space.base, most_saved(space))]
+    peak = max(floor)
+    return peak, floor.index(peak)
+
+
 def compute_bounds(space: Space, budget: int, points: Sequence[int]) -> Bounds:
     """Bounds for ``space`` from the constraint at each of ``points`` (the best one wins)."""
     floor = _OffloadFloor(space)

@@ -7,9 +7,11 @@
    ``t`` fits, then the peak is found again. Offload costs are estimated per layer (its share
    of the link over its window) and checked with the step simulation before a move is taken
    (up to ``50 + clusters`` checks per descent); a move whose checked ratio no longer leads
-   goes back on the heap (lazy evaluation).
-   If nothing saves memory at the peak any more, every cluster already saves the most it can
-   at ``t``: the peak equals the lower bound at ``t``, so it is the smallest peak possible.
+   goes back on the heap (lazy evaluation). A move that saves at ``t`` can cost elsewhere,
+   so two positions can trade the peak forever: the descent stops after ``_PATIENCE`` rounds
+   without progress and returns the best state it saw. Moves respect the chain rule
+   (``Space.chain_limits``). Whether a peak is the smallest possible is for
+   :func:`memopt.planner.bounds.peak_floor` to prove.
 2. *Tighten.* With the whole curve at hand, each cluster moves to the cheapest option that
    keeps every position within the budget: fewer occurrences (never slower: the step is a
    max-plus system, dropping work cannot delay it), or (first pass) another strategy if the
@@ -22,6 +24,7 @@ import heapq
 from dataclasses import dataclass
 
 from memopt.plan import Strategy
+from memopt.planner.chains import REBUILT
 from memopt.planner.space import KEEP0, Option, Space, State
 from memopt.planner.timing import StepTime
 
@@ -33,6 +36,9 @@ memory count as equal; the larger saving is taken then (tightening gives back th
 #: A checked offload move is taken if its ratio exceeds the best estimate by at most this
 #: fraction (of the estimate, or of the cost of reading a byte once, whichever is larger).
 _SLACK = 0.02
+#: Epochs without a lower peak (or fewer positions at it) after which a descent stops: moves
+#: that save at one position can cost at another, and two positions can trade places forever.
+_PATIENCE = 8
 
 
 @dataclass
@@ -40,8 +46,7 @@ class Descent:
     state: State
     peak: int
     reached: bool
-    """Whether the budget was met. If not (and nothing was frozen), ``peak`` is the smallest
-    peak of the space."""
+    """Whether the budget was met; ``state`` and ``peak`` are the lowest-peak state seen."""
 
 
 class _Costs:
@@ -102,16 +107,19 @@ class _Costs:
         return out
 
 
-def _next_move(saves, costs, current: Option, tie: float) -> tuple[float, Option] | None:
+def _next_move(
+    saves, costs, current: Option, tie: float, limits: dict[Strategy, int]
+) -> tuple[float, Option] | None:
     """The move of one cluster with the least extra seconds per byte saved; ratios within
-    ``tie`` of each other count as equal and the larger saving wins."""
+    ``tie`` of each other count as equal and the larger saving wins. ``limits``: the largest
+    count per strategy (the chain rule)."""
     s0, n0 = current
     save0 = saves[s0][n0] if n0 else 0
     cost0 = costs[s0][n0] if n0 else 0.0
     best = None
     for s, arr in saves.items():
         carr = costs[s]
-        for n in range(1, len(arr)):
+        for n in range(1, min(len(arr), limits[s] + 1)):
             ds = arr[n] - save0
             if ds <= 0:
                 continue
@@ -132,6 +140,11 @@ def descend(
     """Greedy descent from ``start`` (default all-keep) until the peak fits ``budget`` or
     nothing saves more; clusters in ``frozen`` keep their starting option."""
     return _Descender(space, start, frozen, max_moves).go(budget)
+
+
+def lowest_peak(space: Space) -> Descent:
+    """The smallest peak the descent finds: every move that saves at each peak position."""
+    return descend(space, 0)
 
 
 class _Descender:
@@ -174,14 +187,20 @@ class _Descender:
     def go(self, budget: int) -> Descent:
         curve = self.space.curve(self.state)
         peak = max(curve)
-        while peak > budget and self.moves < self.max_moves:
+        best = (peak, curve.count(peak), list(self.state))
+        stale = 0
+        while peak > budget and self.moves < self.max_moves and stale < _PATIENCE:
             t = curve.index(peak)
             applied = self.epoch(t, peak, budget)
             curve = self.space.curve(self.state)
             peak = max(curve)
+            if (peak, curve.count(peak)) < best[:2]:
+                best, stale = (peak, curve.count(peak), list(self.state)), 0
+            else:
+                stale += 1
             if not applied:
                 break  # nothing saves memory at t any more
-        return Descent(self.state, peak, peak <= budget)
+        return Descent(best[2], best[0], best[0] <= budget)
 
     def epoch(self, t: int, cur_t: int, target: int) -> int:
         """Take the cheapest moves at position ``t`` until it is at ``target``; count them."""
@@ -199,6 +218,9 @@ class _Descender:
             if ver != cver[i]:
                 continue
             old = state[i]
+            if opt[0] in REBUILT and opt[1] > space.chain_limits(state, i)[opt[0]]:
+                self._push(heap, i, saves[i], carr[i], ver)  # another move made it too deep
+                continue
             ds = saves[i][opt[0]][opt[1]] - (saves[i][old[0]][old[1]] if old[1] else 0)
             offload = Strategy.OFFLOAD in (old[0], opt[0])
             if offload and checked != self.version and self.checks < self.max_checks:
@@ -226,7 +248,8 @@ class _Descender:
         return applied
 
     def _push(self, heap: list, i: int, saves, costs, ver: int) -> None:
-        mv = _next_move(saves, costs, self.state[i], _TIE * self.unit)
+        limits = self.space.chain_limits(self.state, i)
+        mv = _next_move(saves, costs, self.state[i], _TIE * self.unit, limits)
         if mv is not None:
             heapq.heappush(heap, (mv[0], -1, i, ver, mv[1]))
 
@@ -331,8 +354,9 @@ class _Tightener:
             if fewer == 0:
                 return True
         best: tuple[float, Option] | None = None
-        for s, m in self.space.clusters[i].maxn.items():
-            if s == s0 or not m or not switch:
+        limits = self.space.chain_limits(self.state, i) if switch else {}
+        for s, m in limits.items():
+            if s == s0 or not m:
                 continue
             n = self.smallest_fit(i, s, 1, m)
             if n is not None:

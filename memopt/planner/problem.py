@@ -70,6 +70,11 @@ class Candidate:
     """Whether it may be copied to the host (needs ``layer``)."""
     nbytes_expr: sympy.Expr | None = None
     """Symbolic size, for reports only (the planner solves with ``nbytes``)."""
+    recompute_reads: tuple[str, ...] = ()
+    """Names of the other candidates whose tensors the recompute subgraph reads (the chain
+    rule of :mod:`memopt.planner.chains` counts those that are recomputed too)."""
+    compromise_reads: tuple[str, ...] = ()
+    """The same for the compromise's subgraph."""
     kept_by_chain: bool = False
     """The plan strings cannot recompute it: :func:`memopt.decide.decide` keeps it even when
     its cluster's plan covers it (a recompute chain would be too deep). Recompute and

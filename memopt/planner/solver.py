@@ -5,6 +5,9 @@ For each offload lead ``d`` (layer ``l`` offloads finish when layer ``l+d`` begi
 Small spaces are enumerated (exact); larger ones use the greedy descent and tightening of
 :mod:`memopt.planner.greedy`. Every answer carries a proven lower bound on the overhead
 (:mod:`memopt.planner.bounds`), so the gap to the optimum is known. The best lead wins.
+A proven floor on the peak comes first: a budget below it is infeasible without any search
+for a plan within it. The recompute-chain rule (:mod:`memopt.planner.chains`) is obeyed two
+ways, the better plan wins (:func:`solve`).
 """
 
 from __future__ import annotations
@@ -12,129 +15,24 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from memopt import plan as plan_module
 from memopt.plan import Strategy
-from memopt.planner.bounds import compute_bounds
+from memopt.planner import progress
+from memopt.planner.bounds import compute_bounds, peak_floor
+from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, REBUILT, Chains, refused
 from memopt.planner.costs import DeviceRates
-from memopt.planner.emit import SyncEntry, lead_sync, plan_strings
-from memopt.planner.greedy import descend, tighten
-from memopt.planner.memory import SavedBytes, memory_profile, saved_bytes
+from memopt.planner.emit import lead_sync, plan_strings
+from memopt.planner.greedy import descend, lowest_peak, tighten
+from memopt.planner.memory import applied_strategy, memory_profile, saved_bytes
 from memopt.planner.problem import PlanningProblem
+from memopt.planner.solution import Solution, fmt_bytes
 from memopt.planner.space import KEEP0, ClusterSpace, Option, Space, State
-from memopt.planner.timing import StepTime, step_time
+from memopt.planner.timing import step_time
 
 #: Largest lead tried by default (more in flight rarely pays once the link keeps up).
 MAX_LEAD = 4
-
-
-@dataclass(frozen=True)
-class Solution:
-    """The chosen plan and what the models predict for it."""
-
-    feasible: bool
-    """Whether the predicted peak fits the budget. If not, the plan is the smallest-peak one found."""
-    budget_bytes: int
-    decisions: dict[str, Strategy]
-    """Non-keep decision per candidate name."""
-    cluster_plans: dict[str, tuple[Strategy, int]]
-    """Per planned cluster ``(strategy, n)``: its first ``n`` candidates take the strategy
-    (explicit plans are not repeated here; they are in ``plan_strings``)."""
-    plan_strings: tuple[str, ...]
-    """``ClusterId:Strategy:Count`` strings (the user's explicit plans included, verbatim)."""
-    sync: dict[int, SyncEntry]
-    """Per-layer sync dict for the offloaded layers (empty without offload)."""
-    lead: int | None
-    """Uniform offload lead of ``sync`` (None without offload)."""
-    predicted_peak: int
-    baseline_peak: int
-    """Peak of the unoptimized plan (every candidate kept, no explicit plans)."""
-    time: StepTime
-    baseline_step_s: float
-    saved: SavedBytes
-    """Predicted saved-activation bytes of the plan."""
-    min_feasible_peak: int | None
-    """Smallest peak found when the budget is infeasible (None when feasible)."""
-    peak_lower_bound: int
-    """No plan in the search space has a smaller peak."""
-    overhead_lower_bound_s: float
-    """No plan within the budget has a smaller overhead (``inf`` when none fits)."""
-    exact: bool
-    """Whether every lead's space was enumerated (the plan is optimal for the models)."""
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def predicted_overhead_s(self) -> float:
-        return self.time.overhead_s
-
-    @property
-    def gap_s(self) -> float:
-        """Overhead above the proven lower bound (0 when exact)."""
-        return max(0.0, self.time.overhead_s - self.overhead_lower_bound_s)
-
-    def freeze(self) -> dict[str, object]:
-        """Keyword arguments that re-apply this plan without planning (``config``, ``sync``)."""
-        return {"config": ",".join(self.plan_strings), "sync": dict(self.sync)}
-
-    def summary(self) -> str:
-        """A few lines for the report."""
-        pct = 100.0 * self.time.overhead_s / self.baseline_step_s if self.baseline_step_s else 0.0
-        head = "fits" if self.feasible else "INFEASIBLE"
-        lines = [
-            f"budget {_fmt_bytes(self.budget_bytes)}: {head}; predicted peak "
-            f"{_fmt_bytes(self.predicted_peak)} (unoptimized {_fmt_bytes(self.baseline_peak)})",
-            f"predicted overhead {self.time.overhead_s * 1e3:.3f} ms (+{pct:.1f}% of "
-            f"{self.baseline_step_s * 1e3:.3f} ms): recompute {self.time.recompute_s * 1e3:.3f}"
-            f" ms, offload stalls {self.time.d2h_stall_s * 1e3:.3f} ms, reload stalls "
-            f"{self.time.h2d_stall_s * 1e3:.3f} ms, copy ops {self.time.copy_ops_s * 1e3:.3f} ms",
-        ]
-        if self.feasible:
-            bound = (
-                "optimal"
-                if self.exact
-                else f"lower bound {self.overhead_lower_bound_s * 1e3:.3f} ms"
-            )
-            lines.append(f"solver: {bound}")
-        else:
-            lines.append(
-                f"smallest peak found {_fmt_bytes(self.min_feasible_peak or 0)}; no plan has a "
-                f"peak below {_fmt_bytes(self.peak_lower_bound)}"
-            )
-        lines.append("plan: " + (",".join(self.plan_strings) or "(keep everything)"))
-        if self.sync:
-            lines.append(f"sync (lead {self.lead}): {self.sync}")
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "feasible": self.feasible,
-            "budget_bytes": self.budget_bytes,
-            "predicted_peak": self.predicted_peak,
-            "baseline_peak": self.baseline_peak,
-            "predicted_overhead_s": self.time.overhead_s,
-            "recompute_s": self.time.recompute_s,
-            "offload_stall_s": self.time.d2h_stall_s,
-            "reload_stall_s": self.time.h2d_stall_s,
-            "copy_ops_s": self.time.copy_ops_s,
-            "baseline_step_s": self.baseline_step_s,
-            "saved_bytes_on_device": self.saved.on_device,
-            "saved_bytes_offloaded": self.saved.offloaded,
-            "plan_strings": list(self.plan_strings),
-            "sync": {str(k): list(v) for k, v in self.sync.items()},
-            "min_feasible_peak": self.min_feasible_peak,
-            "peak_lower_bound": self.peak_lower_bound,
-            "overhead_lower_bound_s": (
-                None if math.isinf(self.overhead_lower_bound_s) else self.overhead_lower_bound_s
-            ),
-            "exact": self.exact,
-            "notes": list(self.notes),
-        }
-
-
-def _fmt_bytes(n: int) -> str:
-    return f"{n / 2**30:.3f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.2f} MiB"
 
 
 @dataclass
@@ -160,6 +58,8 @@ def _enumerate(space: Space, budget: int) -> tuple[_Result | None, _Result]:
     best = smallest = None
     for combo in itertools.product(*(cs.options() for cs in space.clusters)):
         state = list(combo)
+        if not space.chain_ok(state):
+            continue
         peak = max(space.curve(state))
         r = _Result(space, state, peak, space.step_time(state).overhead_s, True)
         if peak <= budget and (best is None or r.key(True) < best.key(True)):
@@ -170,14 +70,20 @@ def _enumerate(space: Space, budget: int) -> tuple[_Result | None, _Result]:
     return best, smallest
 
 
-def _search(space: Space, budget: int) -> tuple[_Result | None, _Result]:
-    """Descend and tighten. If the budget is out of reach, the descent ends at the smallest
-    peak of the space; that plan is tightened to it instead."""
-    d = descend(space, budget)
-    if not d.reached:
-        return None, _evaluate(space, tighten(space, d.state, d.peak))
-    r = _evaluate(space, tighten(space, d.state, budget))
-    return r, r
+def _search(space: Space, budget: int, floor: int) -> tuple[_Result | None, _Result]:
+    """Descend and tighten. If the descent misses the budget (or ``floor``, a proven floor on
+    the peak, is above it), the plan of the smallest peak found is tightened to that peak,
+    or to the budget when it fits after all."""
+    if budget >= floor:
+        d = descend(space, budget)
+        if d.reached:
+            r = _evaluate(space, tighten(space, d.state, budget))
+            return r, r
+    low = lowest_peak(space)
+    if low.peak <= budget:
+        r = _evaluate(space, tighten(space, low.state, budget))
+        return r, r
+    return None, _evaluate(space, tighten(space, low.state, low.peak))
 
 
 def _restart(best: _Result, budget: int, restarts: int) -> tuple[_Result, int]:
@@ -197,6 +103,8 @@ def _restart(best: _Result, budget: int, restarts: int) -> tuple[_Result, int]:
     for _rank, i, opt in seeds:
         start = [KEEP0] * len(space.clusters)
         start[i] = opt
+        if not space.chain_ok(start):
+            continue
         d = descend(space, budget, start=start, frozen=frozenset([i]))
         if d.reached:
             r = _evaluate(space, tighten(space, d.state, budget))
@@ -237,6 +145,7 @@ def solve(
     exact_work: int = 2_000_000,
     restart_work: int = 10_000,
     bound_points: int = 6,
+    max_recompute_depth: int = MAX_RECOMPUTE_DEPTH,
 ) -> Solution:
     """The fastest predicted plan whose predicted peak fits ``budget_bytes``.
 
@@ -247,9 +156,100 @@ def solve(
     of one evaluation (positions plus candidates) is at most this; 0 never enumerates.
     ``restart_work``: restarts of the greedy per lead, times the lead's number of options (a
     deterministic work limit).
-    ``bound_points``: how many positions the lower bounds look at (peaks of the unplanned and
-    the chosen curves, overall and per phase).
+    ``bound_points``: how many positions the overhead bound looks at (peaks of the unplanned
+    and the chosen curves, overall and per phase).
+    ``max_recompute_depth``: no recompute reads more than this many chained recomputes deep
+    (:mod:`memopt.planner.chains`).
     """
+    kw = dict(
+        leads=leads,
+        strategies=strategies,
+        exact_work=exact_work,
+        restart_work=restart_work,
+        bound_points=bound_points,
+    )
+    progress.note(f"solving: {len(problem.candidates)} candidates")
+    sol = _solve_chains(problem, budget_bytes, rates, max_recompute_depth, kw)
+    progress.note(
+        f"solved: overhead {sol.predicted_overhead_s * 1e3:.3f} ms (bound "
+        f"{sol.overhead_lower_bound_s * 1e3:.3f} ms)"
+        if sol.feasible
+        else f"solved: INFEASIBLE, smallest peak {fmt_bytes(sol.predicted_peak)} (bound "
+        f"{fmt_bytes(sol.peak_lower_bound)})"
+    )
+    return sol
+
+
+def _solve_chains(
+    problem: PlanningProblem, budget_bytes: int, rates: DeviceRates, max_depth: int, kw: dict
+) -> Solution:
+    chains = Chains(problem.candidates, max_depth)
+    if not chains.active:
+        return _solve_once(problem, budget_bytes, rates, None, **kw)
+    # Two ways to obey the rule; the better plan wins. (1) As decide applies plans: solve
+    # without the rule, mark what decide would keep (recompute acts as keep there) and solve
+    # again until nothing new is kept; decide then skips occurrences inside a cluster's
+    # prefix, which prefixes alone cannot say. (2) Whole prefixes that obey the rule; not
+    # needed when (1) never had to keep anything.
+    index = {c.name: i for i, c in enumerate(problem.candidates)}
+    kept: set[str] = set()
+    for _ in range(CHAIN_ROUNDS):
+        marked = replace(
+            problem,
+            candidates=tuple(
+                replace(c, kept_by_chain=True) if c.name in kept else c for c in problem.candidates
+            ),
+        )
+        sol = _solve_once(marked, budget_bytes, rates, None, **kw)
+        rebuilt = {index[n]: s for n, s in sol.covered.items() if s in REBUILT}
+        new = {problem.candidates[i].name for i in refused(chains, problem.candidates, rebuilt)}
+        if not new - kept:
+            if not kept:
+                return sol
+            return _better(_solve_once(problem, budget_bytes, rates, max_depth, **kw), sol)
+        kept |= new
+    return _solve_once(problem, budget_bytes, rates, max_depth, **kw)
+
+
+#: Solves of :func:`solve` that mark more candidates kept before it plans prefixes only.
+CHAIN_ROUNDS = 8
+
+
+def _better(prefix: Solution, skipping: Solution) -> Solution:
+    """The better plan, with bounds that hold for both kinds of plan: the floor (per-candidate
+    savings) of the whole problem, and no overhead bound above either plan's overhead (the LP
+    sees prefixes only; a plan that skips inside one can beat it)."""
+    chosen = min((prefix, skipping), key=_preference)
+    return replace(
+        chosen,
+        peak_lower_bound=min(prefix.peak_lower_bound, chosen.predicted_peak),
+        overhead_lower_bound_s=min(
+            prefix.overhead_lower_bound_s,
+            skipping.overhead_lower_bound_s,
+            skipping.predicted_overhead_s if skipping.feasible else math.inf,
+        ),
+        exact=False,
+    )
+
+
+def _preference(sol: Solution) -> tuple:
+    if sol.feasible:
+        return (0, round(sol.predicted_overhead_s, 12), sol.predicted_peak)
+    return (1, sol.predicted_peak, round(sol.predicted_overhead_s, 12))
+
+
+def _solve_once(
+    problem: PlanningProblem,
+    budget_bytes: int,
+    rates: DeviceRates,
+    max_recompute_depth: int | None,
+    *,
+    leads: Sequence[int | None] | None,
+    strategies: Collection[Strategy] | None,
+    exact_work: int,
+    restart_work: int,
+    bound_points: int,
+) -> Solution:
     allowed = frozenset(plan_module.SUPPORTED_STRATEGIES if strategies is None else strategies)
     leads = default_leads(problem, allowed) if leads is None else list(leads)
     if not leads:
@@ -259,49 +259,27 @@ def solve(
     baseline_s = problem.timeline.start_s[-1]
 
     shared: dict = {}
-    spaces = [Space(problem, rates, lead, shared, allowed) for lead in leads]
-    feasible: list[_Result] = []
-    smallest: list[_Result] = []
-    all_exact = True
+    spaces = [Space(problem, rates, lead, shared, allowed, max_recompute_depth) for lead in leads]
+    floors = [peak_floor(sp)[0] for sp in spaces]
+    if budget_bytes < min(floors):
+        progress.note(f"infeasible: no plan peaks below {fmt_bytes(min(floors))}")
     unit = problem.timeline.n_positions + len(problem.candidates)
-    for space in spaces:
-        size = math.prod(len(cs.options()) for cs in space.clusters)
-        if size * unit <= exact_work:
-            best, low = _enumerate(space, budget_bytes)
-        else:
-            all_exact = False
-            best, low = _search(space, budget_bytes)
-        if best is not None:
-            feasible.append(best)
-        smallest.append(low)
-    feasible.sort(key=lambda r: r.key(True))
-    work = restart_work
-    for k, r in enumerate(feasible):  # best lead first, while the work limit lasts
-        if not r.exact:
-            n_opts = sum(len(cs.options()) for cs in r.space.clusters)
-            feasible[k], used = _restart(r, budget_bytes, work // max(1, n_opts))
-            work -= used * n_opts
+    feasible, smallest, all_exact = _search_leads(spaces, floors, budget_bytes, exact_work, unit)
     ok = bool(feasible)
-    chosen = (
-        min(feasible, key=lambda r: r.key(True))
-        if ok
-        else min(smallest, key=lambda r: r.key(False))
-    )
-
+    pick = feasible[0] if ok else min(smallest, key=lambda r: r.key(False))
     points = _bound_points(
-        [spaces[0].base, chosen.space.curve(chosen.state)], problem.timeline.n_fwd, bound_points
+        [spaces[0].base, pick.space.curve(pick.state)], problem.timeline.n_fwd, bound_points
     )
-    bounds = [compute_bounds(sp, budget_bytes, points) for sp in spaces]
-    lb_s = min(b.overhead_s for b in bounds) if ok else math.inf
+    bounds = {id(sp): compute_bounds(sp, budget_bytes, points) for sp in spaces}
+    lb_s = min(b.overhead_s for b in bounds.values()) if ok else math.inf
+    _restart_leads(feasible, bounds, lb_s, budget_bytes, restart_work)
+    chosen = min(feasible, key=lambda r: r.key(True)) if ok else pick
     if all_exact and ok:
         lb_s = chosen.overhead_s
-    # A space's smallest peak is exact when enumerated or when its descent got stuck (no
-    # option saves anything at the peak); otherwise only the bound is known.
-    floors = [
-        low.peak if (low.exact or not any(f.space is sp for f in feasible)) else b.peak
-        for sp, low, b in zip(spaces, smallest, bounds)
-    ]
-    lb_peak = min(floors)
+    lb_peak = min(
+        low.peak if low is not None and low.exact else max(floor, bounds[id(sp)].peak)
+        for sp, floor, low in zip(spaces, floors, _lows(spaces, smallest))
+    )
     return _solution(
         problem,
         chosen,
@@ -314,6 +292,65 @@ def solve(
         lb_peak,
         all_exact,
     )
+
+
+#: Seconds below which two overheads are equal.
+_TOL = 1e-12
+
+
+def _search_leads(
+    spaces: Sequence[Space], floors: Sequence[int], budget: int, exact_work: int, unit: int
+) -> tuple[list[_Result], list[_Result], bool]:
+    """Per lead, lowest floor first: the best plan within the budget (sorted, best first),
+    the smallest peak found, and whether every lead was enumerated. A lead whose floor is
+    over the budget and over a smaller peak already found is skipped."""
+    feasible: list[_Result] = []
+    smallest: list[_Result] = []
+    all_exact = True
+    for space, floor in sorted(zip(spaces, floors), key=lambda x: x[1]):
+        size = math.prod(len(cs.options()) for cs in space.clusters)
+        if size * unit <= exact_work:
+            best, low = _enumerate(space, budget)
+        else:
+            all_exact = False
+            if budget < floor and smallest and min(r.peak for r in smallest) < floor:
+                continue  # neither a plan within the budget nor a smaller peak here
+            best, low = _search(space, budget, floor)
+        if best is not None:
+            feasible.append(best)
+        smallest.append(low)
+        _note_lead(space, best, low)
+    feasible.sort(key=lambda r: r.key(True))
+    return feasible, smallest, all_exact
+
+
+def _restart_leads(
+    feasible: list[_Result], bounds: dict, lb_s: float, budget: int, restart_work: int
+) -> None:
+    """Restart the greedy of each lead, best first, while the work limit lasts; not for a lead
+    whose bound shows it cannot beat the best plan, nor once the best plan meets the bound."""
+    work = restart_work
+    for k, r in enumerate(feasible):
+        incumbent = min(f.overhead_s for f in feasible)
+        if r.exact or incumbent <= lb_s + _TOL or bounds[id(r.space)].overhead_s >= incumbent:
+            continue
+        n_opts = sum(len(cs.options()) for cs in r.space.clusters)
+        feasible[k], used = _restart(r, budget, work // max(1, n_opts))
+        work -= used * n_opts
+
+
+def _lows(spaces: Sequence[Space], smallest: Sequence[_Result]) -> list[_Result | None]:
+    by_space = {id(r.space): r for r in smallest}
+    return [by_space.get(id(sp)) for sp in spaces]
+
+
+def _note_lead(space: Space, best: _Result | None, low: _Result) -> None:
+    what = (
+        f"fits, overhead {best.overhead_s * 1e3:.3f} ms"
+        if best is not None
+        else f"smallest peak {fmt_bytes(low.peak)}"
+    )
+    progress.note(f"lead {space.lead}: {what}")
 
 
 def _bound_points(curves: Sequence[list[int]], n_fwd: int, k: int) -> list[int]:
@@ -343,7 +380,8 @@ def _solution(
     exact: bool,
 ) -> Solution:
     space = r.space
-    decisions = space.decisions(r.state)
+    covered = space.decisions(r.state)
+    decisions = {n: s for n, s in covered.items() if applied_strategy(problem.by_name[n], s) == s}
     cluster_plans = {
         cs.cid: opt for cs, opt in zip(space.clusters, r.state) if opt[0] != Strategy.KEEP
     }
@@ -373,4 +411,5 @@ def _solution(
         overhead_lower_bound_s=lb_s,
         exact=exact,
         notes=tuple(space.notes),
+        covered=covered,
     )

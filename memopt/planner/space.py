@@ -15,6 +15,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from memopt.plan import Strategy
+from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, REBUILT, Chains
 from memopt.planner.costs import DeviceRates
 from memopt.planner.memory import (
     Interval,
@@ -73,9 +74,11 @@ class Space:
         lead: int | None,
         shared: dict | None = None,
         strategies: Collection[Strategy] = tuple(Strategy),
+        max_recompute_depth: int | None = MAX_RECOMPUTE_DEPTH,
     ) -> None:
         """``shared``: a dict reused across the leads of one problem (lead-independent data);
-        ``strategies``: what the planner may choose (explicit plans are taken as given)."""
+        ``strategies``: what the planner may choose (explicit plans are taken as given);
+        ``max_recompute_depth``: the chain rule of :mod:`memopt.planner.chains` (None: off)."""
         self.problem = problem
         self.moves = tuple(s for s in MOVES if s in strategies)
         self._shared: dict = {} if shared is None else shared
@@ -98,6 +101,7 @@ class Space:
             if any(cs.maxn.values()):
                 self.clusters.append(cs)
         self.base = curve_from_diff(tl.base_bytes, diff)
+        self.chains = self._chains(max_recompute_depth)
         self._saves_memo: dict[tuple[int, int], dict[Strategy, list[int]]] = {}
         self._time_memo: dict[tuple[Option, ...], StepTime] = {}
         self._stall_memo: dict[tuple[tuple[int, int], ...], float] = {}
@@ -173,6 +177,51 @@ class Space:
                 f"explicit plan {cid}:{int(s)}:{count} cannot apply to {', '.join(skipped)} "
                 f"{why}; predicted as kept"
             )
+
+    def _chains(self, max_depth: int | None) -> Chains:
+        key = ("chains", max_depth)
+        if key not in self._shared:
+            cands = self.problem.candidates if max_depth is not None else ()
+            self._shared[key] = Chains(cands, max_depth or MAX_RECOMPUTE_DEPTH)
+        chains = self._shared[key]
+        self._index = {c.name: i for i, c in enumerate(self.problem.candidates)}
+        self._fixed_rebuilt = {
+            self._index[n]: s for n, s in self.fixed_decisions.items() if s in REBUILT
+        }
+        if chains.active and not chains.ok(self._fixed_rebuilt):
+            chains = Chains((), max_depth)  # never binds
+            self.notes.append(
+                f"explicit plans chain recomputes deeper than {max_depth}; the planner does "
+                "not apply the chain rule"
+            )
+        return chains
+
+    def chain_limits(self, state: State, ci: int) -> dict[Strategy, int]:
+        """Per strategy, the most occurrences of cluster ``ci`` that may be recomputed with
+        every other cluster as in ``state`` (the chain rule)."""
+        cs = self.clusters[ci]
+        if not self.chains.active:
+            return cs.maxn
+        chosen = dict(self._fixed_rebuilt)
+        for k, (other, (s, n)) in enumerate(zip(self.clusters, state)):
+            if k != ci and s in REBUILT:
+                chosen.update((self._index[c.name], s) for c in other.cands[:n])
+        out = dict(cs.maxn)
+        order = [self._index[c.name] for c in cs.cands]
+        for s in REBUILT:
+            if out[s]:
+                out[s] = self.chains.limit(chosen, order[: out[s]], s)
+        return out
+
+    def chain_ok(self, state: State) -> bool:
+        """Whether ``state`` obeys the chain rule."""
+        if not self.chains.active:
+            return True
+        chosen = dict(self._fixed_rebuilt)
+        for cs, (s, n) in zip(self.clusters, state):
+            if s in REBUILT:
+                chosen.update((self._index[c.name], s) for c in cs.cands[:n])
+        return self.chains.ok(chosen)
 
     # ------------------------------------------------------------------ evaluation
 

@@ -1,0 +1,78 @@
+"""The peak floor (no plan peaks below it) and the answers it makes fast.
+
+The 4-layer problem of ``test_planner_solver.py``: A_l (4 MiB, made by op 0 of layer l, first
+used by op 1 of its backward) and B_l (2 MiB, op 1, first used by op 0), both recomputable and
+offloadable. Positions 0..19: embed, 4 x 2 forward ops, loss; the same backward.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from memopt.plan import Strategy
+from memopt.planner import H100_DEFAULTS, resolve_budget, solve
+from memopt.planner import solver as solver_module
+from memopt.planner.bounds import most_saved, peak_floor
+from memopt.planner.space import Space
+from memopt.planner.synthetic import MiB, layered_problem, random_layer_tensors
+from tests.test_planner_solver import ALL, RATES, four_layers
+
+KEEP = [0, 4, 6, 10, 12, 16, 18, 22, 24, 24, 24, 24, 22, 18, 16, 12, 10, 6, 4, 0]
+# Each position keeps what no option can free there: a tensor at its own op (forward), and at
+# its first backward use the tensor itself (4 MiB for an A, 2 for a B).
+FLOOR = [0, 4, 2, 4, 2, 4, 2, 4, 2, 0, 0, 2, 4, 2, 4, 2, 4, 2, 4, 0]
+
+
+@pytest.mark.parametrize("lead", [None, 1, 3])
+def test_floor_curve_of_four_layers(lead: int | None) -> None:
+    space = Space(four_layers(), RATES, lead, strategies=ALL)
+    assert [x // MiB for x in space.base] == KEEP
+    assert [(b - m) // MiB for b, m in zip(space.base, most_saved(space))] == FLOOR
+    assert peak_floor(space) == (4 * MiB, 1)
+
+
+def test_floor_with_recompute_only() -> None:
+    space = Space(four_layers(), RATES, None, strategies={Strategy.RECOMPUTE})
+    assert peak_floor(space) == (4 * MiB, 1)
+    # Without any strategy nothing moves: the floor is the unplanned peak.
+    space = Space(four_layers(), RATES, None, strategies={Strategy.KEEP})
+    assert space.clusters == [] and peak_floor(space) == (24 * MiB, 8)
+
+
+def test_infeasible_budget_skips_the_budget_descent(monkeypatch) -> None:
+    targets = []
+    descend = solver_module.descend
+
+    def spy(space, budget, **kw):
+        targets.append(budget)
+        return descend(space, budget, **kw)
+
+    monkeypatch.setattr(solver_module, "descend", spy)
+    sol = solve(four_layers(), 4 * MiB - 1, RATES, strategies=ALL, exact_work=0)
+    assert not sol.feasible and sol.peak_lower_bound == sol.predicted_peak == 4 * MiB
+    assert targets == []  # the smallest peak came from lowest_peak, which the spy does not see
+    sol = solve(four_layers(), 12 * MiB, RATES, strategies=ALL, exact_work=0)
+    assert sol.feasible and set(targets) == {12 * MiB}
+
+
+def test_two_thousand_candidates_infeasible_in_a_second() -> None:
+    tensors = random_layer_tensors(random.Random(0), 40, 25)
+    problem = layered_problem(
+        tensors, n_layers=50, ops_per_layer=25, fwd_op_s=2e-4, live_bytes=512 * MiB
+    )
+    assert len(problem.candidates) == 2000
+    budget = resolve_budget(0.01, problem)
+    times = []  # best of three CPU times: a shared 2-core runner is noisy
+    for _ in range(3):
+        t0 = time.process_time()
+        sol = solve(problem, budget, H100_DEFAULTS, strategies=ALL)
+        times.append(time.process_time() - t0)
+        if times[-1] < 1.0:
+            break
+    assert min(times) < 1.0, f"solve took {min(times):.2f} s (best of {len(times)})"
+    assert not sol.feasible
+    # The plan found reaches the floor: it is the smallest peak there is.
+    assert sol.predicted_peak == sol.peak_lower_bound == 3722444800

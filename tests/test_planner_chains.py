@@ -1,0 +1,249 @@
+"""The chain rule inside the planner: no recompute reads more than two chained recomputes.
+
+Units: MiB and milliseconds (1 GFLOP of recompute takes 1 ms). The chain problem has five
+one-candidate clusters, each recomputed for 1 GFLOP per ms of cost:
+
+    forward op   0    1    2    3    4    5 (2 MiB of other memory)
+    produced     D    E    A    B    C
+    MiB          6    2    2    2    2
+    backward use D@5  E@4  A@3  B@2  C@1
+    recompute    10   5    a    b    c   ms;  B's recompute reads A, C's reads B
+
+Keeping everything peaks at 16 MiB at forward op 5. A 10 MiB budget needs 6 MiB saved there:
+A, B and C together (a + b + c ms), or two of them and E (+5 ms), or D (10 ms). Recomputing all
+three makes C's chain 3 deep (C reads B reads A), so with the rule one of them is replaced by
+E: the dearest one (whole prefixes that obey the rule; decide, which keeps by size then
+name, would keep C whatever it costs).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+
+import pytest
+
+from memopt.plan import Strategy
+from memopt.planner import (
+    MAX_RECOMPUTE_DEPTH,
+    Candidate,
+    DeviceRates,
+    OpCost,
+    PlanningProblem,
+    StepTimeline,
+    lead_windows,
+    memory_profile,
+    resolve_budget,
+    solve,
+    solver,
+    step_time,
+)
+from memopt.planner.chains import Chains
+from memopt.planner.solver import default_leads
+from memopt.planner.synthetic import MiB, layered_problem, random_layer_tensors
+
+MS = 1e-3
+ALL = frozenset(Strategy)
+RATES = DeviceRates(
+    name="test",
+    matmul_flops_per_s=1e12,
+    hbm_bytes_per_s=MiB / MS,
+    h2d_bytes_per_s=MiB / MS,
+    d2h_bytes_per_s=MiB / MS,
+)
+
+
+def chain_problem(a_ms: float, b_ms: float, c_ms: float) -> PlanningProblem:
+    spec = [  # name, produced, first backward use, MiB, recompute ms, reads
+        ("D", 0, 5, 6, 10, ()),
+        ("E", 1, 4, 2, 5, ()),
+        ("A", 2, 3, 2, a_ms, ()),
+        ("B", 3, 2, 2, b_ms, ("A",)),
+        ("C", 4, 1, 2, c_ms, ("B",)),
+    ]
+    timeline = StepTimeline(
+        fwd_op_s=(MS,) * 6,
+        bwd_op_s=(MS,) * 6,
+        fwd_live_bytes=(0, 0, 0, 0, 0, 2 * MiB),
+        bwd_live_bytes=(0,) * 6,
+    )
+    cands = tuple(
+        Candidate(
+            name=name,
+            cluster_id=f"{name}+",
+            occurrence=0,
+            layer=None,
+            nbytes=mib * MiB,
+            produce_pos=pos,
+            first_bwd_use_pos=use,
+            recomputable=True,
+            recompute_ops=(OpCost(flops=ms * 1e9),),
+            recompute_reads=reads,
+        )
+        for name, pos, use, mib, ms, reads in spec
+    )
+    return PlanningProblem(candidates=cands, timeline=timeline)
+
+
+# (a, b, c) ms -> plan strings with the rule, overhead ms
+CASES = {
+    (1, 2, 3): (("A+:1:-1", "B+:1:-1", "E+:1:-1"), 8.0),  # C is dearest: dropped
+    (3, 1, 2): (("B+:1:-1", "C+:1:-1", "E+:1:-1"), 8.0),  # A dropped: B reads a kept A
+    (1, 3, 2): (("A+:1:-1", "C+:1:-1", "E+:1:-1"), 8.0),  # B dropped: C reads a kept B
+}
+
+
+@pytest.mark.parametrize("exact_work", [10**6, 0], ids=["enumerate", "greedy"])
+@pytest.mark.parametrize("costs", sorted(CASES))
+def test_chain_of_three_drops_the_dearest(costs, exact_work: int) -> None:
+    problem = chain_problem(*costs)
+    free = solve(
+        problem, 10 * MiB, RATES, strategies=ALL, exact_work=exact_work, max_recompute_depth=3
+    )
+    assert free.plan_strings == ("A+:1:-1", "B+:1:-1", "C+:1:-1")
+    assert free.predicted_overhead_s == pytest.approx(6 * MS)
+
+    sol = solve(problem, 10 * MiB, RATES, strategies=ALL, exact_work=exact_work)
+    plans, overhead_ms = CASES[costs]
+    assert sol.feasible and sol.predicted_peak == 10 * MiB
+    assert sol.plan_strings == plans
+    assert sol.predicted_overhead_s == pytest.approx(overhead_ms * MS)
+    # The bound relaxes the rule: still a bound (6 ms), tight when enumerated.
+    assert sol.overhead_lower_bound_s == pytest.approx((overhead_ms if exact_work else 6) * MS)
+
+
+def test_depth_one_recomputes_nothing_that_reads_a_recompute() -> None:
+    sol = solve(chain_problem(1, 2, 3), 10 * MiB, RATES, strategies=ALL, max_recompute_depth=1)
+    # A and C (C reads a kept B) and E: 1 + 3 + 5 ms; A and B would chain.
+    assert sol.plan_strings == ("A+:1:-1", "C+:1:-1", "E+:1:-1")
+    assert sol.predicted_overhead_s == pytest.approx(9 * MS)
+
+
+def test_depths_and_limits() -> None:
+    problem = chain_problem(1, 2, 3)
+    chains = Chains(problem.candidates)
+    assert MAX_RECOMPUTE_DEPTH == chains.max_depth == 2
+    a, b, c = 2, 3, 4  # indices of A, B, C
+    rec = Strategy.RECOMPUTE
+    assert chains.depths({a: rec, b: rec, c: rec}) == {a: 1, b: 2, c: 3}
+    assert chains.depths({a: rec, c: rec}) == {a: 1, c: 1}
+    assert not chains.ok({a: rec, b: rec, c: rec}) and chains.ok({b: rec, c: rec})
+    # On top of A and B, C cannot come; on top of A alone, B and C in that order stop at B.
+    assert chains.limit({a: rec, b: rec}, [c], rec) == 0
+    assert chains.limit({a: rec}, [b, c], rec) == 1
+    assert chains.limit({}, [a, b, c], rec) == 2
+    # Compromise reads nothing here: it never chains.
+    assert chains.limit({a: rec, b: rec}, [c], Strategy.COMPROMISE) == 1
+    assert not Chains(chain_problem(1, 2, 3).candidates[:2]).active
+
+
+def test_reads_of_unknown_names_are_ignored() -> None:
+    c = chain_problem(1, 2, 3).candidates
+    chains = Chains(c[2:3] + c[4:])  # A and C; C reads B, which is not a candidate here
+    assert chains.depths({0: Strategy.RECOMPUTE, 1: Strategy.RECOMPUTE}) == {0: 1, 1: 1}
+
+
+def _chained(problem: PlanningProblem) -> PlanningProblem:
+    """Each candidate's recompute reads the same cluster's candidate of the layer before (a
+    residual stream), so recomputing every layer would chain through all of them."""
+    by_key = {(c.cluster_id, c.layer): c.name for c in problem.candidates}
+    cands = tuple(
+        replace(c, recompute_reads=tuple(filter(None, [by_key.get((c.cluster_id, c.layer - 1))])))
+        for c in problem.candidates
+    )
+    return replace(problem, candidates=cands)
+
+
+def _brute_force(problem: PlanningProblem, budget: int) -> float | None:
+    chains = Chains(problem.candidates)
+    index = {c.name: i for i, c in enumerate(problem.candidates)}
+    best = None
+    for lead in default_leads(problem):
+        windows = {} if lead is None else lead_windows(problem.timeline, lead)
+        per_cluster = [
+            [(Strategy.KEEP, 0)] + [(s, n) for s in Strategy if s for n in range(1, len(v) + 1)]
+            for v in problem.clusters.values()
+        ]
+        for combo in itertools.product(*per_cluster):
+            decisions = {}
+            for cands, (s, n) in zip(problem.clusters.values(), combo):
+                decisions.update({c.name: s for c in cands[:n]})
+            rebuilt = {index[k]: s for k, s in decisions.items() if s in (1, 2)}
+            if not chains.ok(rebuilt):
+                continue
+            try:
+                peak = memory_profile(problem, decisions, windows).peak
+            except ValueError:  # a strategy that does not apply
+                continue
+            if peak <= budget:
+                t = step_time(problem, decisions, RATES, windows).overhead_s
+                best = t if best is None else min(best, t)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_residual_chains_match_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    n_layers, m = rng.randint(3, 4), rng.randint(2, 3)
+    tensors = random_layer_tensors(rng, rng.randint(1, 2), m)
+    problem = _chained(
+        layered_problem(
+            tensors, n_layers=n_layers, ops_per_layer=m, fwd_op_s=MS * rng.choice([1, 4])
+        )
+    )
+    budget = resolve_budget(rng.choice([0.5, 0.3, 0.1]), problem)
+    best = _brute_force(problem, budget)
+    chains = Chains(problem.candidates)
+    index = {c.name: i for i, c in enumerate(problem.candidates)}
+    for exact_work in (10**7, 0):
+        sol = solve(problem, budget, RATES, exact_work=exact_work, strategies=ALL)
+        rebuilt = {index[k]: s for k, s in sol.decisions.items() if s in (1, 2)}
+        assert chains.ok(rebuilt), sol.plan_strings
+        assert sol.feasible == (best is not None)
+        if best is not None:  # decide's skipping can beat whole prefixes
+            assert sol.predicted_overhead_s <= best + 1e-12
+
+
+def residual_stream() -> PlanningProblem:
+    """One cluster R+ of four 4 MiB tensors, R_k made by forward op k, first used by backward
+    op 3-k, recomputed for 1 ms from R_(k-1); forward op 4 holds 8 MiB of other memory."""
+    timeline = StepTimeline(
+        fwd_op_s=(MS,) * 5,
+        bwd_op_s=(MS,) * 4,
+        fwd_live_bytes=(0, 0, 0, 0, 8 * MiB),
+        bwd_live_bytes=(0,) * 4,
+    )
+    cands = tuple(
+        Candidate(
+            name=f"R_{k}",
+            cluster_id="R+",
+            occurrence=k,
+            layer=None,
+            nbytes=4 * MiB,
+            produce_pos=k,
+            first_bwd_use_pos=3 - k,
+            recomputable=True,
+            recompute_ops=(OpCost(flops=1e9),),
+            recompute_reads=(f"R_{k - 1}",) if k else (),
+        )
+        for k in range(4)
+    )
+    return PlanningProblem(candidates=cands, timeline=timeline)
+
+
+def test_decide_skips_inside_a_prefix() -> None:
+    # 24 MiB at forward op 4 when kept. 12 MiB needs three of four recomputed; a prefix stops
+    # at two (R_2 would read R_1 reads R_0), but R+:1:-1 works: decide accepts R_0, R_1, keeps
+    # R_2 (too deep) and accepts R_3, which reads the kept R_2.
+    sol = solve(residual_stream(), 12 * MiB, RATES, strategies=ALL)
+    assert sol.feasible and sol.plan_strings == ("R+:1:-1",)
+    assert sol.covered == dict.fromkeys(["R_0", "R_1", "R_2", "R_3"], Strategy.RECOMPUTE)
+    assert sol.decisions == dict.fromkeys(["R_0", "R_1", "R_3"], Strategy.RECOMPUTE)
+    assert sol.predicted_peak == 12 * MiB
+    assert sol.predicted_overhead_s == pytest.approx(3 * MS)
+    # Whole prefixes that obey the rule alone cannot go below 16 MiB.
+    kw = dict(leads=None, strategies=ALL, exact_work=10**6, restart_work=0, bound_points=6)
+    prefix = solver._solve_once(residual_stream(), 12 * MiB, RATES, 2, **kw)
+    assert not prefix.feasible and prefix.predicted_peak == 16 * MiB
+    assert prefix.plan_strings == ("R+:1:2",)
