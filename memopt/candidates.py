@@ -1,6 +1,6 @@
 """Plain-data description of what can be done with each saved activation (no FX inside).
 
-The analysis passes produce :class:`Candidate` objects; the decision logic (:mod:`memopt.decide`)
+The analysis passes produce :class:`SavedActivation` objects; the decision logic (:mod:`memopt.decide`)
 and the report read only these.
 """
 
@@ -14,7 +14,7 @@ from memopt.plan import Strategy
 
 
 @dataclass(frozen=True)
-class Candidate:
+class SavedActivation:
     """One saved storage group of one compiled graph."""
 
     root: str  # node name of the storage owner in the joint graph

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import sympy
 
-from memopt.candidates import Candidate
+from memopt.candidates import SavedActivation
 from memopt.errors import ConfigError, PlanError
 from memopt.offload.sync import SyncEntry, SyncError, build_schedule, default_sync
 from memopt.plan import PlanSpec, Strategy
@@ -82,7 +82,7 @@ class Plan:
 
 
 def decide(
-    candidates: Sequence[Candidate],
+    candidates: Sequence[SavedActivation],
     *,
     level: int,
     plans: Sequence[PlanSpec],
@@ -125,11 +125,11 @@ def decide(
 
 
 def _by_cluster(
-    candidates: Sequence[Candidate], plans: Sequence[PlanSpec]
-) -> dict[str, list[Candidate]]:
+    candidates: Sequence[SavedActivation], plans: Sequence[PlanSpec]
+) -> dict[str, list[SavedActivation]]:
     """Candidates per cluster id in forward order; a plan for ``Saved_<root>+`` makes a
     one-tensor cluster of a candidate that has none (the planner's ids)."""
-    by_cluster: dict[str, list[Candidate]] = {}
+    by_cluster: dict[str, list[SavedActivation]] = {}
     for c in candidates:
         if c.cluster_id is not None:
             by_cluster.setdefault(c.cluster_id, []).append(c)
@@ -242,7 +242,7 @@ def offload_schedule(
 
 
 def _resolve_chains(
-    by_cluster: dict[str, list[Candidate]],
+    by_cluster: dict[str, list[SavedActivation]],
     requested: dict[str, tuple],
     value: Callable[[sympy.Expr], int | None],
 ) -> tuple[dict[str, Strategy], dict[str, int]]:
@@ -255,7 +255,7 @@ def _resolve_chains(
     savings, then those without matmuls; a candidate that would make a chain too deep is kept
     (counted in ``skipped``). Offload decisions never conflict.
     """
-    wanted: list[tuple[tuple, Candidate, Strategy]] = []
+    wanted: list[tuple[tuple, SavedActivation, Strategy]] = []
     for cid, occ in by_cluster.items():
         strategy, count, source = requested[cid][:3]
         if strategy == Strategy.KEEP:

@@ -20,12 +20,14 @@ import torch.fx
 
 from memopt import meta_keys as mk
 from memopt._torch_compat import CheckpointPolicy
-from memopt.candidates import Candidate
+from memopt.candidates import SavedActivation
 from memopt.plan import Strategy
 
 
 def apply_recompute_pass(
-    gm: torch.fx.GraphModule, candidates: Sequence[Candidate], per_root: Mapping[str, Strategy]
+    gm: torch.fx.GraphModule,
+    candidates: Sequence[SavedActivation],
+    per_root: Mapping[str, Strategy],
 ) -> torch.fx.GraphModule:
     by_name = {n.name: n for n in gm.graph.nodes}
     recompute: set[str] = set()

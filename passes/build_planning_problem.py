@@ -2,7 +2,7 @@
 candidates into the budget planner's plain data (:mod:`memopt.planner.problem`).
 
 Reads ``node.meta["val"]`` (sizes at the compile-time hints), ``node.meta[LAYER]`` (from
-detect_layers_pass, when present) and the :class:`memopt.candidates.Candidate` list. Writes
+detect_layers_pass, when present) and the :class:`memopt.candidates.SavedActivation` list. Writes
 nothing. Positions are op indices in the baseline forward graph, then the backward graph.
 Per-op time is a roofline (FLOPs of matmuls and attention over the matmul rate, bytes read and
 written over the memory rate: pointwise ops are memory-bound, not free). Live bytes come from a
@@ -25,7 +25,7 @@ import torch.fx
 from memopt import facts
 from memopt import memory_rules as rules
 from memopt import meta_keys as mk
-from memopt.candidates import Candidate as Analysis
+from memopt.candidates import SavedActivation as Analysis
 from memopt.decide import saved_id
 from memopt.plan import PlanSpec, Strategy
 from memopt.planner.problem import Candidate, OpCost, PlanningProblem, StepTimeline

@@ -1,7 +1,7 @@
 """cluster_subgraphs_pass: name each recompute subgraph ORT-style and number its occurrences.
 
 Reads the subgraphs find_recompute_subgraphs_pass returned; writes nothing on the graph and
-returns plain :class:`memopt.candidates.Candidate` objects with symbolic byte sizes and
+returns plain :class:`memopt.candidates.SavedActivation` objects with symbolic byte sizes and
 savings.
 """
 
@@ -14,7 +14,7 @@ import torch
 import torch.fx
 
 from memopt import meta_keys as mk
-from memopt.candidates import Candidate
+from memopt.candidates import SavedActivation
 from memopt.naming import cluster_id
 from memopt.passes.find_recompute_subgraphs import Subgraph
 from memopt.plan import Strategy
@@ -46,9 +46,9 @@ def _from_random_op(node: torch.fx.Node) -> bool:
 
 def cluster_subgraphs_pass(
     gm: torch.fx.GraphModule, subgraphs: Sequence[Subgraph], symbols: SymbolTable
-) -> tuple[torch.fx.GraphModule, list[Candidate]]:
+) -> tuple[torch.fx.GraphModule, list[SavedActivation]]:
     counts: dict[str, int] = {}
-    out: list[Candidate] = []
+    out: list[SavedActivation] = []
     for sg in subgraphs:
         root = sg.group.root
         nbytes = _bytes(root, symbols)
@@ -80,7 +80,7 @@ def cluster_subgraphs_pass(
             counts[cid] = occ + 1
         val = root.meta.get(mk.TORCH_VAL)
         out.append(
-            Candidate(
+            SavedActivation(
                 root=root.name,
                 members=tuple(m.name for m in sg.group.members),
                 cluster_id=cid,

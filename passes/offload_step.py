@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch.fx
 
-from memopt.candidates import Candidate
+from memopt.candidates import SavedActivation
 from memopt.decide import Plan
 from memopt.errors import ConfigError
 from memopt.offload.result import OffloadResult
@@ -24,7 +24,10 @@ from memopt.plan import Strategy
 
 
 def offloaded_outputs(
-    fw: torch.fx.GraphModule, num_fwd_outputs: int, plan: Plan, candidates: Sequence[Candidate]
+    fw: torch.fx.GraphModule,
+    num_fwd_outputs: int,
+    plan: Plan,
+    candidates: Sequence[SavedActivation],
 ) -> list[int] | None:
     """Indices among the saved outputs of the tensors the plan offloads (None: every saved
     tensor of the scheduled layers, ``offload_layers=k``)."""
@@ -41,7 +44,7 @@ def offload_step(
     bw: torch.fx.GraphModule,
     *,
     plan: Plan,
-    candidates: Sequence[Candidate],
+    candidates: Sequence[SavedActivation],
     num_fwd_outputs: int,
     min_bytes: int,
 ) -> OffloadResult | None:

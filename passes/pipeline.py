@@ -39,7 +39,7 @@ import torch.fx
 
 from memopt import _torch_compat as compat
 from memopt import facts
-from memopt.candidates import Candidate
+from memopt.candidates import SavedActivation
 from memopt.config import MemoptConfig
 from memopt.decide import Plan, decide
 from memopt.errors import ConfigError
@@ -71,7 +71,7 @@ class Region:
     layers: list[str] = field(default_factory=list)  # the repeated layers (module paths)
     groups: list = field(default_factory=list)  # find_saved_activations.SavedGroup
     subgraphs: list = field(default_factory=list)  # find_recompute_subgraphs.Subgraph
-    candidates: list[Candidate] = field(default_factory=list)
+    candidates: list[SavedActivation] = field(default_factory=list)
     budget: Any = None  # passes.plan_budget.BudgetResult when a budget was given
     plan: Plan | None = None
     offload: Any = None  # memopt.offload.result.OffloadResult when activations were offloaded

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from memopt import _torch_compat as compat
-from memopt.candidates import Candidate
+from memopt.candidates import SavedActivation
 from memopt.config import MemoptConfig, cache_dir
 from memopt.decide import decide
 from memopt.passes.build_planning_problem import Sizes, build_planning_problem
@@ -89,7 +89,7 @@ def plan_budget(
     joint: torch.fx.GraphModule,
     fw: torch.fx.GraphModule,
     bw: torch.fx.GraphModule,
-    candidates: Sequence[Candidate],
+    candidates: Sequence[SavedActivation],
     symbols: SymbolTable,
     config: MemoptConfig,
     joint_inputs: Sequence[Any],
@@ -149,8 +149,8 @@ def plan_budget(
     return BudgetResult(plans, solution, budget, tuple(sorted(sizes.unknown)))
 
 
-def _check_applied(solution, candidates: Sequence[Candidate], symbols: SymbolTable) -> None:
-    """The planner knows decide's chain rule (``Candidate.recompute_reads``), so decide
+def _check_applied(solution, candidates: Sequence[SavedActivation], symbols: SymbolTable) -> None:
+    """The planner knows decide's chain rule (``SavedActivation.recompute_reads``), so decide
     applies its plan strings as solved; say so loudly if it ever does not."""
     applied = decide(
         candidates, level=0, plans=parse_plans(solution.plan_strings), value=symbols.evaluate

@@ -10,7 +10,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from memopt import meta_keys as mk
 from memopt._torch_compat import CheckpointPolicy
-from memopt.candidates import Candidate
+from memopt.candidates import SavedActivation
 from memopt.decide import decide
 from memopt.errors import PlanError
 from memopt.naming import cluster_id
@@ -111,7 +111,7 @@ def test_bias_gelu_name_from_add_of_1d_bias():
 
 
 def _cand(root, cid, occ, nbytes, boundary, members=()):
-    return Candidate(
+    return SavedActivation(
         root=root,
         members=members or (root,),
         cluster_id=cid,
@@ -155,7 +155,7 @@ def test_explicit_plan_first_n_and_keep_override():
 def test_saved_ids_name_tensors_without_a_cluster():
     # The budget planner names a saved tensor no cluster can recompute Saved_<root>+; a frozen
     # plan may offload (3) or keep (0) it by that id, never recompute it.
-    plain = Candidate(
+    plain = SavedActivation(
         root="getitem_9", members=("getitem_9",), cluster_id=None, occurrence=-1,
         nbytes=sympy.Integer(700),
     )  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memopt.plan import Strategy, parse_plans
-from memopt.planner import default_sync, lead_sync, lead_windows, plan_strings, sync_windows
+from memopt.planner import lead_sync, lead_windows, plan_strings, sync_windows
 from memopt.planner.emit import event_to_sync, plan_count, sync_to_event
 from memopt.planner.synthetic import LayerTensor, MiB, layered_problem
 
@@ -39,23 +39,22 @@ def test_plan_count_skips_missing_occurrences() -> None:
     assert plan_count(cands, 3) == -1
 
 
-def test_default_schedule() -> None:
-    # Offload 2 of 4 layers: layer i finishes before layer 2+i's forward, reloads when
-    # layer 2+i's backward begins (backward-order index 1-i).
-    assert default_sync(2, 4) == {0: (True, 2, False, 1), 1: (True, 3, False, 0)}
-    assert default_sync(3, 4) == {
+def test_lead_schedule() -> None:
+    # Offload 2 of 4 layers with lead 2: layer i finishes before layer 2+i's forward, reloads
+    # when layer 2+i's backward begins (backward-order index 1-i).
+    assert lead_sync([0, 1], 2, 4) == {0: (True, 2, False, 1), 1: (True, 3, False, 0)}
+    assert lead_sync([0, 1, 2], 1, 4) == {
         0: (True, 1, False, 2),
         1: (True, 2, False, 1),
         2: (True, 3, False, 0),
     }
     with pytest.raises(ValueError):
-        default_sync(4, 4)  # the last layer has no window
+        lead_sync([3], 1, 4)  # the last layer has no window
 
 
 def test_lead_sync_and_windows_agree() -> None:
     tl = PROBLEM.timeline
     sync = lead_sync([0, 1], 2, 4)
-    assert sync == default_sync(2, 4)
     windows = sync_windows(sync, tl)
     assert windows == {k: v for k, v in lead_windows(tl, 2).items() if k in (0, 1)}
     # Layer 0 (lead 2): freed when layer 2's forward begins (op 5), back when layer 2's

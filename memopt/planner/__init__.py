@@ -23,7 +23,7 @@ from memopt.planner.costs import (
     ops_s,
     roofline_s,
 )
-from memopt.planner.emit import default_sync, lead_sync, plan_strings, sync_windows
+from memopt.planner.emit import lead_sync, plan_strings, sync_windows
 from memopt.planner.memory import MemoryProfile, SavedBytes, memory_profile, saved_bytes
 from memopt.planner.problem import (
     Candidate,
@@ -52,7 +52,6 @@ __all__ = [
     "StepTime",
     "StepTimeline",
     "calibrate",
-    "default_sync",
     "lead_sync",
     "lead_windows",
     "memory_profile",

@@ -9,8 +9,8 @@ memory is released, at the first moment; its reload starts at the second.
 
 With a uniform lead ``d`` (what the planner chooses), layer ``i`` gets
 ``(True, i+d, False, n-1-i-d)``: finished when layer ``i+d``'s forward begins, reloaded when
-layer ``i+d``'s backward begins. Offloading ``k`` of ``n`` layers with ``d = n-k`` is the
-default schedule: ``(True, n-k+i, False, k-1-i)``.
+layer ``i+d``'s backward begins. (``offload_layers=k`` follows
+:func:`memopt.offload.sync.default_sync`, which reloads one layer later.)
 """
 
 from __future__ import annotations
@@ -48,13 +48,6 @@ def lead_sync(layers: Iterable[int], lead: int, n_layers: int) -> dict[int, Sync
         rld = event_to_sync(2 * n_layers - 1 - layer - lead, n_layers)
         out[layer] = (*rel, *rld)
     return out
-
-
-def default_sync(k: int, n_layers: int) -> dict[int, SyncEntry]:
-    """The default schedule for offloading layers ``0..k-1`` of ``n_layers`` (lead ``n-k``)."""
-    if not 0 <= k < n_layers:
-        raise ValueError(f"can offload 0..{n_layers - 1} of {n_layers} layers, not {k}")
-    return lead_sync(range(k), n_layers - k, n_layers)
 
 
 def sync_windows(
