@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import sys
 
+HELP = """usage: memopt COMMAND [options]   (memopt COMMAND --help for each command's options)
+
+commands:
+  demo   train a small GPT on the CPU at level 0 and level 1: the plan table and the
+         measured saving
+  plan   trace a model (hf:gpt2, hf:llama, a config file, ...) without a GPU and print its
+         plan table, predicted peak and, with --budget, the planner's plan
+  fit    the largest batch or sequence that fits a memory size, with and without memopt
+
+options:
+  -h, --help     this text
+  -V, --version  memopt's version"""
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     usage = "usage: memopt {demo,plan,fit} [options]   (memopt COMMAND --help for options)"
     if not argv or argv[0] in ("-h", "--help"):
-        print(usage)
+        print(usage if not argv else HELP)
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from memopt._version import __version__
+
+        print(f"memopt {__version__}")
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "demo":
         from memopt.demo import main as demo

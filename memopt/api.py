@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -98,6 +99,7 @@ def optimize(
             mp_policy=mp_policy,
         )
     compiled = torch.compile(model, backend=MemoptBackend(cfg, state), dynamic=dynamic, **kwargs)
+    _keep_signature(compiled, model)
     _STATES[compiled] = state
     _STATES[model] = state
     return compiled
@@ -117,10 +119,20 @@ _SETTING_NAMES = frozenset(
 )
 
 
+def _keep_signature(compiled: torch.nn.Module, model: torch.nn.Module) -> None:
+    """``inspect.signature(compiled.forward)`` is the model's own (the HF Trainer drops every
+    dataset column that the forward's signature does not name)."""
+    fwd = getattr(compiled, "forward", None)
+    if callable(fwd) and not inspect.ismethod(fwd):
+        try:
+            fwd.__wrapped__ = model.forward
+        except (AttributeError, TypeError):
+            pass  # a torch whose compiled forward takes no attributes: signature stays generic
+
+
 def _check_compile_kwargs(kwargs: dict[str, Any]) -> None:
     """Keyword arguments that are neither memopt settings nor torch.compile's: a typo."""
     import difflib
-    import inspect
 
     allowed = set(inspect.signature(torch.compile).parameters) - {"model", "backend", "dynamic"}
     unknown = sorted(set(kwargs) - allowed)

@@ -129,6 +129,8 @@ def _env(name: str) -> str | None:
 
 
 def _int_setting(name: str, value: Any, allowed: Iterable[int]) -> int:
+    if isinstance(value, bool):  # True is an int to Python, not a level to a user
+        raise ConfigError(f"{name}={value!r} is not an integer; allowed: {sorted(allowed)}")
     try:
         iv = int(value)
         if str(value).strip() != str(iv) and not isinstance(value, int):
@@ -176,11 +178,14 @@ def parse_budget(name: str, value: Any) -> float | int:
         for u, mult in units.items():
             if low.endswith(u):
                 try:
-                    return int(float(low[: -len(u)]) * mult)
+                    nbytes = int(float(low[: -len(u)]) * mult)
                 except ValueError:
                     raise ConfigError(
                         f"{name}={value!r}: cannot read the number before {u!r}"
                     ) from None
+                if nbytes < 1:
+                    raise ConfigError(f"{name}={value!r} must be at least one byte")
+                return nbytes
         try:
             num = float(s) if "." in s or "e" in low else int(s)
         except ValueError:

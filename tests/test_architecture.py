@@ -58,3 +58,14 @@ def test_a_typo_in_optimize_names_the_setting():
 
     with pytest.raises(ConfigError, match="unknown keyword argument.*levle.*did you mean 'level'"):
         memopt.optimize(torch.nn.Linear(2, 2), levle=1)
+
+
+def test_the_compiled_module_keeps_the_models_forward_signature():
+    import inspect
+
+    import memopt
+    from tests.helpers import tiny_llama
+
+    opt = memopt.optimize(tiny_llama())
+    params = inspect.signature(opt.forward).parameters
+    assert "input_ids" in params and "labels" in params  # what the HF Trainer reads

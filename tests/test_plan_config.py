@@ -145,3 +145,25 @@ def test_uuid_encodes_version_and_plan():
 def test_optimize_rejects_non_module():
     with pytest.raises(TypeError, match="expects a torch.nn.Module"):
         memopt.optimize(lambda x: x)
+
+
+@pytest.mark.parametrize(
+    "budget, message",
+    [
+        ("0GiB", "must be at least one byte"),
+        ("-1GiB", "must be at least one byte"),
+        ("0.5b", "must be at least one byte"),
+        (0, "must be positive"),
+        (1.5, "fractional budget must be in"),
+        ("lots", "is not a budget"),
+    ],
+)
+def test_bad_budgets_are_named_when_the_config_is_built(budget, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_config(budget=budget)
+    assert resolve_config(budget="1.5GiB").budget == 3 * 2**29
+
+
+def test_a_bool_is_not_a_level():
+    with pytest.raises(ConfigError, match="level=True is not an integer"):
+        resolve_config(level=True)
