@@ -19,7 +19,7 @@ import sympy
 
 from memopt.candidates import SavedActivation
 from memopt.errors import ConfigError, PlanError
-from memopt.offload.sync import SyncEntry, SyncError, build_schedule, default_sync
+from memopt.offload.sync import SyncEntry, build_schedule, default_sync
 from memopt.plan import PlanSpec, Strategy
 from memopt.planner.chains import MAX_RECOMPUTE_DEPTH
 
@@ -226,19 +226,15 @@ def offload_schedule(
             "ModuleList/Sequential such as model.layers.3); nothing offloaded here. If the "
             "model has layers under another path, pass layers='<module path prefix>'."
         )
-    try:
-        if sync:
-            build_schedule(sync, n)  # validates layers and order against this region
-            return dict(sync), None
-        if offload_layers:
-            if offload_layers >= n:
-                raise ConfigError(
-                    f"offload_layers={offload_layers} must be below the number of layers ({n})"
-                )
-            return default_sync(n, offload_layers), None
-        return default_sync(n, n - 1), None
-    except SyncError as e:
-        raise ConfigError(str(e) if str(e).startswith("sync") else f"sync: {e}") from None
+    # SyncError is a ConfigError; its messages name the setting ("sync: ...", "offload_layers=")
+    if sync:
+        build_schedule(sync, n)  # validates layers and order against this region
+        return dict(sync), None
+    if offload_layers >= n:
+        raise ConfigError(
+            f"offload_layers={offload_layers} must be below the number of layers ({n})"
+        )
+    return default_sync(n, offload_layers or n - 1), None
 
 
 def _resolve_chains(

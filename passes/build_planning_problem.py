@@ -212,7 +212,10 @@ def _candidate(a: Analysis, g: _Graphs, sizes: Sizes, layer_index, min_offload_b
         kept = None if saving is None else nbytes - saving
     tag = g.offload_layer(members)
     layer = layer_index.get(tag if tag is not None else a.layer)
-    cost = lambda names: tuple(op_cost(g.joint_by_name[x], sizes) for x in names)  # noqa: E731
+
+    def cost(names):
+        return tuple(op_cost(g.joint_by_name[x], sizes) for x in names)
+
     return Candidate(
         name=a.root,
         cluster_id=a.cluster_id or saved_id(a.root),

@@ -16,9 +16,7 @@ import torch.fx
 
 from memopt.candidates import SavedActivation
 from memopt.decide import Plan
-from memopt.errors import ConfigError
 from memopt.offload.result import OffloadResult
-from memopt.offload.sync import SyncError
 from memopt.passes.insert_offload import insert_offload_pass
 from memopt.plan import Strategy
 
@@ -50,15 +48,12 @@ def offload_step(
 ) -> OffloadResult | None:
     if not plan.sync:
         return None
-    try:
-        return insert_offload_pass(
-            fw,
-            bw,
-            sync=plan.sync,
-            num_fwd_outputs=num_fwd_outputs,
-            num_layers=plan.num_layers,
-            min_bytes=min_bytes,
-            saved_indices_to_offload=offloaded_outputs(fw, num_fwd_outputs, plan, candidates),
-        )
-    except SyncError as e:
-        raise ConfigError(f"sync: {e}") from None
+    return insert_offload_pass(  # its SyncErrors are ConfigErrors that name the setting
+        fw,
+        bw,
+        sync=plan.sync,
+        num_fwd_outputs=num_fwd_outputs,
+        num_layers=plan.num_layers,
+        min_bytes=min_bytes,
+        saved_indices_to_offload=offloaded_outputs(fw, num_fwd_outputs, plan, candidates),
+    )

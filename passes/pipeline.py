@@ -79,7 +79,6 @@ class Region:
     final_saved: sympy.Expr = sympy.Integer(0)  # after memopt's plan
     num_joint_nodes: int = 0
     plan_seconds: float = 0.0
-    pass_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def num_fwd_outputs(self) -> int:
@@ -239,7 +238,7 @@ def run_passes(region: Region, passes: Sequence[tuple[str, Pass]] = PASSES) -> R
         for gm in (region.joint, region.fw, region.bw):
             if gm is not None:
                 gm.graph.lint()
-        region.pass_seconds[name] = dt = time.perf_counter() - t0
+        dt = time.perf_counter() - t0
         log.log(
             level,
             "memopt pass %s: %.1f ms, joint nodes %d -> %d",

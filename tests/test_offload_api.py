@@ -51,3 +51,13 @@ def test_offload_layers_too_many_is_a_clear_error():
     with pytest.raises(Exception) as e:
         opt(input_ids=ids, labels=ids)
     assert "offload_layers=3 must be below the number of layers (3" in str(e.value)
+
+
+def test_a_sync_entry_for_a_missing_layer_is_named_once():
+    model = _model()
+    ids = torch.randint(1, 128, (2, 16))
+    opt = memopt.optimize(model, sync={99: (True, 1, False, 0)})
+    with pytest.raises(Exception) as e:
+        opt(input_ids=ids, labels=ids)
+    text = str(e.value)
+    assert "sync: unknown layer 99; the model has 3 layers" in text and "sync: sync" not in text

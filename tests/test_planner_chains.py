@@ -18,7 +18,6 @@ name, would keep C whatever it costs).
 
 from __future__ import annotations
 
-import itertools
 import random
 from dataclasses import replace
 
@@ -28,30 +27,18 @@ from memopt.plan import Strategy
 from memopt.planner import (
     MAX_RECOMPUTE_DEPTH,
     Candidate,
-    DeviceRates,
     OpCost,
     PlanningProblem,
     StepTimeline,
-    lead_windows,
-    memory_profile,
     resolve_budget,
     solve,
     solver,
-    step_time,
 )
 from memopt.planner.chains import Chains
-from memopt.planner.solver import default_leads
 from memopt.planner.synthetic import MiB, layered_problem, random_layer_tensors
+from tests.test_planner_solver import ALL, RATES, brute_force
 
 MS = 1e-3
-ALL = frozenset(Strategy)
-RATES = DeviceRates(
-    name="test",
-    matmul_flops_per_s=1e12,
-    hbm_bytes_per_s=MiB / MS,
-    h2d_bytes_per_s=MiB / MS,
-    d2h_bytes_per_s=MiB / MS,
-)
 
 
 def chain_problem(a_ms: float, b_ms: float, c_ms: float) -> PlanningProblem:
@@ -155,33 +142,6 @@ def _chained(problem: PlanningProblem) -> PlanningProblem:
     return replace(problem, candidates=cands)
 
 
-def _brute_force(problem: PlanningProblem, budget: int) -> float | None:
-    chains = Chains(problem.candidates)
-    index = {c.name: i for i, c in enumerate(problem.candidates)}
-    best = None
-    for lead in default_leads(problem):
-        windows = {} if lead is None else lead_windows(problem.timeline, lead)
-        per_cluster = [
-            [(Strategy.KEEP, 0)] + [(s, n) for s in Strategy if s for n in range(1, len(v) + 1)]
-            for v in problem.clusters.values()
-        ]
-        for combo in itertools.product(*per_cluster):
-            decisions = {}
-            for cands, (s, n) in zip(problem.clusters.values(), combo):
-                decisions.update({c.name: s for c in cands[:n]})
-            rebuilt = {index[k]: s for k, s in decisions.items() if s in (1, 2)}
-            if not chains.ok(rebuilt):
-                continue
-            try:
-                peak = memory_profile(problem, decisions, windows).peak
-            except ValueError:  # a strategy that does not apply
-                continue
-            if peak <= budget:
-                t = step_time(problem, decisions, RATES, windows).overhead_s
-                best = t if best is None else min(best, t)
-    return best
-
-
 @pytest.mark.parametrize("seed", range(8))
 def test_residual_chains_match_brute_force(seed: int) -> None:
     rng = random.Random(seed)
@@ -193,8 +153,8 @@ def test_residual_chains_match_brute_force(seed: int) -> None:
         )
     )
     budget = resolve_budget(rng.choice([0.5, 0.3, 0.1]), problem)
-    best = _brute_force(problem, budget)
     chains = Chains(problem.candidates)
+    best = brute_force(problem, budget, chains=chains)
     index = {c.name: i for i, c in enumerate(problem.candidates)}
     for exact_work in (10**7, 0):
         sol = solve(problem, budget, RATES, exact_work=exact_work, strategies=ALL)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from memopt._torch_compat import fused_adamw_, has_fused_adamw
+from memopt.params.adamw_kernel import check_adamw_args
 from memopt.params.flat import flat_offsets, make_chunks, merge_runs
 from memopt.params.nvme import NvmeStore
 from memopt.params.optim_state import load_state, pack_state
@@ -70,12 +71,7 @@ class CPUAdamW(torch.optim.Optimizer):
         threads: int = 1,
         nvme_dir: str | None = None,
     ) -> None:
-        if not 0.0 <= lr or not 0.0 <= eps or not 0.0 <= weight_decay:
-            raise ValueError(f"invalid lr={lr}, eps={eps} or weight_decay={weight_decay}")
-        if not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"betas={betas} must be in [0, 1)")
-        if accumulation_steps < 1:
-            raise ValueError(f"accumulation_steps={accumulation_steps} must be >= 1")
+        check_adamw_args(lr, betas, eps, weight_decay, accumulation_steps)
         if fused_backward and nvme_dir is not None:
             raise ValueError(
                 "fused_backward=True with nvme_dir is not supported: the per-parameter "

@@ -29,7 +29,13 @@ import torch
 
 from memopt._torch_compat import fused_adamw_
 from memopt.params._fsdp_compat import group_params, is_fsdp, local
-from memopt.params.adamw_kernel import CHUNK, AdamWStep, pick_update, torch_update
+from memopt.params.adamw_kernel import (
+    CHUNK,
+    AdamWStep,
+    check_adamw_args,
+    pick_update,
+    torch_update,
+)
 from memopt.params.clip import clip_grads_
 from memopt.params.update_queue import UpdateQueue
 
@@ -60,10 +66,7 @@ class HostAdamW(torch.optim.Optimizer):
         accumulation_steps: int = 1,
         kernel: str = "torch",
     ) -> None:
-        if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
-            raise ValueError(f"invalid lr={lr}, betas={betas}, eps={eps} or wd={weight_decay}")
-        if accumulation_steps < 1:
-            raise ValueError(f"accumulation_steps={accumulation_steps} must be >= 1")
+        check_adamw_args(lr, betas, eps, weight_decay, accumulation_steps)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize)
         super().__init__(params, defaults)
         self.overlap, self.accumulation_steps = overlap, accumulation_steps
