@@ -1,0 +1,137 @@
+"""memopt.format: short ids with a legend, readable formulas, folded parameter rows (exact text)."""
+
+import pytest
+import sympy
+from torch.utils._sympy.functions import CeilToInt, FloorDiv, IntTrueDiv, PythonMod
+
+from memopt.errors import ConfigError
+from memopt.format import fold_param_rows, format_param_rows, pretty_expr, shorten_ids
+
+LONG = "MatMul+Reshape+Reshape+Transpose+Softmax+Dropout+MatMul+Transpose+Reshape+Gemm+Add+"
+SAVED = "Saved_" + "x" * 60 + "+"
+
+
+def test_short_ids_keep_first_and_last_op_and_a_stable_hash():
+    mapping, legend = shorten_ids([LONG, "BiasGelu+", LONG], width=30)
+    assert mapping == {"BiasGelu+": "BiasGelu+", LONG: "MatMul+…+Add+#b59e"}
+    assert legend == [f"MatMul+…+Add+#b59e = {LONG}"]
+
+
+def test_short_ids_fit_the_width():
+    for width in (14, 16, 20, 30, 40):
+        mapping, legend = shorten_ids([LONG, SAVED], width=width)
+        assert all(len(v) <= width for v in mapping.values()), (width, mapping)
+        assert len(legend) == 2
+    assert shorten_ids([LONG], 14)[0][LONG] == "MatMul+…+#b59e"
+    assert shorten_ids([SAVED], 20)[0][SAVED] == "Saved_xxxxxxxx…#923b"
+
+
+def test_short_ids_that_fit_are_left_alone():
+    assert shorten_ids(["Gemm+", "BiasGelu+"], width=9) == (
+        {"Gemm+": "Gemm+", "BiasGelu+": "BiasGelu+"},
+        [],
+    )
+
+
+def test_short_ids_never_collide():
+    # same first and last op, same length: only the hash tells them apart
+    a = "MatMul+" + "Reshape+" * 5 + "Add+"
+    b = "MatMul+" + "Transp+" * 5 + "Mul+" + "Add+"
+    mapping, legend = shorten_ids([a, b], width=20)
+    assert len(set(mapping.values())) == 2 and len(legend) == 2
+
+
+def test_short_ids_refuse_a_bad_width():
+    with pytest.raises(ConfigError, match="width must be positive"):
+        shorten_ids(["A+"], 0)
+
+
+BATCH, SEQ = sympy.symbols("batch seq", integer=True, positive=True)
+
+
+@pytest.mark.parametrize(
+    "expr, text",
+    [
+        (CeilToInt(IntTrueDiv(SEQ, 32)), "ceil(seq/32)"),
+        ("CeilToInt(IntTrueDiv(seq, 32))", "ceil(seq/32)"),  # parsed back from report JSON
+        (2 * BATCH * SEQ**2 + 4291348 * BATCH * SEQ + 5, "2*batch*seq^2 + 4291348*batch*seq + 5"),
+        (128 * BATCH * CeilToInt(IntTrueDiv(SEQ, 32)), "128*batch*ceil(seq/32)"),
+        (FloorDiv(BATCH * SEQ, 4), "batch*seq//4"),
+        (PythonMod(SEQ, 8), "seq % 8"),
+        (3 * SEQ / 4, "3*seq/4"),
+        (BATCH / (2 * SEQ), "batch/(2*seq)"),
+        ((BATCH + 1) ** 2, "(batch + 1)^2"),
+        (BATCH**-2, "1/batch^2"),
+        (BATCH - 2 * SEQ, "batch - 2*seq"),
+        (-BATCH * SEQ, "-batch*seq"),
+        (sympy.Max(BATCH, SEQ), "max(batch, seq)"),
+        (sympy.Integer(4096), "4096"),
+    ],
+)
+def test_pretty_expr(expr, text):
+    assert pretty_expr(expr) == text
+
+
+def _rows():
+    rows = [{"name": "model.embed.weight", "param_bytes": 1 << 20, "where": "gpu"}]
+    for i in range(5):
+        for name, nbytes in (("attn.weight", 4 << 20), ("mlp.weight", 8 << 20)):
+            where = "cpu" if i < 3 else "gpu"
+            rows.append({"name": f"model.layers.{i}.{name}", "param_bytes": nbytes, "where": where})
+    rows.append({"name": "lm_head.weight", "param_bytes": 1 << 20, "where": "gpu"})
+    return rows
+
+
+def test_fold_param_rows_per_layer_group():
+    assert fold_param_rows(_rows()) == [
+        {
+            "name": "other parameters",
+            "layers": 0,
+            "params": 2,
+            "param_bytes": 2 << 20,
+            "where": "gpu",
+        },
+        {
+            "name": "model.layers.0-2",
+            "layers": 3,
+            "params": 2,
+            "param_bytes": 12 << 20,
+            "where": "cpu",
+        },
+        {
+            "name": "model.layers.3-4",
+            "layers": 2,
+            "params": 2,
+            "param_bytes": 12 << 20,
+            "where": "gpu",
+        },
+    ]
+
+
+def test_fold_param_rows_keeps_a_different_layer_apart():
+    rows = _rows()
+    rows[3]["param_bytes"] = 1  # layer 1's attention is smaller
+    names = [r["name"] for r in fold_param_rows(rows)]
+    assert names == [
+        "other parameters",
+        "model.layers.0",
+        "model.layers.1",
+        "model.layers.2",
+        "model.layers.3-4",
+    ]
+
+
+def test_format_param_rows_table():
+    assert format_param_rows(_rows()) == "\n".join(
+        [
+            "parameters                       layers params   MiB each  where",
+            "other parameters                      -      2       2.00  gpu",
+            "model.layers.0-2                      3      2      12.00  cpu",
+            "model.layers.3-4                      2      2      12.00  gpu",
+        ]
+    )
+
+
+def test_fold_param_rows_names_a_missing_key():
+    with pytest.raises(ConfigError, match="lacks 'where'"):
+        fold_param_rows([{"name": "a.0.w", "param_bytes": 4}])
