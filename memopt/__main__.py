@@ -12,6 +12,9 @@ commands:
   plan   trace a model (hf:gpt2, hf:llama, a config file, ...) without a GPU and print its
          plan table, predicted peak and, with --budget, the planner's plan
   fit    the largest batch or sequence that fits a memory size, with and without memopt
+  show   print a saved report (memopt plan --save-report, or report.to_dict() as JSON)
+  plot   draw a step's memory timeline, a CUDA memory snapshot or the benchmarks' Pareto
+         front (pip install memopt[plot])
 
 options:
   -h, --help     this text
@@ -20,7 +23,9 @@ options:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: memopt {demo,plan,fit} [options]   (memopt COMMAND --help for options)"
+    usage = (
+        "usage: memopt {demo,plan,fit,show,plot} [options]   (memopt COMMAND --help for options)"
+    )
     if not argv or argv[0] in ("-h", "--help"):
         print(usage if not argv else HELP)
         return 0 if argv else 2
@@ -34,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         from memopt.demo import main as demo
 
         return demo(rest)
-    if cmd in ("plan", "fit"):
+    if cmd in ("plan", "fit", "show", "plot"):
         from memopt.cli.main import main as cli
 
         return cli([cmd, *rest])

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import logging
+import re
 import sys
 import traceback
 import warnings
@@ -27,8 +28,65 @@ from memopt.config import parse_budget, resolve_config
 from memopt.errors import ConfigError, PlanError
 from memopt.symbolic import fmt_bytes
 
+_MODEL = re.compile(r"hf:\S+|[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DEFAULT_SEQ = 2048
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that says what to do when an option swallowed MODEL (``--config`` takes
+    every word after it, so ``plan --config n_layer=2 hf:gpt2`` has no MODEL)."""
+
+    argv: Sequence[str] = ()
+
+    def error(self, message: str):  # type: ignore[override]
+        hint = _model_hint(self.prog, self.argv) if "model" in message else None
+        self.print_usage(sys.stderr)
+        text = f"{self.prog}: error: {message}"
+        self.exit(EXIT_USAGE, text + (f"; {hint}" if hint else "") + "\n")
+
+
+def _model_hint(prog: str, argv: Sequence[str]) -> str | None:
+    """``put MODEL before --config: memopt plan hf:gpt2 --config ...`` when MODEL came after
+    an option."""
+    for i, word in enumerate(argv):
+        if _MODEL.fullmatch(word) and word.count(":") == 1:
+            options = [w for w in argv[:i] if w.startswith("--")]
+            if not options:
+                return None
+            rest = " ".join(w for w in argv if w != word)
+            return (
+                f"put MODEL before {options[-1]} ({options[-1]} takes the words after it): "
+                f"{prog} {word} {rest}"
+            )
+    return None
+
+
+def _add_save_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--save",
+        metavar="PLAN.json",
+        help="write the plan file ({config, sync}) that re-applies this plan without planning "
+        "(MEMOPT_CONFIG=PLAN.json or memopt.optimize(model, config='PLAN.json'))",
+    )
+    p.add_argument(
+        "--save-report",
+        metavar="REPORT.json",
+        help="write the report as JSON (what --json prints); memopt show REPORT.json prints it",
+    )
+    p.add_argument(
+        "--timeline",
+        action="store_true",
+        help="add the step's predicted memory per op (without memopt and with the plan) to the "
+        "JSON; traces every layer (memopt plot step REPORT.json draws it)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="STEP.png",
+        help="draw the step's predicted memory timeline (implies --timeline; needs "
+        "pip install memopt[plot])",
+    )
 
 
 def _parser(cmd: str) -> argparse.ArgumentParser:
@@ -38,7 +96,7 @@ def _parser(cmd: str) -> argparse.ArgumentParser:
         "fit": "Find the largest batch (or sequence length) whose predicted peak fits --memory, "
         "with no optimization, at level 1 and with the budget planner.",
     }[cmd]
-    p = argparse.ArgumentParser(prog=f"memopt {cmd}", description=desc)
+    p = _Parser(prog=f"memopt {cmd}", description=desc)
     p.add_argument("model", help="hf:TYPE (e.g. hf:llama) or package.module:factory")
     p.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
     p.add_argument(
@@ -98,6 +156,7 @@ def _parser(cmd: str) -> argparse.ArgumentParser:
         p.add_argument(
             "--budget", help="plan with the budget planner: bytes ('70GiB') or a fraction"
         )
+        _add_save_options(p)
     else:
         p.add_argument("--memory", required=True, help="device memory, e.g. 80GiB")
         p.add_argument("--solve-for", choices=("batch", "seq"), default="batch")
@@ -122,7 +181,9 @@ def _seq_default(source: models.ModelSource, seq: int | None) -> tuple[int, list
     return seq, notes
 
 
-def _request(args: argparse.Namespace, source: models.ModelSource, symbolic: bool) -> Request:
+def _request(
+    args: argparse.Namespace, source: models.ModelSource, symbolic: bool, full: bool = False
+) -> Request:
     if args.batch < 1 or (args.seq is not None and args.seq < 1):
         raise CliError("--batch and --seq must be positive", EXIT_USAGE)
     seq, _ = _seq_default(source, args.seq)
@@ -134,7 +195,7 @@ def _request(args: argparse.Namespace, source: models.ModelSource, symbolic: boo
         seq=seq,
         dtype=dtype,
         device_kind=args.device_kind,
-        depth=args.depth,
+        depth="full" if full else args.depth,
         optimizer=args.optimizer,
         state_dtype=args.state_dtype,
         master_weights=args.master_weights,
@@ -203,22 +264,15 @@ def _run_plan(args: argparse.Namespace, p: progress.Progress) -> int:
     budget = None
     if args.budget is not None:
         budget = parse_budget("--budget", args.budget)
-    request = _request(args, source, symbolic=budget is None)
+    timeline = bool(args.timeline or args.plot)
+    request = _request(args, source, symbolic=budget is None, full=timeline)
     if isinstance(budget, int):
-        from memopt.cli.peak import static_bytes
-
-        full = source.build(batch=2, seq=2, dtype=request.dtype, layers=None)
-        opt = static_bytes(
-            full.model,
-            optimizer=request.optimizer,
-            state_dtype=request.state_dtype,
-            master_weights=request.master_weights,
-            momentum=request.momentum,
-        ).optimizer
-        budget = budget - opt
+        budget = budget - _optimizer_bytes(source, request)
     configs = _configs(args, plans, [args.level], budget)
+    if timeline:  # the curves are drawn on the unoptimized step's graphs (config 0)
+        configs = [resolve_config(level=0, probe_level=args.probe_level), *configs]
     p.phase("tracing")
-    a = analyze(source, request, configs)
+    a = analyze(source, request, configs, keep_planner=timeline)
     p.phase("reporting")
     _, notes = _seq_default(source, args.seq)
     a.notes += notes
@@ -227,17 +281,80 @@ def _run_plan(args: argparse.Namespace, p: progress.Progress) -> int:
             "budget planner: static shapes (it plans at one size), optimizer states taken "
             "off the budget"
         )
-    peak = a.peaks[0].at(a.values)
+    doc = _plan_document(a, timeline, request, configs[-1])
+    _write_outputs(args, a.reports[-1], doc)
     if args.json:
-        out = {**_base_dict("plan", a), "report": a.reports[0].to_dict(), "peak": peak.to_dict()}
-        print(json.dumps(out, indent=1, default=str))
+        print(json.dumps(doc, indent=1, default=str))
     else:
         print("\n".join(_header("plan", a)))
         print()
-        print(a.reports[0].table())
+        print(a.reports[-1].table())
         print()
-        print(peak.table())
+        print(a.peaks[-1].at(a.values).table())
     return EXIT_OK
+
+
+def _optimizer_bytes(source: models.ModelSource, request: Request) -> int:
+    from memopt.cli.peak import static_bytes
+
+    full = source.build(batch=2, seq=2, dtype=request.dtype, layers=None)
+    return static_bytes(
+        full.model,
+        optimizer=request.optimizer,
+        state_dtype=request.state_dtype,
+        master_weights=request.master_weights,
+        momentum=request.momentum,
+    ).optimizer
+
+
+def _plan_document(a: Analysis, timeline: bool, request: Request, config) -> dict:
+    """What ``--json`` prints and ``--save-report`` writes (``memopt show`` reads it)."""
+    peak = a.peaks[-1].at(a.values)
+    doc = {**_base_dict("plan", a), "report": a.reports[-1].to_dict(), "peak": peak.to_dict()}
+    if timeline:
+        doc["timeline"] = _timeline(a, request, config)
+    return doc
+
+
+def _timeline(a: Analysis, request: Request, config) -> dict | None:
+    from memopt.cli.timeline import build_problem, step_timeline
+
+    if len(a.planner) != 1:
+        a.notes.append("no timeline: the step compiled to several graphs (graph breaks)")
+        return None
+    problem = build_problem(
+        a.planner[0],
+        a.names,
+        a.values,
+        device_kind=request.device_kind,
+        offload_min_bytes=config.offload_min_bytes,
+    )
+    label = f"{a.source.name}, batch {request.batch} x seq {request.seq}"
+    return step_timeline(problem, a.reports[-1].frozen_plan(), label=label)
+
+
+def _write_outputs(args: argparse.Namespace, report, doc: dict) -> None:
+    """``--save`` (the frozen plan), ``--save-report`` (the JSON document), ``--plot``."""
+    if args.save:
+        _write_json(args.save, report.frozen_plan(), "--save")
+    if args.save_report:
+        _write_json(args.save_report, doc, "--save-report")
+    if args.plot:
+        if doc.get("timeline") is None:
+            raise CliError("--plot: no timeline (see the notes)", EXIT_TRACE)
+        from memopt.plot import plot_step
+
+        plot_step(doc["timeline"], args.plot)
+        print(f"memopt plan: wrote {args.plot}", file=sys.stderr)
+
+
+def _write_json(path: str, data: dict, option: str) -> None:
+    try:
+        with open(path, "w") as f:
+            json.dump(data, f, indent=1, default=str)
+            f.write("\n")
+    except OSError as e:
+        raise CliError(f"{option}: cannot write {path}: {e.strerror}", EXIT_USAGE) from None
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -334,15 +451,25 @@ def _quiet(debug: bool) -> Iterator[None]:
             logging.disable(previous)
 
 
+COMMANDS = ("plan", "fit", "show", "plot")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``memopt plan|fit ...``: returns the exit code (argv starts with the command name)."""
+    """``memopt plan|fit|show|plot ...``: returns the exit code (argv starts with the command)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("plan", "fit"):
-        print("usage: memopt {plan,fit} MODEL [options]", file=sys.stderr)
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: memopt {{{','.join(COMMANDS)}}} ... [options]", file=sys.stderr)
         return EXIT_USAGE
     cmd = argv[0]
+    if cmd in ("show", "plot"):
+        from memopt.cli import show
+        from memopt.plot import main as plot
+
+        return show.main(argv[1:]) if cmd == "show" else plot(argv[1:])
+    parser = _parser(cmd)
+    parser.argv = argv[1:]
     try:
-        args = _parser(cmd).parse_args(argv[1:])
+        args = parser.parse_args(argv[1:])
     except SystemExit as e:  # argparse printed the usage/error (or --help)
         return int(e.code or 0)
     try:
