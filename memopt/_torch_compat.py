@@ -32,6 +32,17 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs
     return _compile_fx(gm, example_inputs, **kwargs)
 
 
+def tracing_context() -> Any:
+    """The tracing context dynamo compiles the current graph in (None outside dynamo)."""
+    return torch._guards.TracingContext.try_get()
+
+
+def tracing(ctx: Any):
+    """Re-enter a saved tracing context (its fake mode and shape environment) to compile the
+    same graph again; a no-op context without one."""
+    return torch._guards.tracing(ctx)
+
+
 def register_backend(name: str, fn) -> None:
     from torch._dynamo.backends.registry import _BACKENDS
     from torch._dynamo.backends.registry import register_backend as _reg

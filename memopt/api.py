@@ -12,8 +12,9 @@ import torch
 from memopt import _torch_compat as compat
 from memopt.config import MemoptConfig, resolve_config
 from memopt.errors import ConfigError
-from memopt.partitioner import MemoptPartitioner, MemoptState
+from memopt.regions import RegionProgram
 from memopt.report import Report
+from memopt.state import MemoptState
 
 _STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _BACKEND_STATE: dict[str, MemoptState] = {}
@@ -27,14 +28,7 @@ class MemoptBackend:
         self.state = state or MemoptState(config)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
-        self.state.begin_region(gm, example_inputs)
-        compiled = compat.compile_fx(
-            gm,
-            example_inputs,
-            config_patches={"custom_partitioner_fn": MemoptPartitioner(self.config, self.state)},
-        )
-        self.state.end_region()
-        return compiled
+        return RegionProgram(self.config, self.state, gm, example_inputs)
 
 
 def _env_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):

@@ -71,13 +71,13 @@ class RegionReport:
             extra["offload"] = {**off.to_dict(), "text": off.summary()}
         if result.plan is not None:
             extra["frozen"] = result.plan.frozen()
-        if getattr(result, "budget", None) is not None:
-            sol = result.budget.solution
+        b = getattr(result, "budget", None)
+        if b is not None:
             extra["planner"] = {
-                **sol.to_dict(),
-                "budget_bytes": result.budget.budget_bytes,
-                "unknown_sizes": list(result.budget.unknown_sizes),
-                "text": "Budget planner: " + sol.summary(),
+                **(b.solution.to_dict() if b.solution is not None else {}),
+                "budget_bytes": b.budget_bytes,
+                "unknown_sizes": list(b.unknown_sizes),
+                "text": b.text,
             }
         return RegionReport(
             index=index,
@@ -101,6 +101,33 @@ class RegionReport:
         return RegionReport(**dict(d))
 
 
+@dataclass(frozen=True)
+class StepInfo:
+    """The training step as the regions ran it (memopt.state): invocations in forward order,
+    and the step plan's prediction when a budget planned the step."""
+
+    sequence: tuple[int, ...]
+    complete: bool = True
+    """False while the first step has not finished (the sequence so far)."""
+    peak: int | None = None
+    peak_at: int | None = None
+    """Position in ``sequence`` of the invocation that holds the predicted peak."""
+    target: int | None = None
+    feasible: bool | None = None
+    overhead_s: float | None = None
+    offload_runs: tuple[int, ...] = ()
+    """Runs (positions in ``sequence``) whose saved tensors go to the host (offload_layers
+    with layers compiled one per region)."""
+    offloaded_bytes: int = 0
+    """Bytes those runs copied to the host in the last complete step."""
+    prefetched: int = 0
+    """Tensors copied back a layer ahead of their backward in the last complete step."""
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 def _config_text(config: MemoptConfig) -> str:
     return ",".join(config.plan_strings()) or "not provided"
 
@@ -113,6 +140,14 @@ class Report:
     regions: Sequence[RegionReport]
     placement: list[dict[str, Any]] = field(default_factory=list)
     """Parameter / optimizer-state placement rows (memopt.params), when used."""
+    step: StepInfo | None = None
+    """How the regions ran in a step (None before the first run)."""
+
+    def runs(self, region: RegionReport) -> int:
+        """How many times the region runs per step (1 when the step is not known)."""
+        if self.step is None or not self.step.complete:
+            return 1
+        return self.step.sequence.count(region.index)
 
     def clusters(self) -> list[dict[str, Any]]:
         """Cluster rows summed over regions, sorted by saving (largest first)."""
@@ -150,8 +185,8 @@ class Report:
         """Predicted activation bytes saved for backward (before, after), summed over regions."""
 
         def total(key: str) -> int | None:
-            vals = [getattr(r, key) for r in self.regions]
-            return None if any(v is None for v in vals) else sum(vals)
+            vals = [(getattr(r, key), self.runs(r)) for r in self.regions]
+            return None if any(v is None for v, _ in vals) else sum(v * n for v, n in vals)
 
         return total("baseline_saved_bytes"), total("final_saved_bytes")
 
@@ -175,7 +210,10 @@ class Report:
 
     def offloaded_bytes(self) -> int:
         """Activation bytes copied to host memory per step (activation offload)."""
-        return sum(r.extra.get("offload", {}).get("total_bytes", 0) for r in self.regions)
+        inside = sum(
+            r.extra.get("offload", {}).get("total_bytes", 0) * self.runs(r) for r in self.regions
+        )
+        return inside + (self.step.offloaded_bytes if self.step is not None else 0)
 
     def to_dict(self) -> dict[str, Any]:
         before, after = self.saved_bytes()
@@ -207,6 +245,7 @@ class Report:
             "saved_bytes_after": after,
             "offloaded_bytes": self.offloaded_bytes(),
             "regions": [r.to_dict() for r in self.regions],
+            "step": self.step.to_dict() if self.step is not None else None,
             "placement": list(self.placement),
         }
 
@@ -216,6 +255,7 @@ class Report:
     def table(self) -> str:
         body = self._plan_rows()
         warns = [f"Warning: {w}" for r in self.regions for w in r.warnings]
+        warns += [f"Warning: {n}" for n in (self.step.notes if self.step else ())]
         return "\n".join([*self._heading(), body, *self._notes(), *warns, *self._sections()])
 
     def _heading(self) -> list[str]:
@@ -258,7 +298,7 @@ class Report:
             "strategy-1 plan, level=2 also the strategy-2 (compromise) plans.",
             f"Note 2: saving values use these symbol values: {syms}.",
             f"Note 3: activation bytes saved for backward: {fmt_bytes(before)} without memopt, "
-            f"{fmt_bytes(after)} with this plan ({len(self.regions)} compiled region(s))"
+            f"{fmt_bytes(after)} with this plan ({self._regions_text()})"
             + (
                 f", of which {fmt_bytes(self.offloaded_bytes())} are offloaded to host memory."
                 if self.offloaded_bytes()
@@ -269,6 +309,12 @@ class Report:
             if extra:
                 notes.append(f"Note {len(notes) + 1}: {extra}")
         return notes
+
+    def _regions_text(self) -> str:
+        n = len(self.regions)
+        if self.step is None or not self.step.complete or len(self.step.sequence) == n:
+            return f"{n} compiled region(s)"
+        return f"per step: {len(self.step.sequence)} runs of {n} compiled region(s)"
 
     def _excluded_note(self) -> str | None:
         excluded = [e for r in self.regions for e in r.excluded]
@@ -315,12 +361,17 @@ class Report:
         )
 
     def _sections(self) -> list[str]:
+        texts: dict[str, list[int]] = {}  # identical sections of several regions print once
+        for r in self.regions:
+            for section in r.extra.values():
+                if isinstance(section, Mapping) and section.get("text"):
+                    texts.setdefault(section["text"], []).append(r.index)
         lines = [
-            section["text"]
-            for r in self.regions
-            for section in r.extra.values()
-            if isinstance(section, Mapping) and "text" in section
+            text if len(self.regions) == 1 else f"[region {_ranges(idx)}] {text}"
+            for text, idx in texts.items()
         ]
+        if self.step is not None and len(self.regions) > 1:
+            lines.append(step_section(self))
         if self.placement:
             from memopt.params import format_placement
 
@@ -364,3 +415,82 @@ def _cluster_rows(result: Any, sym: SymbolTable) -> list[dict[str, Any]]:
             }
         )
     return clusters
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    out: list[str] = []
+    for i in sorted(set(indices)):
+        if out and out[-1].split("-")[-1] == str(i - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)
+
+
+def _plan_key(r: RegionReport) -> tuple:
+    rows = tuple(
+        (c["cluster_id"], c["strategy"], c["count"], c["enabled"], c["saving_bytes"])
+        for c in r.clusters
+    )
+    return rows, r.baseline_saved_bytes, r.final_saved_bytes
+
+
+def _plans_text(plans: Sequence[str], width: int = 48) -> str:
+    text = ",".join(plans) or "(keep)"
+    return text if len(text) <= width else f"{len(plans)} plans: {text[: width - 14]}..."
+
+
+def step_section(report: Report) -> str:
+    """The step, region runs in forward order; consecutive runs of identical plans folded
+    into one row ("runs 2-9 (x8, same plan)")."""
+    step = report.step
+    by_index = {r.index: r for r in report.regions}
+    seq = [i for i in step.sequence if i in by_index]
+    groups: list[list[int]] = []  # positions in seq
+    for pos, i in enumerate(seq):
+        if groups and _plan_key(by_index[seq[groups[-1][0]]]) == _plan_key(by_index[i]):
+            groups[-1].append(pos)
+        else:
+            groups.append([pos])
+    rows = []
+    for g in groups:
+        r = by_index[seq[g[0]]]
+        where = f"run {g[0]}" if len(g) == 1 else f"runs {g[0]}-{g[-1]} (x{len(g)}, same plan)"
+        regions = sorted({seq[p] for p in g})
+        peak = " <- peak" if step.peak_at is not None and step.peak_at in g else ""
+        rows.append(
+            [
+                where,
+                ",".join(map(str, regions)),
+                fmt_bytes(r.baseline_saved_bytes),
+                fmt_bytes(r.final_saved_bytes) + peak,
+                _plans_text(r.extra.get("frozen", {}).get("config", ())),
+            ]
+        )
+    head = (
+        f"Step: {len(seq)} region run(s) in forward order"
+        + ("" if step.complete else " (first step not finished yet)")
+        + ", backward in reverse"
+    )
+    table = tabulate(
+        rows,
+        headers=["Runs", "Region", "Saved each", "With plan", "Plan"],
+        tablefmt="simple",
+        disable_numparse=True,
+    )
+    lines = [head, table]
+    if step.offload_runs:
+        lines.append(
+            f"Step offload: runs {_ranges(step.offload_runs)} keep their saved tensors in host "
+            f"memory from their forward to their backward ({fmt_bytes(step.offloaded_bytes)} "
+            f"copied per step, {step.prefetched} tensor(s) copied back a layer ahead)"
+        )
+    if step.peak is not None:
+        fits = "fits" if step.feasible else "INFEASIBLE, smallest found"
+        lines.append(
+            f"Step plan: predicted step peak {fmt_bytes(step.peak)} ({fits}; target "
+            f"{fmt_bytes(step.target)}), predicted overhead {1e3 * (step.overhead_s or 0):.3f} "
+            "ms per step"
+        )
+    return "\n".join(lines)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sympy
@@ -49,7 +49,7 @@ from memopt.passes.detect_layers import detect_layers_pass
 from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
 from memopt.passes.find_saved_activations import find_saved_activations_pass
 from memopt.passes.offload_step import offload_step
-from memopt.passes.plan_budget import plan_budget
+from memopt.passes.plan_budget import assigned_result, plan_budget
 from memopt.plan import Strategy
 from memopt.symbolic import SymbolTable, build_symbol_table
 
@@ -66,6 +66,9 @@ class Region:
     partition_kwargs: dict[str, Any]
     symbols: SymbolTable
     known_elsewhere: Collection[str] = ()
+    held_bytes: int = 0  # activation bytes earlier regions of the step hold (byte budgets)
+    activation_inputs: Sequence[bool] = ()  # per primal: an activation of an earlier region
+    assigned: Any = None  # memopt.step.Option: the step plan's choice for this region
     fw: torch.fx.GraphModule | None = None
     bw: torch.fx.GraphModule | None = None
     layers: list[str] = field(default_factory=list)  # the repeated layers (module paths)
@@ -88,6 +91,23 @@ class Region:
         self.fw, self.bw = compat.min_cut_partition(
             self.joint, self.joint_inputs, **self.partition_kwargs
         )
+
+
+def saved_input_bytes(
+    fw: torch.fx.GraphModule, num_fwd_outputs: int, flags: Sequence[bool], symbols: SymbolTable
+) -> sympy.Expr:
+    """Bytes of the graph inputs the forward saves that are activations of earlier regions of
+    the step (``flags`` per input, from the backend: a non-leaf tensor). They are held for this
+    region's backward like its own activations; parameters and the user's batch are not."""
+    inputs = [n for n in fw.graph.find_nodes(op="placeholder")]
+    act = {n for n, f in zip(inputs, flags) if f}
+    roots = {}
+    for n in fw.graph.output_node().args[0][num_fwd_outputs:]:
+        if isinstance(n, torch.fx.Node):
+            r = facts.storage_root(n)
+            if r in act and facts.tensor_val(r) is not None:
+                roots[r] = facts.nbytes_expr(facts.tensor_val(r))
+    return symbols.readable(sum(roots.values(), sympy.Integer(0)))
 
 
 def saved_activation_bytes(
@@ -116,6 +136,7 @@ def detect_layers(r: Region) -> Region:
 def partition(r: Region) -> Region:
     r.partition()
     r.baseline_saved = saved_activation_bytes(r.fw, r.num_fwd_outputs, r.symbols)
+    r.baseline_saved += saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
     return r
 
 
@@ -144,10 +165,15 @@ def cluster_subgraphs(r: Region) -> Region:
 
 
 def plan_budget_pass(r: Region) -> Region:
-    if r.config.budget is not None:
+    if r.assigned is not None:
+        a = r.assigned
+        r.budget = assigned_result(a.plans, a.sync, f"Step plan for this region: {a.describe()}")
+    elif r.config.budget is not None:
         r.budget = plan_budget(
-            r.joint, r.fw, r.bw, r.candidates, r.symbols, r.config, r.joint_inputs
+            r.joint, r.fw, r.bw, r.candidates, r.symbols, r.config, r.joint_inputs, r.held_bytes
         )
+        ins = saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
+        r.budget.problem = replace(r.budget.problem, saved_input_bytes=r.symbols.evaluate(ins) or 0)
     return r
 
 
@@ -257,9 +283,14 @@ def run_pipeline(
     partition_kwargs: dict[str, Any],
     *,
     known_elsewhere: Collection[str] = (),
+    held_bytes: int = 0,
+    assigned: Any = None,
+    activation_inputs: Sequence[bool] = (),
 ) -> Region:
     """Run every pass on one joint graph; the returned Region holds the final forward and
-    backward graphs, the Plan and what the report reads."""
+    backward graphs, the Plan and what the report reads. ``held_bytes`` and ``assigned`` come
+    from the step (:mod:`memopt.state`): what earlier regions hold, and the plan the step
+    planner chose for this region."""
     t0 = time.perf_counter()
     region = Region(
         joint=gm,
@@ -268,9 +299,15 @@ def run_pipeline(
         partition_kwargs=partition_kwargs,
         symbols=build_symbol_table(joint_inputs),
         known_elsewhere=known_elsewhere,
+        held_bytes=held_bytes,
+        assigned=assigned,
+        activation_inputs=activation_inputs,
     )
     region = run_passes(region)
     region.final_saved = saved_activation_bytes(region.fw, region.num_fwd_outputs, region.symbols)
+    region.final_saved += saved_input_bytes(
+        region.fw, region.num_fwd_outputs, region.activation_inputs, region.symbols
+    )
     region.num_joint_nodes = len(gm.graph.nodes)
     region.plan_seconds = time.perf_counter() - t0
     return region

@@ -32,14 +32,25 @@ log = logging.getLogger("memopt")
 @dataclass
 class BudgetResult:
     plans: tuple[PlanSpec, ...]
-    solution: Any  # memopt.planner.Solution
+    solution: Any  # memopt.planner.Solution; None when the step plan assigned the plans
     budget_bytes: int
     unknown_sizes: tuple[str, ...] = ()  # nodes whose size could not be evaluated
+    sync: dict | None = None
+    """The sync dict the planner's offload windows assume (None without offload)."""
+    problem: RegionProblem | None = None
+    """The region's planning problem, kept for the step plan (memopt.step)."""
+    text: str = ""
 
-    @property
-    def sync(self) -> dict | None:
-        """The sync dict the planner's offload windows assume (None without offload)."""
-        return dict(self.solution.sync) or None
+
+@dataclass(frozen=True)
+class RegionProblem:
+    """What the step planner needs of one region (plain, picklable data)."""
+
+    problem: Any  # memopt.planner.PlanningProblem
+    rates: Any  # memopt.planner.DeviceRates
+    device_type: str
+    saved_input_bytes: int = 0
+    """Saved inputs that are activations of earlier regions (held whatever the plan)."""
 
 
 def _device(inputs: Sequence[Any]) -> torch.device:
@@ -93,7 +104,11 @@ def plan_budget(
     symbols: SymbolTable,
     config: MemoptConfig,
     joint_inputs: Sequence[Any],
+    held_bytes: int = 0,
 ) -> BudgetResult:
+    """Solve the region's plan. ``held_bytes``: activation bytes that regions run earlier in
+    the step keep while this one runs (a byte budget is for the step: this region gets what
+    they leave)."""
     fixed = list(config.plans)
     if config.level >= 1:
         named = {p.cluster_id for p in fixed}
@@ -131,10 +146,8 @@ def plan_budget(
     if note is not None and not _allocator_warned:
         _allocator_warned = True
         log.warning(note)
-    if device.type == "cuda" and isinstance(config.budget, int):
-        # what no graph shows (cuBLAS/cuDNN workspaces, allocator rounding): the unoptimized
-        # 8-layer Llama of benchmarks/pareto.py measured 106 MiB (1.6%) above the prediction
-        budget -= int(CUDA_RESERVE_FRACTION * budget)
+    if isinstance(config.budget, int):
+        budget = step_bytes(config.budget, device.type) - held_bytes
     solution = solve(problem, budget, rates)
     _check_applied(solution, candidates, symbols)
     plans = parse_plans(solution.plan_strings)
@@ -146,7 +159,37 @@ def plan_budget(
             fmt_bytes(budget),
             fmt_bytes(solution.min_feasible_peak),
         )
-    return BudgetResult(plans, solution, budget, tuple(sorted(sizes.unknown)))
+    return BudgetResult(
+        plans,
+        solution,
+        budget,
+        tuple(sorted(sizes.unknown)),
+        sync=dict(solution.sync) or None,
+        problem=RegionProblem(problem, rates, device.type),
+        text="Budget planner: "
+        + (f"{fmt_bytes(held_bytes)} held by earlier regions; " if held_bytes else "")
+        + solution.summary(),
+    )
+
+
+def step_bytes(budget: int, device_type: str) -> int:
+    """A byte budget less what no graph shows on CUDA (cuBLAS/cuDNN workspaces, allocator
+    rounding: the unoptimized 8-layer Llama of benchmarks/pareto.py measured 106 MiB, 1.6%,
+    above the prediction)."""
+    if device_type == "cuda":
+        return budget - int(CUDA_RESERVE_FRACTION * budget)
+    return budget
+
+
+def assigned_result(plans: Sequence[str], sync: Mapping | None, text: str) -> BudgetResult:
+    """The plan the step planner assigned to this region (no solve here)."""
+    return BudgetResult(
+        parse_plans(list(plans)),
+        None,
+        0,
+        sync={int(k): tuple(v) for k, v in sync.items()} if sync else None,
+        text=text,
+    )
 
 
 def _check_applied(solution, candidates: Sequence[SavedActivation], symbols: SymbolTable) -> None:

@@ -1,0 +1,107 @@
+"""The callable memopt's backend hands back to dynamo for one graph: it compiles the graph with
+Inductor and memopt's partitioner, tells the step state when the region runs and when
+backward reaches it, and recompiles the graph once when the step plan changes its part.
+
+Recompiling re-enters the tracing context dynamo compiled the graph in (its fake mode and
+shape environment), on a pristine copy of the graph and the fake inputs dynamo traced with,
+so dynamic shapes and dynamo's guards stay those of the first compile. Only graphs that may
+be replanned (a budget is set) keep that copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from memopt import _torch_compat as compat
+from memopt.config import MemoptConfig
+from memopt.partitioner import MemoptPartitioner
+from memopt.state import MemoptState
+
+log = logging.getLogger("memopt")
+
+
+class RegionProgram:
+    """One compiled graph of an optimized model (what dynamo calls)."""
+
+    def __init__(
+        self,
+        config: MemoptConfig,
+        state: MemoptState,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+    ):
+        self.config, self.state = config, state
+        replannable = config.budget is not None
+        self._gm = copy.deepcopy(gm) if replannable else None
+        self._ctx = compat.tracing_context() if replannable else None
+        self.index: int | None = None
+        self.generation = state.generation
+        # inputs that are activations of earlier regions (non-leaf tensors): saved, they are
+        # held for the backward like the region's own activations
+        self._activation_inputs = tuple(
+            isinstance(x, torch.Tensor) and x.grad_fn is not None for x in example_inputs
+        )
+        self._fn = self._compile(gm, example_inputs, held=state.held_bytes(), assigned=None)
+        if self.index is not None:
+            state.graph_keys[self.index] = hashlib.sha1(gm.code.encode()).hexdigest()
+
+    def _compile(self, gm, example_inputs, *, held: int, assigned: Any):
+        p = MemoptPartitioner(
+            self.config,
+            self.state,
+            held_bytes=held,
+            assigned=assigned,
+            activation_inputs=self._activation_inputs,
+        )
+        self.state.begin_region(gm, example_inputs, context=p.context(), index=self.index)
+        fn = compat.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": p})
+        index = self.state.end_region(example_inputs)
+        if self.index is None:
+            self.index = index
+        return fn
+
+    def __call__(self, *args: Any) -> Any:
+        if self.index is None or not torch.is_grad_enabled():
+            return self._fn(*args)
+        st = self.state
+        pos = st.enter(self.index)
+        if self.generation != st.generation:
+            self._replan()
+        if st.offload is not None and pos in st.offload.positions:
+            with st.offload.run(pos, args):
+                out = self._fn(*args)
+        else:
+            out = self._fn(*args)
+        _on_backward(out, functools.partial(st.backward_started, pos))
+        return out
+
+    def _replan(self) -> None:
+        self.generation = self.state.generation
+        option = self.state.assigned.get(self.index)
+        if option is None or self._gm is None or self.state._compiled_as(self.index, option):
+            return
+        gm = copy.deepcopy(self._gm)
+        fakes = [n.meta.get("example_value") for n in gm.graph.find_nodes(op="placeholder")]
+        with compat.tracing(self._ctx):
+            self._fn = self._compile(gm, fakes, held=0, assigned=option)
+        log.info("memopt: region %d recompiled with its step plan (%s)", self.index, option.label)
+
+
+def _on_backward(out: Any, callback) -> None:
+    """Call ``callback`` when backward reaches this region (a hook on one output)."""
+    for t in out if isinstance(out, list | tuple) else (out,):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+
+            def hook(grad, _cb=callback):
+                _cb()
+
+            t.register_hook(hook)
+            return

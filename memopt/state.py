@@ -1,0 +1,312 @@
+"""What memopt knows about one optimized model: its compiled regions, the training step they
+make, and the step plan.
+
+A *region* is one graph memopt's partitioner planned (graph breaks, FSDP2's per-layer hooks
+and per-block compilation make several). :class:`memopt.regions.RegionProgram` tells the
+state when a region runs (:meth:`MemoptState.enter`) and when backward reaches it
+(:meth:`MemoptState.backward_started`); from that the state learns the *step*: the regions'
+invocations in forward order (a compiled region may run once per layer). With a budget and
+more than one invocation per step, the first completed step is planned as a whole
+(:mod:`memopt.step`) and the regions whose plan changes are recompiled once, at their next
+run. Region reports (and the planning problems the step plan needs) are persisted under the
+cache dir, so a warm compile cache reproduces the same report and the same step plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import pickle
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from memopt.config import MemoptConfig, cache_dir
+from memopt.errors import ConfigError
+from memopt.offload.step_offload import StepOffload
+from memopt.report import RegionReport, Report, StepInfo
+from memopt.step import Option, StepChoice, choose, fraction_target, layer_runs, region_menu
+
+log = logging.getLogger("memopt")
+
+#: Step plans solved again when the step's regions change (new shapes, new graphs).
+MAX_STEP_PLANS = 4
+
+
+class MemoptState:
+    """Regions compiled for one optimized model (or for the ``"memopt"`` backend)."""
+
+    def __init__(self, config: MemoptConfig):
+        self.config = config
+        self.regions: list[RegionReport] = []
+        self.problems: dict[int, Any] = {}  # region index -> plan_budget.RegionProblem
+        self.param_handle: Any = None  # memopt.params.FsdpOffload when param_offload
+        self._lock = threading.Lock()
+        self._pending: tuple[str, int | None] | None = None  # (persist key, index to replace)
+        self._ran = False
+        # the step
+        self._seq: list[int] = []
+        self._backward_seen = False
+        self.last_step: tuple[int, ...] = ()
+        self.step_choice: StepChoice | None = None
+        self.assigned: dict[int, Option] = {}
+        self.generation = 0
+        self._step_plans = 0
+        self._planned_for: tuple[int, ...] | None = None
+        self.graph_keys: dict[int, str] = {}  # region index -> its graph's code hash
+        self.offload: StepOffload | None = None  # offload_layers across regions
+        self.notes: list[str] = []  # what the step could not apply, and why
+
+    def known_cluster_ids(self) -> set[str]:
+        return {c["cluster_id"] for r in self.regions for c in r.clusters}
+
+    def report(self, optimizer: Any = None) -> Report:
+        rows: list[dict] = []
+        if self.param_handle is not None or optimizer is not None:
+            from memopt.params import placement_rows
+
+            rows = placement_rows(self.param_handle, optimizer)
+        return Report(self.config, list(self.regions), placement=rows, step=self.step_info())
+
+    def step_info(self) -> StepInfo | None:
+        seq = self.last_step or tuple(self._seq)
+        if not seq:
+            return None
+        c = self.step_choice if self._planned_for == seq else None
+        off = self.offload
+        return StepInfo(
+            sequence=seq,
+            complete=bool(self.last_step),
+            offload_runs=tuple(sorted(off.positions)) if off else (),
+            offloaded_bytes=off.stats.offloaded_bytes if off else 0,
+            prefetched=off.stats.prefetched if off else 0,
+            notes=tuple(self.notes),
+            peak=c.peak if c else None,
+            peak_at=c.peak_at if c else None,
+            target=c.target if c else None,
+            feasible=c.feasible if c else None,
+            overhead_s=c.overhead_s if c else None,
+        )
+
+    # --- the step ------------------------------------------------------------------------------
+    def held_bytes(self) -> int:
+        """Activation bytes the invocations run so far in this step keep for their backward."""
+        total = 0
+        for i in self._seq:
+            b = self.regions[i].final_saved_bytes if i < len(self.regions) else None
+            total += b or 0
+        return total
+
+    def enter(self, index: int) -> int:
+        """Region ``index`` runs its forward (called by RegionProgram, grad mode on); returns
+        the run's position in the step."""
+        if self._backward_seen and self._seq:
+            self._finish_step()
+        self._seq.append(index)
+        return len(self._seq) - 1
+
+    def backward_started(self, pos: int) -> None:
+        """Backward reaches the run at step position ``pos``."""
+        self._backward_seen = True
+        if self.offload is not None:
+            self.offload.backward_reached(pos)
+
+    def _finish_step(self) -> None:
+        self.last_step, self._seq, self._backward_seen = tuple(self._seq), [], False
+        if self.offload is not None:
+            self.offload.new_step()
+        if self.last_step == self._planned_for or self._step_plans >= MAX_STEP_PLANS:
+            return
+        self._step_plans += 1
+        self._planned_for = self.last_step
+        self._plan_offload(self.last_step)
+        if self.config.budget is not None and len(self.last_step) > 1:
+            self.plan_step(self.last_step)
+
+    def _plan_offload(self, sequence: Sequence[int]) -> None:
+        """``offload_layers=k`` when the layers are compiled regions (no region holds
+        repeated layers of its own: those offload inside their graph)."""
+        k = self.config.offload_layers
+        if not k or any(self.regions[i].extra.get("layers") for i in set(sequence)):
+            return
+        layers = layer_runs([self.graph_keys.get(i, i) for i in sequence])
+        if len(layers) < 2:
+            note = (
+                f"offload_layers={k}: no repeated layers in any compiled region and no "
+                "repeated regions in the step (layers compiled one per region); nothing is "
+                "offloaded. If the model has layers under another path, pass layers='...'."
+            )
+            self.notes.append(note)
+            log.warning("memopt: %s", note)
+            return
+        if k >= len(layers):
+            raise ConfigError(
+                f"offload_layers={k} must be below the number of layers ({len(layers)}): the "
+                "last layer's activations are needed as soon as its forward ends"
+            )
+        positions = [p for layer in layers[:k] for p in layer]
+        self.offload = StepOffload(positions, self.config.offload_min_bytes)
+        log.info("memopt: offloading the saved tensors of step runs %s", positions)
+
+    def plan_step(self, sequence: Sequence[int]) -> StepChoice | None:
+        """Solve one plan for the step ``sequence`` and assign each region its part; regions
+        whose plan changes recompile at their next run."""
+        missing = sorted({r for r in sequence if r not in self.problems})
+        if missing:
+            log.warning(
+                "memopt: no planning problem for region(s) %s (compiled elsewhere and not "
+                "persisted); the budget is applied to each region alone",
+                ", ".join(map(str, missing)),
+            )
+            self._planned_for = tuple(sequence)
+            return None
+        menus = {r: self._menu(r) for r in set(sequence)}
+        choice = choose(sequence, menus, self._target(sequence, menus))
+        self.step_choice, self._planned_for = choice, tuple(sequence)
+        changed = [r for r, o in choice.chosen.items() if not self._compiled_as(r, o)]
+        self.assigned.update({r: choice.chosen[r] for r in changed})
+        if changed:
+            self.generation += 1
+        if not choice.feasible:
+            log.warning(
+                "memopt: budget %s is infeasible for this step; the smallest predicted step "
+                "peak is %d bytes (using that plan)",
+                self.config.budget,
+                choice.peak,
+            )
+        log.info(
+            "memopt step plan: %d invocation(s) of %d region(s); regions replanned: %s",
+            len(sequence),
+            len(menus),
+            changed or "none",
+        )
+        return choice
+
+    def _target(self, sequence: Sequence[int], menus: dict[int, Sequence[Option]]) -> int:
+        from memopt.passes.plan_budget import step_bytes
+
+        b = self.config.budget
+        if isinstance(b, float):
+            return fraction_target(b, sequence, menus)
+        return step_bytes(b, self.problems[sequence[0]].device_type)
+
+    def _menu(self, index: int) -> list[Option]:
+        rp = self.problems[index]
+        return region_menu(rp.problem, rp.rates, rp.saved_input_bytes)
+
+    def _compiled_as(self, index: int, option: Option) -> bool:
+        frozen = self.regions[index].extra.get("frozen") or {}
+        sync = {int(k): tuple(v) for k, v in (frozen.get("sync") or {}).items()}
+        same_sync = sync == {int(k): tuple(v) for k, v in option.sync.items()}
+        return set(frozen.get("config", ())) == set(option.plans) and same_sync
+
+    def counts(self) -> Counter:
+        return Counter(self.last_step or self._seq)
+
+    # --- regions and their persistence for warm compile caches ---------------------------------
+    def begin_region(
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        *,
+        context: str = "",
+        index: int | None = None,
+    ) -> None:
+        """A graph is about to compile (``index``: a region recompiled with its step plan)."""
+        h = hashlib.sha256()
+        h.update(self.config.uuid().encode())
+        h.update(context.encode())
+        h.update(torch.__version__.encode())
+        h.update(gm.code.encode())
+        for x in example_inputs:
+            if isinstance(x, torch.Tensor):
+                h.update(f"{tuple(x.shape)}{x.dtype}{x.requires_grad}".encode())
+            else:
+                h.update(repr(type(x)).encode())
+        self._pending = (h.hexdigest()[:32], index)
+        self._ran = False
+
+    def add_region(self, region: RegionReport, problem: Any = None) -> None:
+        """The partitioner planned a region (``problem``: its plan_budget.RegionProblem)."""
+        index = self._pending[1] if self._pending else None
+        with self._lock:
+            if index is None:
+                region.index = len(self.regions)
+                self.regions.append(region)
+            else:
+                region.index = index
+                self.regions[index] = region
+            if problem is not None:
+                self.problems[region.index] = problem
+            self._ran = True
+        if self._pending is not None:
+            self._store(self._pending[0], region, problem)
+
+    def end_region(self, example_inputs: Sequence[Any]) -> int | None:
+        """After compile_fx returned: the region's index, or None for a graph without a
+        backward. On a cache hit (the partitioner did not run) the stored report comes back."""
+        pending, self._pending = self._pending, None
+        if self._ran:
+            return self.regions[-1].index if pending[1] is None else pending[1]
+        if pending is None or not _trains(example_inputs):
+            return None
+        region, problem = self._load(pending[0])
+        if region is None:
+            log.warning(
+                "memopt: a compile-cache hit skipped the partitioner and no stored report was "
+                "found for this graph; the plan was applied but the report lacks this region"
+            )
+            return None
+        region.from_cache = True
+        for w in region.warnings:  # a wrong setting must not go quiet on a warm cache
+            log.warning("memopt: %s", w)
+        self._pending = pending
+        self.add_region(region, problem)
+        self._pending = None
+        return region.index
+
+    def _path(self, key: str, suffix: str = "json") -> str:
+        return os.path.join(cache_dir(), "reports", f"{key}.{suffix}")
+
+    def _store(self, key: str, region: RegionReport, problem: Any) -> None:
+        try:
+            path = self._path(key)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _atomic_write(path, json.dumps(region.to_dict()).encode())
+            if problem is not None:
+                _atomic_write(self._path(key, "problem.pkl"), pickle.dumps(problem))
+        except (OSError, pickle.PicklingError, TypeError) as e:  # a read-only home must not
+            log.debug("memopt: could not persist the region report: %s", e)  # break training
+
+    def _load(self, key: str) -> tuple[RegionReport | None, Any]:
+        try:
+            with open(self._path(key)) as f:
+                region = RegionReport.from_dict(json.load(f))
+        except (OSError, ValueError, TypeError):
+            return None, None
+        try:
+            with open(self._path(key, "problem.pkl"), "rb") as f:
+                problem = pickle.load(f)  # noqa: S301 - memopt's own cache dir
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError):
+            problem = None
+        return region, problem
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _trains(example_inputs: Sequence[Any]) -> bool:
+    """Whether a graph has a backward (some input needs a gradient, grad mode on)."""
+    return torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
+    )

@@ -1,0 +1,315 @@
+"""The step plan: one budget for a training step that runs several compiled regions.
+
+Plain data in, plain data out (no FX, no torch). A step runs its regions' forwards in order and
+their backwards in reverse; a compiled region may run several times per step (one graph for
+every layer of a stack). Region ``r`` offers a *menu* of plans, each solved by the one-region
+planner (:func:`memopt.planner.solve`) at a share of its saved bytes: the plan strings, the
+sync dict, the region's own predicted peak, the activation bytes it leaves saved and its
+predicted overhead. The step model::
+
+    peak(step) = max over invocations i of  held(i) + peak_r(i)
+    held(i)    = saved bytes left by the invocations before i (their forwards ran, their
+                 backwards have not)
+
+``peak_r`` already holds what region ``r`` needs alive while it runs (its inputs, its own saved
+tensors, its forward and backward temporaries). With one region this is the one-region
+planner's peak, so a budget means the same for one region or forty. :func:`choose` picks one
+menu entry per compiled region (every invocation of a region runs the same compiled plan) at
+the least total overhead whose step peak fits.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+#: Up to this many combinations of the regions' options are all tried (exact for the models).
+EXACT_COMBINATIONS = 20_000
+
+#: Shares of a region's saved bytes at which its menu is solved (1.0: keep everything).
+MENU_SHARES: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One plan for one compiled region."""
+
+    plans: tuple[str, ...]
+    """Plan strings (``ClusterId:Strategy:Count``)."""
+    sync: Mapping[int, tuple] = field(default_factory=dict)
+    """The region's sync dict (offload within the region's own layers)."""
+    peak: int = 0
+    """The region's predicted peak while it runs, held bytes of other regions excluded."""
+    saved: int = 0
+    """Activation bytes the region leaves on the device from its forward to its backward."""
+    overhead_s: float = 0.0
+    """Predicted extra seconds per invocation."""
+    label: str = ""
+
+    def describe(self) -> str:
+        from memopt.symbolic import fmt_bytes
+
+        return (
+            f"{self.label or 'plan'}: peak {fmt_bytes(self.peak)} while it runs, "
+            f"{fmt_bytes(self.saved)} saved for backward, predicted overhead "
+            f"{self.overhead_s * 1e3:.3f} ms per run; plan: {','.join(self.plans) or '(keep)'}"
+            + (f"; sync {dict(self.sync)}" if self.sync else "")
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "plans": list(self.plans),
+            "sync": {str(k): list(v) for k, v in self.sync.items()},
+            "peak": self.peak,
+            "saved": self.saved,
+            "overhead_s": self.overhead_s,
+            "label": self.label,
+        }
+
+
+def region_menu(problem, rates, saved_inputs: int = 0) -> list[Option]:
+    """A region's menu: at each share of :data:`MENU_SHARES` the one-region planner's fastest
+    plan whose own peak fits that share (``memopt.planner.resolve_budget``), and its fastest
+    plan that leaves at most that share of the saved bytes for the backward (what later
+    regions feel). Entry 0 keeps everything the user did not ask to change; the last is the
+    smallest peak found. ``saved_inputs``: bytes of saved graph inputs that are activations
+    of earlier regions (held whatever the plan)."""
+    from memopt.planner import resolve_budget, solve
+
+    held = held_problem(problem)
+    mark = held.timeline.fwd_live_bytes[-1]
+    keep = problem.saved_bytes_baseline()
+    out = []
+    for share in MENU_SHARES:
+        sol = solve(problem, resolve_budget(share, problem), rates)
+        out.append(_option(sol, sol.predicted_peak, f"peak share {share:g}"))
+        if share < 1.0:
+            sol = solve(held, mark + int(share * keep), rates, leads=[None])
+            out.append(_option(sol, _peak(problem, sol), f"saved share {share:g}"))
+    sol = solve(problem, 0, rates)
+    out.append(_option(sol, sol.predicted_peak, "smallest peak"))
+    return [replace(o, saved=o.saved + saved_inputs) for o in out]
+
+
+def held_problem(problem):
+    """The problem with one more forward position, of no time, where nothing but the saved
+    tensors and a mark larger than any other position's bytes is live: its peak is the mark
+    plus the bytes the forward leaves for the backward."""
+    from memopt.planner import PlanningProblem
+
+    tl = problem.timeline
+    mark = max(tl.base_bytes, default=0) + sum(c.nbytes for c in problem.candidates) + 1
+    timeline = replace(
+        tl,
+        fwd_op_s=(*tl.fwd_op_s, 0.0),
+        fwd_live_bytes=(*tl.fwd_live_bytes, mark - tl.static_bytes),
+    )
+    return PlanningProblem(candidates=problem.candidates, timeline=timeline, fixed=problem.fixed)
+
+
+def _peak(problem, sol) -> int:
+    from memopt.planner import memory_profile
+
+    return memory_profile(problem, sol.decisions).peak
+
+
+def _option(sol, peak: int, label: str) -> Option:
+    return Option(
+        plans=tuple(sol.plan_strings),
+        sync=dict(sol.sync),
+        peak=peak,
+        saved=sol.saved.on_device,
+        overhead_s=sol.time.overhead_s,
+        label=label,
+    )
+
+
+def pareto(options: Sequence[Option]) -> tuple[Option, ...]:
+    """The options no other option beats on overhead, peak and saved bytes at once, by
+    increasing overhead (the first keeps the most)."""
+    out: list[Option] = []
+    for o in sorted(options, key=lambda o: (o.overhead_s, o.peak, o.saved, o.plans)):
+        dominated = any(
+            p.overhead_s <= o.overhead_s and p.peak <= o.peak and p.saved <= o.saved for p in out
+        )
+        if not dominated:
+            out.append(o)
+    return tuple(out)
+
+
+def step_peak(sequence: Sequence[int], chosen: Mapping[int, Option]) -> tuple[int, int | None]:
+    """Predicted peak of the step and the position (in ``sequence``) of the invocation that
+    holds it (None for an empty step)."""
+    held, best, where = 0, 0, None
+    for i, r in enumerate(sequence):
+        o = chosen[r]
+        if where is None or held + o.peak > best:
+            best, where = held + o.peak, i
+        held += o.saved
+    return best, where
+
+
+def step_overhead(sequence: Sequence[int], chosen: Mapping[int, Option]) -> float:
+    counts = Counter(sequence)
+    return sum(chosen[r].overhead_s * n for r, n in counts.items())
+
+
+def step_saved(sequence: Sequence[int], chosen: Mapping[int, Option]) -> int:
+    return sum(chosen[r].saved for r in sequence)
+
+
+def fraction_target(
+    fraction: float, sequence: Sequence[int], menus: Mapping[int, Sequence[Option]]
+) -> int:
+    """A fractional budget for the step: keep that share of the step's saved bytes,
+    ``peak_keep - (1 - f) * saved_keep`` with everything kept (the one-region rule)."""
+    keep = {r: _keep(menus[r]) for r in set(sequence)}
+    peak, _ = step_peak(sequence, keep)
+    return int(peak - (1.0 - fraction) * step_saved(sequence, keep))
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    chosen: Mapping[int, Option]
+    feasible: bool
+    peak: int
+    peak_at: int | None
+    """Index in the sequence of the invocation that holds the peak."""
+    overhead_s: float
+    target: int
+    saved_before: int
+    saved_after: int
+
+
+def choose(
+    sequence: Sequence[int], menus: Mapping[int, Sequence[Option]], target: int
+) -> StepChoice:
+    """One option per compiled region: the least step overhead whose step peak fits
+    ``target``; when none fits, the smallest step peak. Candidates: every uniform share (the
+    same menu row for all regions) and a greedy descent that moves, one region at a time, to
+    the option with the best peak drop per second of added overhead."""
+    regions = sorted(set(sequence))
+    fronts = {r: pareto(menus[r]) for r in regions}  # same order as ``regions``
+    tried = [_tighten(sequence, fronts, _greedy(sequence, fronts, target), target)]
+    if math.prod(len(f) for f in fronts.values()) <= EXACT_COMBINATIONS:
+        tried += [dict(zip(regions, combo)) for combo in itertools.product(*fronts.values())]
+    for share in range(max(len(menus[r]) for r in regions)):
+        tried.append({r: menus[r][min(share, len(menus[r]) - 1)] for r in regions})
+    tried.append(
+        {r: min(fronts[r], key=lambda o: (o.peak + o.saved, o.overhead_s)) for r in regions}
+    )
+
+    def key(c: Mapping[int, Option]) -> tuple:
+        peak, _ = step_peak(sequence, c)
+        fits = peak <= target
+        return (not fits, step_overhead(sequence, c) if fits else peak, peak)
+
+    best = min(tried, key=key)
+    peak, at = step_peak(sequence, best)
+    keep = {r: _keep(menus[r]) for r in regions}
+    return StepChoice(
+        chosen=best,
+        feasible=peak <= target,
+        peak=peak,
+        peak_at=at,
+        overhead_s=step_overhead(sequence, best),
+        target=target,
+        saved_before=step_saved(sequence, keep),
+        saved_after=step_saved(sequence, best),
+    )
+
+
+def _keep(menu: Sequence[Option]) -> Option:
+    return menu[0]
+
+
+def _greedy(
+    sequence: Sequence[int], fronts: Mapping[int, tuple[Option, ...]], target: int
+) -> dict[int, Option]:
+    counts = Counter(sequence)
+    pos = {r: 0 for r in fronts}
+    chosen = {r: fronts[r][0] for r in fronts}
+    peak, _ = step_peak(sequence, chosen)
+    while peak > target:
+        best = None
+        for r, front in fronts.items():
+            for j in range(pos[r] + 1, len(front)):
+                trial = {**chosen, r: front[j]}
+                p, _ = step_peak(sequence, trial)
+                if p >= peak:
+                    continue
+                cost = (front[j].overhead_s - chosen[r].overhead_s) * counts[r]
+                ratio = (peak - p) / max(cost, 1e-12)
+                if best is None or ratio > best[0]:
+                    best = (ratio, r, j, p)
+        if best is None:
+            break
+        _, r, j, peak = best
+        pos[r], chosen[r] = j, fronts[r][j]
+    return chosen
+
+
+def _tighten(
+    sequence: Sequence[int],
+    fronts: Mapping[int, tuple[Option, ...]],
+    chosen: dict[int, Option],
+    target: int,
+) -> dict[int, Option]:
+    """Undo what the descent bought but no longer needs: move regions to cheaper options
+    while the step still fits (the costliest saving first)."""
+    if step_peak(sequence, chosen)[0] > target:
+        return chosen
+    counts = Counter(sequence)
+    improved = True
+    while improved:
+        improved = False
+        for r in sorted(fronts, key=lambda r: -chosen[r].overhead_s * counts[r]):
+            for o in fronts[r]:
+                if o.overhead_s >= chosen[r].overhead_s:
+                    break
+                trial = {**chosen, r: o}
+                if step_peak(sequence, trial)[0] <= target:
+                    chosen, improved = trial, True
+                    break
+    # a cheaper option of one region may let another region step back too: one more pass of
+    # pairwise swaps would be exact for two regions; the uniform rows cover the rest
+    return chosen
+
+
+def fold_sequence(sequence: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Runs of the same region in the step: ``(region, first position, count)``."""
+    runs: list[tuple[int, int, int]] = []
+    for i, r in enumerate(sequence):
+        if runs and runs[-1][0] == r:
+            runs[-1] = (r, runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((r, i, 1))
+    return runs
+
+
+def layer_runs(keys: Sequence[object]) -> list[list[int]]:
+    """The layers of a step whose layers are compiled regions: the longest stretch of runs
+    that repeats one pattern of graphs (``keys``: one graph key per run, in forward order),
+    as lists of run positions, one list per layer. ``[]`` when nothing repeats.
+
+    ``(emb, L, L, L, head)`` gives ``[[1], [2], [3]]``; a block split by a graph break into
+    two graphs, ``(a, b, c, b, c, b, d)``, gives ``[[1, 2], [3, 4]]``."""
+    n = len(keys)
+    best: tuple[int, int, int, int] | None = None  # (-coverage, period, start, repeats)
+    for p in range(1, n // 2 + 1):
+        for s in range(n - 2 * p + 1):
+            pat = list(keys[s : s + p])
+            r = 1
+            while s + (r + 1) * p <= n and list(keys[s + r * p : s + (r + 1) * p]) == pat:
+                r += 1
+            if r >= 2:
+                cand = (-(r * p), p, s, r)
+                if best is None or cand < best:
+                    best = cand
+    if best is None:
+        return []
+    _, p, s, r = best
+    return [list(range(s + i * p, s + (i + 1) * p)) for i in range(r)]

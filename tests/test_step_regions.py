@@ -1,0 +1,203 @@
+"""Step plans on models that compile to several regions (graph breaks, per-block compiles): one
+budget for the step, regions recompiled once with their part, the report of the step."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+
+import memopt
+from memopt.measure import measure_saved_activation_bytes
+
+D, H, N = 64, 256, 4
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(D, H), nn.Linear(H, D)
+
+    def forward(self, x):
+        y = x + self.down(torch.nn.functional.gelu(self.up(x)))
+        torch._dynamo.graph_break()  # as FSDP2's hooks do around every block
+        return y * 1.0
+
+
+class Broken(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(N))
+        self.head = nn.Linear(D, 8)
+
+    def forward(self, x):
+        b = self.blocks  # unrolled: dynamo resumes after a break outside loops only
+        x = b[3](b[2](b[1](b[0](x))))
+        return self.head(x).float().pow(2).mean()
+
+
+def _model() -> Broken:
+    torch.manual_seed(0)
+    return Broken()
+
+
+X = torch.randn(32, D, generator=torch.Generator().manual_seed(1))
+
+
+def _train(opt, model, steps=3):
+    """Gradients of the last step and the saved bytes measured in it."""
+    for _ in range(steps):
+        model.zero_grad()
+        loss, nbytes = measure_saved_activation_bytes(
+            lambda: opt(X), exclude=[*model.parameters(), X]
+        )
+        loss.backward()
+    return [p.grad.clone() for p in model.parameters()], nbytes
+
+
+def _plain():
+    model = _model()
+    return _train(torch.compile(model), model)
+
+
+def test_fraction_budget_is_a_budget_for_the_step():
+    grads0, measured0 = _plain()
+    model = _model()
+    opt = memopt.optimize(model, budget=0.5)
+    grads, measured = _train(opt, model)
+    for a, b in zip(grads, grads0):
+        torch.testing.assert_close(a, b)
+    rep = memopt.report(opt)
+    step = rep.step
+    # the runs of one step: block 0 with the call, then per block its resume and the next
+    # block, the head last
+    assert step.complete and step.sequence == (0, 1, 2, 1, 2, 1, 2, 1, 3)
+    before, after = rep.saved_bytes()
+    # the report's step totals are what the step really saves, before and with the plan
+    # per block: two (32, H) activations and its (32, D) input; the head saves its input and
+    # its output (pow); the first block's input is the batch
+    assert before == measured0 == N * 2 * 32 * H * 4 + N * 32 * D * 4 + 32 * 8 * 4
+    assert after == measured
+    # a step of blocks that could not reach 0.5 alone (each region kept its own peak) does
+    # now: the repeated block graph recomputes, the step's saved bytes drop below half
+    assert step.feasible and step.peak <= step.target
+    assert after <= 0.5 * before
+    table = rep.table()
+    assert "Step: 9 region run(s)" in table and "Step plan: predicted step peak" in table
+
+
+def test_byte_budget_regions_compiled_later_see_what_earlier_ones_hold(caplog):
+    model = _model()
+    with caplog.at_level(logging.INFO, logger="memopt"):
+        opt = memopt.optimize(model, budget=350 * 1024)
+        _train(opt, model)
+    texts = [r.extra["planner"]["text"] for r in memopt.report(opt).regions]
+    assert any("held by earlier regions" in t for t in texts)
+    step = memopt.report(opt).step
+    assert step.feasible and step.peak <= step.target == 350 * 1024
+    assert any("recompiled with its step plan" in r.getMessage() for r in caplog.records)
+
+
+def test_one_region_step_plans_as_before():
+    """A model that compiles to one region: the step plan is that region's plan, nothing is
+    recompiled, and the report has no step section."""
+    from tests.helpers import MLP
+
+    torch.manual_seed(0)
+    model = MLP(n=2)
+    opt = memopt.optimize(model, budget=0.5)
+    x = torch.randn(8, 64)
+    for _ in range(2):
+        opt(x).sum().backward()
+    rep = memopt.report(opt)
+    assert rep.step.sequence == (0,) and len(rep.regions) == 1
+    assert "Step:" not in rep.table()
+    assert not any(r.from_cache for r in rep.regions)
+
+
+def test_per_block_compile_shares_one_step(monkeypatch):
+    """torch.compile(block, backend="memopt") on every block: one state, one step."""
+    from memopt.api import _BACKEND_STATE
+
+    monkeypatch.setenv("MEMOPT_BUDGET", "0.5")
+    _BACKEND_STATE.clear()
+    model = _model()
+    for b in model.blocks:
+        b.compile(backend="memopt")  # two regions per block: before and after its break
+    x = X
+    for _ in range(3):
+        model.zero_grad()
+        model(x).backward()
+    rep = memopt.report()
+    assert rep.step.complete and len(rep.step.sequence) == 2 * N
+    assert rep.step.feasible and rep.saved_bytes()[1] <= 0.5 * rep.saved_bytes()[0]
+    _BACKEND_STATE.clear()
+
+
+@pytest.mark.parametrize("steps", [3])
+def test_warm_cache_reproduces_the_step_plan(tmp_path, monkeypatch, steps):
+    import torch._functorch.config as fconfig
+    import torch._inductor.config as iconfig
+
+    monkeypatch.setenv("MEMOPT_CACHE_DIR", str(tmp_path / "memopt"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    out = []
+    with (
+        iconfig.patch(force_disable_caches=False, fx_graph_cache=True),
+        fconfig.patch(enable_autograd_cache=True),
+    ):
+        for _ in range(2):
+            torch._dynamo.reset()
+            model = _model()
+            opt = memopt.optimize(model, budget=0.5)
+            grads, measured = _train(opt, model, steps)
+            rep = memopt.report(opt)
+            out.append((grads, measured, rep))
+    (g1, m1, r1), (g2, m2, r2) = out
+    assert m1 == m2 and r1.saved_bytes() == r2.saved_bytes()
+    assert r1.step == r2.step
+    assert any(r.from_cache for r in r2.regions)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b)
+
+
+def test_offload_layers_across_regions_offloads_whole_runs():
+    """Layers compiled as their own regions: ``offload_layers=2`` offloads what the first two
+    layers' runs save, from the second step on, and gradients stay those of torch.compile."""
+    from memopt.offload import ops
+
+    grads0, _ = _plain()
+    model = _model()
+    opt = memopt.optimize(model, offload_layers=2, offload_min_bytes=0)
+    ops.reset_copy_stats()
+    grads, _ = _train(opt, model, steps=3)
+    for a, b in zip(grads, grads0):
+        torch.testing.assert_close(a, b)
+    rep = memopt.report(opt)
+    # layers are the repeated (block up to its break, resume) pairs of graphs: runs 0-1, 2-3,
+    # ...; each pair saves the block's two (32, H) activations (its input is an input of the
+    # run: left in place)
+    assert rep.step.offload_runs == (0, 1, 2, 3)
+    assert rep.step.offloaded_bytes == rep.offloaded_bytes() == 2 * 2 * 32 * H * 4
+    assert rep.step.prefetched == 4  # both layers' tensors were copied back a layer ahead
+    stats = ops.copy_stats()
+    assert stats.d2h_bytes == stats.h2d_bytes == 2 * rep.step.offloaded_bytes  # steps 2, 3
+    assert "Step offload: runs 0-3" in rep.table()
+
+
+def test_offload_layers_that_cannot_apply_says_why():
+    from tests.helpers import MLP
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 64))
+    opt = memopt.optimize(model, offload_layers=1)
+    x = torch.randn(8, 64)
+    for _ in range(2):
+        opt(x).sum().backward()
+    assert "offload_layers=1: no repeated layers" in memopt.report(opt).table()
+    model = MLP(n=2)  # ModuleList layers inside one graph: k must be below their number
+    opt = memopt.optimize(model, offload_layers=2)
+    with pytest.raises(Exception, match="offload_layers=2 must be below the number of layers"):
+        opt(x).sum().backward()
