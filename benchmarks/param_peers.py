@@ -124,6 +124,11 @@ def setup(name: str, model, args):
     host_dtype = torch.bfloat16 if name == "memopt-bf16host" else None
     f = 0.5 if name == "memopt-half" else args.fraction
     rec = shard_with_offload(model, f, mp_policy=_mp(), host_dtype=host_dtype)
+    kw.update(_options(args.options))
+    if "chunk" in kw:  # pieces of the bf16 update (memopt.params.adamw_kernel.CHUNK)
+        from memopt.params import adamw_kernel
+
+        adamw_kernel.CHUNK = kw.pop("chunk")
     opt = HostAdamW(model.parameters(), offload=rec, overlap=name != "memopt-nooverlap", **kw)
     rows = rec.placement_rows() + opt.placement_rows()
     extra = {"placement": format_placement(rows), "threads": opt.threads}
@@ -133,6 +138,15 @@ def setup(name: str, model, args):
     return model, opt, extra
 
 
+def _options(text: str) -> dict:
+    """``threads=auto+batch=param`` -> HostAdamW keywords (ints where they parse)."""
+    out = {}
+    for kv in filter(None, text.split("+")):
+        key, val = kv.split("=")
+        out[key] = int(val) if val.isdigit() else val
+    return out
+
+
 def variant(args) -> dict:
     if args.name == "torchao":
         import torchao  # noqa: F401 -- fail before building the model when it is missing
@@ -140,7 +154,7 @@ def variant(args) -> dict:
     nparam = sum(p.numel() for p in model.parameters())
     model, opt, extra = setup(args.name, model, args)
     data = batches(args.steps, args.bs, args.seq, SIZES[args.size]["vocab"])
-    losses, times = [], []
+    losses, times, host = [], [], []
     for x in data:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -153,11 +167,20 @@ def variant(args) -> dict:
         losses.append(loss.item())
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        if hasattr(opt, "host_stats"):
+            host.append(opt.host_stats())
     s = statistics.median(times[3:])
     if hasattr(opt, "overlapped_updates"):
         extra["overlapped_updates"] = opt.overlapped_updates
+        extra["worker_threads"] = opt.worker_threads
+    if host:  # per step: seconds the update worker was busy / the training thread waited
+        for key in ("busy_s", "wait_s"):
+            cum = [0.0] + [h[key] for h in host]
+            extra[f"host_{key}"] = [b - a for a, b in zip(cum, cum[1:])]
+        extra["host_busy_median_s"] = statistics.median(extra["host_busy_s"][3:])
+        extra["host_wait_median_s"] = statistics.median(extra["host_wait_s"][3:])
     return {
-        "name": args.name,
+        "name": args.name + (f"+{args.options}" if args.options else ""),
         "bs": args.bs,
         "seq": args.seq,
         "params": nparam,
@@ -180,6 +203,10 @@ def run(args) -> None:
         cmd = [sys.executable, __file__, "variant", "--name", name, "--bs", str(bs)]
         cmd += ["--seq", str(seq), "--size", args.size, "--cap-gib", str(args.cap_gib)]
         cmd += ["--fraction", str(args.fraction), "--steps", str(args.steps)]
+        if "+" in name:  # memopt+threads=auto: HostAdamW keywords
+            base, opts = name.split("+", 1)
+            cmd[cmd.index("--name") + 1] = base
+            cmd += ["--options", opts]
         t0 = time.time()
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
         line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -315,6 +342,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--cap-gib", type=float, default=3.5)
     ap.add_argument("--fraction", type=float, default=1.0)
+    ap.add_argument("--options", default="", help="HostAdamW keywords: threads=auto+batch=param")
     ap.add_argument("--timeout", type=int, default=240)
     ap.add_argument("--numel", type=int, default=1 << 26)
     ap.add_argument("--reps", type=int, default=5)

@@ -128,7 +128,10 @@ def check_overlap_and_accumulation(rank):
     from memopt.params import HostAdamW, shard_with_offload
 
     runs, weights = [], []
-    for overlap in (False, True):
+    # one task per FSDP2 group per update (4 layers + root), or one per parameter (6 per
+    # layer, embed + head weight and bias); 2 optimizer steps
+    settings = [(False, "group", None, 10), (True, "group", None, 10), (True, "param", 1, 54)]
+    for overlap, batch, threads, tasks in settings:
         model = _model()
         rec = shard_with_offload(model, 1.0)
         opt = HostAdamW(
@@ -138,6 +141,8 @@ def check_overlap_and_accumulation(rank):
             overlap=overlap,
             accumulation_steps=2,
             kernel="torch",
+            batch=batch,
+            threads=threads,
         )
         runs.append(_train(model, opt, 2, rank, micro=2))
         if overlap:
@@ -145,12 +150,27 @@ def check_overlap_and_accumulation(rank):
                 opt.clip_grad_norm_(1.0)
         assert opt.pipelined == overlap
         weights.append(model.state_dict()["layers.3.up.weight"].to_local())  # waits for updates
-    assert runs[0] == runs[1]  # same kernel, same order of updates: bitwise
-    assert torch.equal(weights[0], weights[1])
+        assert opt.host_stats()["tasks"] == tasks
+        opt.close()
+    assert runs[0] == runs[1] == runs[2]  # same kernel, same order of updates: bitwise
+    assert torch.equal(weights[0], weights[1]) and torch.equal(weights[0], weights[2])
     ref_model = _fsdp_plain(_model())
     ref_opt = torch.optim.AdamW(ref_model.parameters(), lr=1e-2, fused=True)
     ref = _train(ref_model, ref_opt, 2, rank, micro=2)
     torch.testing.assert_close(runs[0], ref, rtol=1e-6, atol=1e-6)
+
+
+def check_prefetch_depth(rank):
+    from memopt.params import HostAdamW, shard_with_offload
+
+    runs = []
+    for prefetch in (None, 2):
+        model = _model()
+        rec = shard_with_offload(model, 1.0, prefetch=prefetch)
+        opt = HostAdamW(model.parameters(), lr=1e-2, offload=rec, overlap=True)
+        runs.append(_train(model, opt, 2, rank))
+        opt.close()
+    assert runs[0] == runs[1]  # prefetch changes when copies run, not what is computed
 
 
 def check_bf16_host_shards(rank):
@@ -205,6 +225,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
         check_offload_matches_fsdp(rank)
         check_user_sharded_model(rank)
         check_overlap_and_accumulation(rank)
+        check_prefetch_depth(rank)
         check_bf16_host_shards(rank)
         check_checkpoint_round_trip(rank, os.path.join(tmp, "ckpt"))
     finally:

@@ -114,3 +114,20 @@ def test_host_adamw_clips_like_torch():
         torch.testing.assert_close(pa.grad, pb.grad)
     with pytest.raises(ValueError, match="kernel="):
         HostAdamW(a, kernel="fast")
+
+
+def test_host_adamw_threads_apply_to_its_worker_only():
+    torch.get_num_threads()
+    before = torch.get_num_threads()
+    p = torch.nn.Parameter(torch.randn(64))
+    opt = HostAdamW([p], lr=1e-2, threads=1)
+    p.grad = torch.randn(64)
+    opt.step()
+    assert opt.worker_threads == 1 and opt.threads == 1
+    assert torch.get_num_threads() == before
+    assert opt.host_stats()["tasks"] == 1
+    opt.close()
+    with pytest.raises(ValueError, match="threads="):
+        HostAdamW([p], threads="many")
+    with pytest.raises(ValueError, match="batch="):
+        HostAdamW([p], batch="layer")

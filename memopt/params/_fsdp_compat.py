@@ -43,6 +43,27 @@ def keyed_group_params(module: nn.Module) -> list[tuple[tuple[int, str], nn.Para
     ]
 
 
+def fsdp_params_by_id(modules) -> dict[int, object]:
+    """``id(sharded param) -> FSDPParam`` over the ``fully_shard``-ed ``modules``."""
+    out = {}
+    for mod in modules:
+        group = param_group(mod) if is_fsdp(mod) else None
+        for fp in group.fsdp_params if group is not None else ():
+            out[id(fp.sharded_param)] = fp
+    return out
+
+
+def grad_copy_event(fsdp_param) -> torch.cuda.Event | None:
+    """The event after the D2H copy of this parameter's reduced gradient, while in flight.
+
+    torch 2.11 copies a host group's gradient with ``non_blocking=True`` and calls the
+    post-accumulate-grad hooks right after recording this event, so a hook that reads the
+    gradient on the CPU must wait for it; torch 2.13 copies synchronously when a hook exists
+    (the event is then None).
+    """
+    return getattr(fsdp_param, "grad_offload_event", None)
+
+
 def group_on_host(module: nn.Module) -> bool:
     group = param_group(module)
     return group is not None and isinstance(group.offload_policy, CPUOffloadPolicy)

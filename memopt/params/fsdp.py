@@ -122,6 +122,7 @@ def shard_with_offload(
     host_dtype: torch.dtype | None | str = None,
     pin_memory: bool | None = None,
     reshard_after_forward: bool = True,
+    prefetch: int | None = None,
 ) -> FsdpOffload:
     """Shard ``model`` with FSDP2 (or take its existing sharding) so that ``fraction`` of the
     parameter bytes live on the host; returns the :class:`FsdpOffload` record.
@@ -129,8 +130,10 @@ def shard_with_offload(
     ``mesh`` / ``mp_policy`` / ``reshard_after_forward`` go to every ``fully_shard`` call.
     ``pin_memory`` defaults to whether CUDA is available. ``host_dtype=None`` (default) keeps
     the model's dtype on the host; ``torch.bfloat16`` casts host groups (fp32 masters kept for
-    :class:`HostAdamW`); ``"auto"`` is ``mp_policy.param_dtype`` when that is 16-bit. Build the
-    optimizer after this call.
+    :class:`HostAdamW`); ``"auto"`` is ``mp_policy.param_dtype`` when that is 16-bit.
+    ``prefetch=k`` all-gathers ``k`` layer groups ahead in forward and backward (FSDP2's
+    default is one; :func:`memopt.params.host_plan.prefetch_depth` sizes ``k`` from the
+    measured PCIe rate). Build the optimizer after this call.
     """
     ensure_process_group(mesh.device_type if mesh is not None else None)
     pin = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
@@ -154,7 +157,19 @@ def shard_with_offload(
             if key in full:
                 rec.masters[id(p)] = _local_master(full.pop(key), p)
     rec.cuda = any(p.is_cuda for p in model.parameters())
+    if prefetch is not None:
+        set_prefetch([m for _, m in groups[:-1]], prefetch)
     return rec
+
+
+def set_prefetch(layers: list[nn.Module], depth: int) -> None:
+    """Each ``fully_shard``-ed layer all-gathers the next ``depth`` layers in forward and the
+    previous ``depth`` in backward (FSDP2's explicit prefetch lists)."""
+    if depth < 1:
+        raise ValueError(f"prefetch={depth} must be >= 1")
+    for i, mod in enumerate(layers):
+        mod.set_modules_to_forward_prefetch(layers[i + 1 : i + 1 + depth])
+        mod.set_modules_to_backward_prefetch(layers[max(0, i - depth) : i][::-1])
 
 
 def _cast_for_host(mod: nn.Module, dtype: torch.dtype | None) -> dict:

@@ -23,11 +23,13 @@ shards stay fp32 when loaded.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import partial
 
 import torch
 
 from memopt._torch_compat import fused_adamw_
+from memopt.params import _fsdp_compat as fc
 from memopt.params._fsdp_compat import group_params, is_fsdp, local
 from memopt.params.adamw_kernel import (
     CHUNK,
@@ -37,6 +39,7 @@ from memopt.params.adamw_kernel import (
     torch_update,
 )
 from memopt.params.clip import clip_grads_
+from memopt.params.threads import resolve_threads, set_thread_team
 from memopt.params.update_queue import UpdateQueue
 
 _FP32_KEYS = ("exp_avg", "exp_avg_sq", "master_param")
@@ -49,7 +52,10 @@ class HostAdamW(torch.optim.Optimizer):
     :func:`memopt.params.shard_with_offload`; supplies fp32 masters of bf16 host shards),
     ``overlap`` and ``accumulation_steps`` (update host shards during the backward of every
     ``accumulation_steps``-th micro-batch), ``kernel`` (``"torch"`` or ``"compiled"``: see
-    :mod:`memopt.params.adamw_kernel`).
+    :mod:`memopt.params.adamw_kernel`), ``threads`` (the update worker's CPU threads: None for
+    torch's count, ``"auto"`` for this process's cores less one, or an int; see
+    :mod:`memopt.params.threads`), ``batch`` (``"group"``: one task and one fused kernel call
+    per FSDP2 group once all its gradients are on the host; ``"param"``: one per parameter).
     """
 
     def __init__(
@@ -65,12 +71,17 @@ class HostAdamW(torch.optim.Optimizer):
         overlap: bool = False,
         accumulation_steps: int = 1,
         kernel: str = "torch",
+        threads: int | str | None = None,
+        batch: str = "group",
     ) -> None:
         check_adamw_args(lr, betas, eps, weight_decay, accumulation_steps)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize)
         super().__init__(params, defaults)
-        self.overlap, self.accumulation_steps = overlap, accumulation_steps
-        self.threads = torch.get_num_threads()
+        if batch not in ("group", "param"):
+            raise ValueError(f"batch={batch!r} must be 'group' or 'param'")
+        self.overlap, self.accumulation_steps, self.batch = overlap, accumulation_steps, batch
+        team = resolve_threads(threads)
+        self.threads = team if team is not None else torch.get_num_threads()
         self.overlapped_updates = 0  # host updates started during backward (a counter)
         self._update = pick_update(kernel)
         self._scratch = torch.empty(0)  # fp32 gradient pieces (one user at a time)
@@ -78,17 +89,27 @@ class HostAdamW(torch.optim.Optimizer):
         self._micro: dict[int, int] = {}
         self._done: set[int] = set()
         self._hooks = []
-        self._queue = UpdateQueue()
+        self.worker_threads: int | None = None  # set by the worker when it starts
+        self._queue = UpdateQueue(init=partial(self._start_worker, team))
+        mods = [m for _, m in offload.groups] if offload is not None else []
+        self._fsdp = fc.fsdp_params_by_id(mods)
+        self._gkey = {pid: gi for gi, m in enumerate(mods) for pid in _ids(m)}
+        self._pending: dict[int, list[_Item]] = {}
         for group in self.param_groups:
             for p in group["params"]:
                 self._group_of[id(p)] = group
                 self._init_state(p, offload)
                 if overlap and self._on_host(p) and p.requires_grad:
                     self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+        host = [id(p) for p in self.state if self._on_host(p) and p.requires_grad]
+        self._expect = _count_by_key(self._gkey, host)
         self.pipelined = bool(overlap and offload is not None and self._wait_in_forward(offload))
         if offload is not None:
             offload.attach_optimizer(self)
         self._warm_up()
+
+    def _start_worker(self, team: int | None) -> None:
+        self.worker_threads = set_thread_team(team)
 
     def _wait_in_forward(self, offload) -> bool:
         """A pre-forward hook per FSDP2 group, run before FSDP2's own (which copies the shards
@@ -160,13 +181,70 @@ class HostAdamW(torch.optim.Optimizer):
             self._update(w, torch.zeros(16, dtype=p.dtype), w.clone(), w.clone(), out, _STEP0)
 
     # ---- updates ----------------------------------------------------------------------------
-    def _push_host(self, p: torch.Tensor, group: dict) -> None:
-        """Queue ``p``'s update with the gradient and scalars of now (the worker may run it
-        after ``zero_grad`` or a scheduler step)."""
+    def _item(self, p: torch.Tensor, group: dict) -> _Item:
+        """``p``'s update with the gradient and scalars of now (the worker may run it after
+        ``zero_grad`` or a scheduler step), and the event its gradient's D2H copy ends with."""
         st = self.state[p]
         st["step"] += 1
-        s, g = _scalars(group, int(st["step"])), local(p.grad)
-        self._queue.push(id(p), partial(self._update_host, p, g, s))
+        fp = self._fsdp.get(id(p))
+        ev = fc.grad_copy_event(fp) if fp is not None else None
+        if fp is None and p.grad is not None and _cuda_in_use():
+            ev = _SYNC_ALL  # an unknown copy: wait for the whole device (correct, not fast)
+        return _Item(p, local(p.grad), _scalars(group, int(st["step"])), ev)
+
+    def _push(self, items: list[_Item]) -> None:
+        self._queue.push([id(it.p) for it in items], partial(self._run_items, items))
+
+    def _add(self, item: _Item) -> None:
+        """Queue ``item`` now, or with the rest of its FSDP2 group (``batch="group"``)."""
+        gi = self._gkey.get(id(item.p))
+        if self.batch != "group" or gi is None:
+            self._push([item])
+            return
+        pending = self._pending.setdefault(gi, [])
+        pending.append(item)
+        if len(pending) >= self._expect.get(gi, 0):
+            self._push(self._pending.pop(gi))
+
+    def _flush(self) -> None:
+        for gi in list(self._pending):
+            self._push(self._pending.pop(gi))
+
+    def _run_items(self, items: list[_Item]) -> None:
+        """On the worker: wait for the gradients' copies, then one fused call per set of
+        scalars for plain fp32 shards, and the update kernel for the others."""
+        for ev in {id(it.event): it.event for it in items if it.event is not None}.values():
+            if ev is _SYNC_ALL:
+                torch.cuda.synchronize()
+            else:
+                ev.synchronize()
+        fused: dict[tuple, list[_Item]] = {}
+        for it in items:
+            st = self.state[it.p]
+            plain = "master_param" not in st and it.grad.dtype == local(it.p).dtype
+            if plain and self._update is torch_update:
+                fused.setdefault(_hyper(it.s), []).append(it)
+            else:
+                self._update_host(it.p, it.grad, it.s)
+        for group in fused.values():
+            self._fused_host(group)
+
+    def _fused_host(self, items: list[_Item]) -> None:
+        s = items[0].s
+        st = [self.state[it.p] for it in items]
+        fused_adamw_(
+            [local(it.p).detach() for it in items],
+            [it.grad for it in items],
+            [local(x["exp_avg"]) for x in st],
+            [local(x["exp_avg_sq"]) for x in st],
+            [torch.tensor(float(it.s.step)) for it in items],
+            lr=s.lr,
+            beta1=s.beta1,
+            beta2=s.beta2,
+            weight_decay=s.weight_decay,
+            eps=s.eps,
+            maximize=s.maximize,
+        )
 
     def _update_host(self, p: torch.Tensor, g: torch.Tensor, s: AdamWStep) -> None:
         st = self.state[p]
@@ -211,7 +289,7 @@ class HostAdamW(torch.optim.Optimizer):
         self._micro[id(p)] = 0
         self._done.add(id(p))
         self.overlapped_updates += 1
-        self._push_host(p, self._group_of[id(p)])
+        self._add(self._item(p, self._group_of[id(p)]))
 
     def wait(self) -> None:
         """Block until every queued host update has run (before reading the weights outside
@@ -228,16 +306,18 @@ class HostAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._flush()  # groups whose parameters did not all get a gradient
         for group in self.param_groups:
             device = []
             for p in group["params"]:
                 if p.grad is None or id(p) in self._done:
                     continue
                 if self._on_host(p):
-                    self._push_host(p, group)
+                    self._add(self._item(p, group))
                 else:
                     device.append(p)
             self._update_device(device, group, self.state)
+        self._flush()
         self._done.clear()
         if not self.pipelined:
             self._queue.wait()
@@ -263,6 +343,11 @@ class HostAdamW(torch.optim.Optimizer):
         self._drain()
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
         return clip_grads_(grads, max_norm, norm_type)
+
+    def host_stats(self) -> dict[str, float]:
+        """Seconds the update worker was busy, tasks it ran, and seconds the training thread
+        waited for it (forward pre-hooks, ``step``, ``wait``), since construction."""
+        return self._queue.stats()
 
     def close(self) -> None:
         for h in self._hooks:
@@ -299,6 +384,39 @@ class HostAdamW(torch.optim.Optimizer):
                     }
                 )
         return rows
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One host shard's queued update."""
+
+    p: torch.Tensor
+    grad: torch.Tensor
+    s: AdamWStep
+    event: object  # the gradient copy's CUDA event, _SYNC_ALL, or None
+
+
+_SYNC_ALL = object()
+
+
+def _hyper(s: AdamWStep) -> tuple:
+    return (s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.maximize)
+
+
+def _cuda_in_use() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def _ids(mod) -> list[int]:
+    return [id(p) for p in group_params(mod)] if is_fsdp(mod) else []
+
+
+def _count_by_key(key_of: dict[int, int], ids) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for i in ids:
+        if i in key_of:
+            out[key_of[i]] = out.get(key_of[i], 0) + 1
+    return out
 
 
 _STEP0 = AdamWStep(lr=0.0, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, step=1)

@@ -92,3 +92,54 @@ def plan_host_groups(names: Sequence[str], group_bytes: Sequence[int], fraction:
             if sum(sizes[i] for i in chosen) >= need:
                 return make(chosen)
     return make(set(range(len(sizes))))
+
+
+# ---- sizing from measured rates (plain floats; the measurements come from the benchmarks) ----
+#: Bytes of host memory an fp32 AdamW update moves per byte of fp32 parameter: it reads w, g,
+#: m, v and writes w, m, v (28 B per 4-byte parameter).
+ADAMW_TRAFFIC_PER_PARAM_BYTE = 7.0
+
+
+def prefetch_depth(
+    group_bytes: Sequence[int], pcie_Bps: float, group_compute_s: float, *, limit: int = 4
+) -> int:
+    """Groups to all-gather ahead so a host group's H2D copy hides under the compute of the
+    groups before it: ``ceil(copy seconds / compute seconds per group)``, in ``[1, limit]``.
+
+    ``group_bytes`` are the bytes each host group copies to the device per all-gather,
+    ``pcie_Bps`` the measured pinned H2D rate, ``group_compute_s`` one group's forward time.
+    """
+    if pcie_Bps <= 0 or group_compute_s <= 0:
+        raise ValueError("pcie_Bps and group_compute_s must be > 0")
+    copy_s = max(group_bytes, default=0) / pcie_Bps
+    return max(1, min(limit, math.ceil(copy_s / group_compute_s - 1e-9)))
+
+
+def host_update_s(host_bytes: int, adam_Bps: float) -> float:
+    """Seconds the CPU AdamW of ``host_bytes`` fp32 parameter bytes takes at ``adam_Bps`` bytes
+    of state traffic per second (measured in place: ``param_peers.py`` reports it)."""
+    return host_bytes * ADAMW_TRAFFIC_PER_PARAM_BYTE / adam_Bps
+
+
+def free_host_share(total_bytes: int, device_step_s: float, adam_Bps: float) -> float:
+    """The share of parameter bytes whose CPU update fits inside ``device_step_s`` (overlapped
+    with the step, so it costs no time); more than that makes the step CPU bound."""
+    if total_bytes <= 0:
+        return 0.0
+    fits = device_step_s * adam_Bps / ADAMW_TRAFFIC_PER_PARAM_BYTE
+    return min(1.0, fits / total_bytes)
+
+
+def choose_host_fraction(
+    need: float, total_bytes: int, device_step_s: float, adam_Bps: float
+) -> float:
+    """The fraction to put on the host when the planner must move ``need`` of the bytes: at
+    least ``need`` (memory decides), and up to :func:`free_host_share` (more GPU memory freed
+    at no step time) when the CPU update of that much still hides under the device step."""
+    return max(check_fraction(need), free_host_share(total_bytes, device_step_s, adam_Bps))
+
+
+def predicted_step_s(plan: HostPlan, device_step_s: float, adam_Bps: float) -> float:
+    """The overlapped step: the device step or the host groups' CPU update, whichever is
+    longer (the update runs beside the backward and the next forward)."""
+    return max(device_step_s, host_update_s(plan.host_bytes, adam_Bps))

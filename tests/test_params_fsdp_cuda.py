@@ -1,0 +1,118 @@
+"""The FSDP2 path on CUDA at world size 1 (GPU only): memopt's host placement and HostAdamW
+against FSDP2's own CPU offload with torch.optim.AdamW(fused=True) stepping the same CPU shards.
+
+Both run the same GPU work and the same CPU kernel, so losses and weights must be bitwise equal;
+a host update that read its gradient before FSDP2's non-blocking D2H copy landed (torch 2.11
+calls the post-accumulate-grad hook right after queueing that copy) would break the equality.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+pytestmark = pytest.mark.gpu
+
+VOCAB, DIM, LAYERS, STEPS = 512, 512, 4, 4
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(DIM)
+        self.up = nn.Linear(DIM, 4 * DIM)
+        self.down = nn.Linear(4 * DIM, DIM)
+
+    def forward(self, x):
+        return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
+
+
+class Stack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return nn.functional.cross_entropy(self.head(x).flatten(0, 1), ids.flatten())
+
+
+def _model() -> Stack:
+    torch.manual_seed(0)
+    return Stack()  # on the CPU, as FSDP2's CPU offload wants it
+
+
+def _train(model, opt) -> list[float]:
+    losses = []
+    for s in range(STEPS):
+        g = torch.Generator().manual_seed(s)
+        ids = torch.randint(0, VOCAB, (8, 128), generator=g).cuda()
+        loss = model(ids)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {k: v.to_local().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def cuda_group():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from memopt.params.fsdp import ensure_process_group
+
+    torch.cuda.set_device(0)
+    ensure_process_group("cuda")
+
+
+def _fsdp2_offload():
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+    model = _model()
+    for layer in model.layers:
+        fully_shard(layer, offload_policy=CPUOffloadPolicy(pin_memory=True))
+    fully_shard(model, offload_policy=CPUOffloadPolicy(pin_memory=True))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    return _train(model, opt), _weights(model)
+
+
+def _memopt(**kw):
+    from memopt.params import HostAdamW, shard_with_offload
+
+    model = _model()
+    rec = shard_with_offload(model, 1.0)
+    opt = HostAdamW(model.parameters(), lr=1e-3, offload=rec, **kw)
+    losses = _train(model, opt)
+    stats = opt.host_stats()
+    weights = _weights(model)  # the state dict waits for queued updates
+    opt.close()
+    return losses, weights, stats
+
+
+def test_fsdp_cuda_host_adamw_equals_fsdp2_cpu_offload(cuda_group):
+    ref_losses, ref_weights = _fsdp2_offload()
+    for kw in (dict(overlap=False), dict(overlap=True), dict(overlap=True, batch="param")):
+        losses, weights, stats = _memopt(**kw)
+        assert losses == ref_losses, kw
+        for name, w in ref_weights.items():
+            assert torch.equal(weights[name].cpu(), w.cpu()), (kw, name)
+        params_per_step = LAYERS * 6 + 3  # norm, up, down (weight, bias); embed, head w+b
+        tasks = (LAYERS + 1) if kw.get("batch", "group") == "group" else params_per_step
+        assert stats["tasks"] == STEPS * tasks, kw
+
+
+def test_fsdp_cuda_threads_setting_is_the_workers_own(cuda_group):
+    torch.get_num_threads()
+    before = torch.get_num_threads()
+    losses, _, _ = _memopt(overlap=True, threads=1)
+    assert torch.get_num_threads() == before  # the training thread keeps torch's count
+    assert len(losses) == STEPS
