@@ -29,7 +29,9 @@ SAVED_ID_PREFIX = "Saved_"
 
 
 def saved_id(root: str) -> str:
-    return f"{SAVED_ID_PREFIX}{root}+"
+    """The stable id a candidate root carries (``Saved_<Op>_<module>_<k>+``, see
+    :class:`memopt.candidates.RootName`), else ``Saved_<root>+`` for a plain name."""
+    return getattr(root, "saved_id", None) or f"{SAVED_ID_PREFIX}{root}+"
 
 
 @dataclass(frozen=True)

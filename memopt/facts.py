@@ -14,6 +14,9 @@ aliasing                    :func:`is_view`, :func:`aliased_input`, :func:`stora
 matmul operands             :data:`MATMUL_OPERANDS`, :func:`is_matmul`
 size in bytes               :func:`nbytes_expr` (symbolic), :func:`nbytes` (at the
                             compile's sizes, or ``None``: unknown, never 0)
+saved bytes                 :func:`saved_activation_bytes` (what a forward graph keeps
+                            for backward), :func:`layout_copied_inputs` (graph inputs
+                            Inductor saves as channels-last copies)
 layer                       ``node.meta[LAYER]`` written once per graph by
                             ``passes/detect_layers.py``; :func:`layer_starts` (where each
                             layer begins), :func:`saved_layer` (the layer a saved tensor
@@ -306,3 +309,72 @@ def first_user(nodes: Iterable[torch.fx.Node], pos: dict[torch.fx.Node, int]):
     """The earliest user (by ``pos``) of any of ``nodes``, or None."""
     users = [u for n in nodes for u in n.users if u in pos]
     return min(users, key=pos.__getitem__, default=None)
+
+
+# --- what a forward graph saves -------------------------------------------------------------
+
+_CONV = "convolution"
+
+
+def saved_outputs(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> list[torch.fx.Node]:
+    """The tensors a partitioned forward graph returns for backward (SymInts left out)."""
+    outs = fw.graph.output_node().args[0][num_fwd_outputs:]
+    return [n for n in outs if isinstance(n, torch.fx.Node) and tensor_val(n) is not None]
+
+
+def inductor_layout_opt(fw: torch.fx.GraphModule) -> bool:
+    """Whether Inductor lowers ``fw`` with its channels-last layout optimization (graphs with
+    convolutions: always on CPU with oneDNN, by a heuristic on CUDA)."""
+    if not any(n.op == "call_function" and packet(n.target) == _CONV for n in fw.graph.nodes):
+        return False
+    from torch._inductor.graph import GraphLowering  # private: see _torch_compat's rule
+
+    return bool(GraphLowering.decide_layout_opt(fw, is_inference=False))
+
+
+def _channels_last_copy(val: torch.Tensor) -> bool:
+    """A 4-D tensor that is not already laid out channels-last (a size-1 dim makes the two
+    layouts coincide): Inductor copies it for a channels-last convolution."""
+    if val.dim() != 4:
+        return False
+    try:
+        return not bool(val.is_contiguous(memory_format=torch.channels_last))
+    except Exception:  # a data-dependent size: the layout cannot be decided, assume a copy
+        return True
+
+
+def layout_copied_inputs(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> list[torch.fx.Node]:
+    """Graph inputs (parameters, user inputs) that the forward saves and that Inductor's layout
+    optimization converts to channels-last for a convolution: the forward saves the converted
+    copy, new memory held until backward (on CPU: the image and every 4-D conv weight)."""
+    conv_args = {
+        a
+        for n in fw.graph.nodes
+        if n.op == "call_function" and packet(n.target) == _CONV
+        for a in n.args[:2]
+        if isinstance(a, torch.fx.Node)
+    }
+    found = [
+        n
+        for n in saved_outputs(fw, num_fwd_outputs)
+        if n.op == "placeholder" and n in conv_args and _channels_last_copy(tensor_val(n))
+    ]
+    if not found or not inductor_layout_opt(fw):
+        return []
+    return list(dict.fromkeys(found))
+
+
+def saved_activation_bytes(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> sympy.Expr:
+    """Symbolic bytes of the activations a forward graph keeps for backward: the storages of
+    its saved outputs (a view and its base count once), graph inputs left out (parameters
+    and user inputs are not activations) except the channels-last copies Inductor saves in
+    their place (:func:`layout_copied_inputs`)."""
+    roots: dict[torch.fx.Node, sympy.Expr] = {}
+    for n in saved_outputs(fw, num_fwd_outputs):
+        if n.op == "placeholder":
+            continue
+        r = storage_root(n)
+        if r.op != "placeholder" and tensor_val(r) is not None:
+            roots[r] = nbytes_expr(tensor_val(r))
+    copies = [nbytes_expr(tensor_val(n)) for n in layout_copied_inputs(fw, num_fwd_outputs)]
+    return sum([*roots.values(), *copies], sympy.Integer(0))

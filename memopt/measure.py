@@ -3,7 +3,9 @@ benchmarks to check the report's estimates)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -14,21 +16,88 @@ def _storage_key(t: torch.Tensor) -> tuple[int, str]:
     return st.data_ptr(), str(t.device)
 
 
+@dataclass
+class SavedTensor:
+    """One storage saved for backward, as first seen."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    stride: tuple[int, ...]
+    nbytes: int  # the whole storage
+    compiled: bool  # saved by a compiled region (else by eager autograd between regions)
+
+
+@dataclass
+class SavedMeasurement:
+    """What one forward saved for backward: unique storages, ``exclude`` left out."""
+
+    tensors: list[SavedTensor] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    @property
+    def compiled(self) -> int:
+        """Bytes saved by compiled regions (what memopt's report predicts)."""
+        return sum(t.nbytes for t in self.tensors if t.compiled)
+
+    @property
+    def eager(self) -> int:
+        """Bytes saved by eager code between graph breaks (no compiled graph sees them)."""
+        return self.total - self.compiled
+
+
+#: The AOTAutograd runtime's autograd Function: a tensor packed while its ``apply`` runs is
+#: saved by a compiled region (a private torch name; only measurement depends on it).
+_COMPILED_FUNCTION = "CompiledFunction"
+
+
+def _in_compiled_function(max_depth: int = 256) -> bool:
+    frame = sys._getframe(2)
+    for _ in range(max_depth):
+        if frame is None:
+            return False
+        if frame.f_code.co_name in ("apply", "forward"):
+            owner = frame.f_locals.get("cls") or frame.f_locals.get("ctx")
+            owner = owner if isinstance(owner, type) else type(owner)
+            if _COMPILED_FUNCTION in getattr(owner, "__qualname__", ""):
+                return True
+        frame = frame.f_back
+    return False
+
+
+def measure_saved(
+    step: Callable[[], Any], exclude: Iterable[torch.Tensor] = ()
+) -> tuple[Any, SavedMeasurement]:
+    """Run ``step()`` (a forward) under saved-tensor hooks; return its result and the unique
+    storages saved for backward, ``exclude`` (parameters, buffers, inputs) left out, each
+    marked compiled or eager."""
+    skip = {_storage_key(t) for t in exclude if isinstance(t, torch.Tensor)}
+    seen: dict[tuple[int, str], SavedTensor] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type != "meta":
+            key = _storage_key(t)
+            if key not in skip and key[0] != 0 and key not in seen:
+                seen[key] = SavedTensor(
+                    tuple(t.shape),
+                    t.dtype,
+                    tuple(t.stride()),
+                    t.untyped_storage().nbytes(),
+                    _in_compiled_function(),
+                )
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = step()
+    return out, SavedMeasurement(list(seen.values()))
+
+
 def measure_saved_activation_bytes(
     step: Callable[[], Any], exclude: Iterable[torch.Tensor] = ()
 ) -> tuple[Any, int]:
     """Run ``step()`` (a forward) under saved-tensor hooks; return (its result, the bytes of
     unique storages saved for backward, excluding ``exclude`` (parameters, inputs))."""
-    skip = {_storage_key(t) for t in exclude if isinstance(t, torch.Tensor)}
-    seen: dict[tuple[int, str], int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.device.type != "meta":
-            key = _storage_key(t)
-            if key not in skip and key[0] != 0:
-                seen[key] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = step()
-    return out, sum(seen.values())
+    out, m = measure_saved(step, exclude)
+    return out, m.total

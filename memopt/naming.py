@@ -13,10 +13,19 @@ followed by ``+`` (``BiasGelu+``, ``Reshape+Where+``). The rules, in order:
    an ``Add`` of a 1-D bias; such an ``Add`` in the subgraph is absorbed into the name.
 4. Leading and trailing view ops (``Reshape``, ``Transpose``, ``Expand`` ...) are dropped from
    the id when other ops remain: they cost no memory and only say how a tensor was viewed.
+
+A saved tensor that no cluster can recompute gets a *saved id* (:func:`saved_ids`):
+``Saved_<Op>_<module path>_<k>+`` (``Saved_Convolution_resnet_embedder_0+``), from the op that
+made it, the module it was made in and its forward-order occurrence among saved tensors of
+that op and module. None of these depends on FX node numbering, so the same model gives the
+same ids run after run; an id over :data:`MAX_SAVED_ID` characters keeps the op, the module
+path's tail and a hash of the full id (:func:`shorten_saved_id`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import operator
 import re
 from collections.abc import Sequence
 
@@ -25,6 +34,7 @@ import torch.fx
 
 from memopt import meta_keys as mk
 from memopt.facts import is_view
+from memopt.passes.detect_layers import normalize_module_path
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -220,3 +230,66 @@ def cluster_id(nodes: Sequence[torch.fx.Node]) -> str:
         while names and names[-1] in VIEW_NAMES:
             names.pop()
     return "".join(f"{n}+" for n in names)
+
+
+# --- saved ids ------------------------------------------------------------------------------
+
+SAVED_PREFIX = "Saved_"
+#: Saved ids longer than this are shortened (:func:`shorten_saved_id`).
+MAX_SAVED_ID = 64
+#: Op names are cut to this many characters in a shortened saved id.
+MAX_OP_CHARS = 24
+_NON_WORD = re.compile(r"[^A-Za-z0-9]+")
+
+
+def _module_path(node: torch.fx.Node) -> str:
+    """The innermost module a node ran in (``model.layers.3.mlp``), '' outside modules."""
+    stack = node.meta.get(mk.TORCH_MODULE_STACK) or node.meta.get(mk.TORCH_FWD_MODULE_STACK)
+    if not stack:
+        return ""
+    value = list(stack.values())[-1]
+    path = value[0] if isinstance(value, tuple | list) else value
+    return normalize_module_path(path) if isinstance(path, str) else ""
+
+
+def saved_op_name(node: torch.fx.Node) -> str:
+    """The canonical name of the op that made a saved tensor (through ``getitem``)."""
+    src = node
+    while src.target is operator.getitem and isinstance(src.args[0], torch.fx.Node):
+        src = src.args[0]
+    mod = module_alias(src)
+    if mod is not None:
+        return mod[1]
+    orig = src.meta.get(mk.TORCH_ORIGINAL_ATEN)
+    return op_name(orig if orig is not None else src.target)
+
+
+def shorten_saved_id(op: str, path: Sequence[str], k: int, limit: int = MAX_SAVED_ID) -> str:
+    """``Saved_<op>_<path>_<k>+``, shortened when over ``limit`` characters: the op name cut
+    to :data:`MAX_OP_CHARS`, the module path's leading components dropped (its tail says
+    where: ``layers_3_self_attn``), and ``_h<hash>`` appended, 8 hex digits of the SHA-1 of
+    the full id, so the short id is deterministic and still unique."""
+    full = "_".join([SAVED_PREFIX + op, *path, str(k)]) + "+"
+    if len(full) <= limit:
+        return full
+    tag = "_h" + hashlib.sha1(full.encode()).hexdigest()[:8]
+    tail = list(path)
+    short = ""
+    for drop in range(len(tail) + 1):
+        short = "_".join([SAVED_PREFIX + op[:MAX_OP_CHARS], *tail[drop:], str(k)]) + tag + "+"
+        if len(short) <= limit:
+            break
+    return short
+
+
+def saved_ids(nodes: Sequence[torch.fx.Node]) -> list[str]:
+    """Stable plan ids for saved tensors given in forward order (see the module docstring)."""
+    counts: dict[tuple[str, ...], int] = {}
+    out = []
+    for n in nodes:
+        op = _NON_WORD.sub("", saved_op_name(n)) or "Tensor"
+        path = tuple(p for p in _NON_WORD.split(_module_path(n)) if p)
+        k = counts.get((op, *path), 0)
+        counts[(op, *path)] = k + 1
+        out.append(shorten_saved_id(op, path, k))
+    return out

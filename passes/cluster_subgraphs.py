@@ -14,8 +14,8 @@ import torch
 import torch.fx
 
 from memopt import meta_keys as mk
-from memopt.candidates import SavedActivation
-from memopt.naming import cluster_id
+from memopt.candidates import RootName, SavedActivation
+from memopt.naming import cluster_id, saved_ids
 from memopt.passes.find_recompute_subgraphs import Subgraph
 from memopt.plan import Strategy
 from memopt.symbolic import SymbolTable, tensor_bytes_expr
@@ -49,7 +49,8 @@ def cluster_subgraphs_pass(
 ) -> tuple[torch.fx.GraphModule, list[SavedActivation]]:
     counts: dict[str, int] = {}
     out: list[SavedActivation] = []
-    for sg in subgraphs:
+    stable = saved_ids([sg.group.root for sg in subgraphs])
+    for sg, sid in zip(subgraphs, stable):
         root = sg.group.root
         nbytes = _bytes(root, symbols)
         savings: dict[Strategy, sympy.Expr] = {}
@@ -81,7 +82,7 @@ def cluster_subgraphs_pass(
         val = root.meta.get(mk.TORCH_VAL)
         out.append(
             SavedActivation(
-                root=root.name,
+                root=RootName(root.name, sid),
                 members=tuple(m.name for m in sg.group.members),
                 cluster_id=cid,
                 occurrence=occ,

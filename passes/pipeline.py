@@ -113,15 +113,8 @@ def saved_input_bytes(
 def saved_activation_bytes(
     fw: torch.fx.GraphModule, num_fwd_outputs: int, symbols: SymbolTable
 ) -> sympy.Expr:
-    """Symbolic bytes of the activations a forward graph saves (unique storages, no inputs)."""
-    roots = {}
-    for n in fw.graph.output_node().args[0][num_fwd_outputs:]:
-        if not isinstance(n, torch.fx.Node) or n.op == "placeholder":
-            continue
-        r = facts.storage_root(n)
-        if r.op != "placeholder" and facts.tensor_val(r) is not None:
-            roots[r] = facts.nbytes_expr(facts.tensor_val(r))
-    return symbols.readable(sum(roots.values(), sympy.Integer(0)))
+    """Symbolic bytes of the activations a forward graph saves (memopt.facts)."""
+    return symbols.readable(facts.saved_activation_bytes(fw, num_fwd_outputs))
 
 
 # --- the passes -----------------------------------------------------------------------------

@@ -208,5 +208,5 @@ def analyze(
         emulated=traces[-1].emulated,
         model_class=model_class,
         planner=traces[-1].planner,
-        notes=[note] if note else [],
+        notes=([note] if note else []) + list(dict.fromkeys(b for t in traces for b in t.breaks)),
     )

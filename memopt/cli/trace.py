@@ -10,6 +10,14 @@ inputs are ``FakeTensor``s: nothing is allocated, a 70B model traces on a laptop
 dimensions whose size is the batch or the sequence length are marked dynamic, so sizes come
 out as expressions of them (other sizes and Python floats stay static, which is faster).
 
+A model whose Python code needs a tensor's value (``.item()``, ``if x.any():``) graph-breaks
+there in training, and the eager code between the compiled regions runs with real values.
+Traced with fake tensors that code has no values: :func:`stand_in_values` gives it a stand-in
+(1, 1.0, or False for a truth value), each use named with its source line, and every region is planned as
+training would plan it. The breaks and the stand-ins are listed in the output
+(:attr:`TraceResult.breaks`); a size that came from a stand-in is only as right as the
+stand-in.
+
 Planning for ``cuda`` on a machine without CUDA traces on fake CPU tensors (autograd needs a
 real device backend) and replaces ``F.scaled_dot_product_attention`` by the kernel a GPU would
 pick (:mod:`memopt.cli.attention`).
@@ -18,6 +26,8 @@ pick (:mod:`memopt.cli.attention`).
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +84,8 @@ class TraceResult:
     emulated: bool
     seconds: float
     planner: list[PlannerInputs] = field(default_factory=list)
+    breaks: list[str] = field(default_factory=list)
+    """Graph breaks (dynamo's reasons, with the user line) and stand-in values, in order."""
 
 
 class _PlanPartitioner(MemoptPartitioner):
@@ -192,6 +204,80 @@ def _emulate_cuda() -> Iterator[None]:
         plan_budget.device_rates = original
 
 
+#: Tensor methods that read a value; on a fake tensor in eager code they return a stand-in.
+_VALUE_METHODS = ("item", "__bool__", "__int__", "__float__")
+_OWN_FILES = (os.sep + "torch" + os.sep, os.sep + "memopt" + os.sep, "contextlib.py")
+
+
+def _stand_in(t: torch.Tensor) -> bool | int | float:
+    # False for a truth value: data checks (``if (labels >= vocab).any(): raise``) pass
+    if t.dtype == torch.bool:
+        return False
+    return 1.0 if t.is_floating_point() or t.is_complex() else 1
+
+
+def _user_line() -> str:
+    """``file:line`` of the innermost caller outside torch and memopt."""
+    frame = sys._getframe(2)
+    while frame is not None and any(s in frame.f_code.co_filename for s in _OWN_FILES):
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+@contextlib.contextmanager
+def stand_in_values(used: list[str]) -> Iterator[None]:
+    """In eager code (between compiled regions), reading a fake tensor's value (``.item()``,
+    ``bool()``, ``int()``, ``float()``) returns a stand-in and appends a note to ``used``;
+    compiled code and real tensors are untouched."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    originals = {name: getattr(torch.Tensor, name) for name in _VALUE_METHODS}
+
+    def patched(name: str):
+        original = originals[name]
+
+        def read(self: torch.Tensor, *args: Any, **kwargs: Any):
+            if not isinstance(self, FakeTensor) or torch.compiler.is_compiling():
+                return original(self, *args, **kwargs)
+            value = _stand_in(self) if name != "__bool__" else False
+            convert = {"__int__": int, "__float__": float, "__bool__": bool}.get(name)
+            value = convert(value) if convert else value
+            method = "." + name + "()" if not name.startswith("__") else name.strip("_") + "()"
+            used.append(
+                f"{method} at {_user_line()}: eager code between graphs; its value is not "
+                f"known when planning (traced with {value!r})"
+            )
+            return value
+
+        # dynamo must not trace into the stand-in: a call to it breaks the graph, as the
+        # method it replaces would, and runs eagerly
+        return torch.compiler.disable(read, recursive=True)
+
+    try:
+        for name in _VALUE_METHODS:
+            setattr(torch.Tensor, name, patched(name))
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(torch.Tensor, name, fn)
+
+
+def graph_breaks() -> list[str]:
+    """Dynamo's graph-break reasons since its last reset, each with the user's line.
+    (A private dynamo list: read here only, for the CLI's notes.)"""
+    from torch._dynamo.utils import graph_break_reasons
+
+    out = []
+    for r in graph_break_reasons:
+        stack = getattr(r, "user_stack", None) or []
+        where = f"{os.path.basename(stack[-1].filename)}:{stack[-1].lineno}" if stack else "?"
+        lines = str(getattr(r, "reason", r)).strip().splitlines()
+        out.append(f"graph break at {where}: {lines[0][:160] if lines else '?'}")
+    return list(dict.fromkeys(out))
+
+
 @contextlib.contextmanager
 def _quiet_compile() -> Iterator[None]:
     with compat.no_compile_caches(), compat.dynamo_config(suppress_errors=False):
@@ -239,9 +325,12 @@ def trace(
         _mark_sizes((*args, *kwargs.values()), sizes)
     compiled = torch.compile(model, backend=backend)
     emulation = _emulate_cuda() if emulated else contextlib.nullcontext()
+    stand_ins: list[str] = []
+    breaks: list[str] = []
     try:
-        with _quiet_compile(), emulation:
+        with _quiet_compile(), emulation, stand_in_values(stand_ins):
             compiled(*args, **kwargs)
+        breaks = graph_breaks()
     except (PlanError, CliError):
         raise
     except Exception as e:
@@ -254,6 +343,9 @@ def trace(
                 " (the model's Python code needs a tensor's value, e.g. `if x.sum() > 0:` or "
                 "`.item()`; fake tensors have shapes but no values)"
             )
+        done = "; ".join(graph_breaks() + stand_ins)
+        if done:
+            hint += f" (after: {done})"
         raise CliError(f"tracing failed: {one_line(cause)}{hint}", EXIT_TRACE) from None
     finally:
         compat.dynamo_reset()
@@ -276,4 +368,5 @@ def trace(
         emulated=emulated,
         seconds=time.perf_counter() - t0,
         planner=partitioner.planner,
+        breaks=breaks + stand_ins,
     )

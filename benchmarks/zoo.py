@@ -1,0 +1,205 @@
+"""The zoo: memopt on every architecture of benchmarks/zoo_models.py.
+
+Per model (random weights, one training step):
+
+* **correct**: memopt at level 1 gives the loss and gradients of plain ``torch.compile``;
+* **estimate**: the report's level-0 estimate (activation bytes saved for backward without
+  memopt) against the bytes measured with saved-tensor hooks under plain ``torch.compile``
+  (parameters, buffers and inputs left out; bytes saved by eager code between graph breaks,
+  which no compiled graph sees, are listed apart as ``eager``);
+* **budget**: ``budget=0.5`` applied: the planner's verdict, its plan strings, and the saved
+  bytes measured after it.
+
+Writes docs/zoo.md (a table) and docs/data/zoo_<device>.json::
+
+    python benchmarks/zoo.py                       # every model, tiny sizes, CPU
+    python benchmarks/zoo.py --models vit,resnet   # some of them
+    python benchmarks/zoo.py --device cuda --size gpu --dtype bfloat16   # the GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import memopt  # noqa: E402
+from benchmarks.zoo_models import BY_NAME, ZOO, ZooModel, available, step_loss  # noqa: E402
+from memopt import _torch_compat as compat  # noqa: E402
+from memopt.measure import SavedMeasurement, measure_saved  # noqa: E402
+
+BUDGET = 0.5
+#: level-1 gradients against plain torch.compile: recompute may reorder float sums
+TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (2e-2, 2e-2)}
+
+
+def _to(x: Any, device: str, dtype: torch.dtype) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(device=device, dtype=dtype if x.is_floating_point() else x.dtype)
+    return x
+
+
+def build(entry: ZooModel, size: str, device: str, dtype: torch.dtype):
+    """The model and inputs on ``device`` in ``dtype`` (seeded: the same weights each call)."""
+    torch.manual_seed(0)
+    model, inputs = entry.build(size)
+    model = model.to(device=device, dtype=dtype)
+    return model, {k: _to(v, device, dtype) for k, v in inputs.items()}
+
+
+def one_step(model, compiled, inputs) -> tuple[torch.Tensor, dict, SavedMeasurement]:
+    """Forward (measured) and backward; returns the loss, the gradients and what was saved."""
+    model.zero_grad(set_to_none=True)
+    exclude = [*model.parameters(), *model.buffers(), *inputs.values()]
+    loss, saved = measure_saved(lambda: step_loss(compiled(**inputs)), exclude)
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads, saved
+
+
+def _grad_error(g0: dict, g1: dict, dtype: torch.dtype) -> tuple[bool, float]:
+    """Whether the gradients agree within the tolerance, and the largest relative error."""
+    if g0.keys() != g1.keys():
+        return False, float("inf")
+    rtol, atol = TOLERANCE.get(dtype, TOLERANCE[torch.float32])
+    worst, ok = 0.0, True
+    for k in g0:
+        a, b = g0[k].float(), g1[k].float()
+        err = ((a - b).abs() / (b.abs() + atol)).max().item() if a.numel() else 0.0
+        worst = max(worst, err)
+        ok = ok and torch.allclose(a, b, rtol=rtol, atol=atol)
+    return ok, worst
+
+
+def _compiled(model, **kwargs):
+    torch._dynamo.reset()
+    return memopt.optimize(model, **kwargs) if kwargs else torch.compile(model)
+
+
+def _planner(report) -> dict[str, Any]:
+    plans, feasible = [], []
+    for r in report.regions:
+        p = r.extra.get("planner", {})
+        plans += p.get("plan_strings", [])
+        feasible.append(bool(p.get("feasible")))
+    return {"plan_strings": plans, "feasible": bool(feasible) and all(feasible)}
+
+
+def check_model(entry: ZooModel, size: str = "tiny", device: str = "cpu", dtype=torch.float32):
+    """The zoo's three checks on one model; a JSON-ready dict."""
+    t0 = time.perf_counter()
+    model, inputs = build(entry, size, device, dtype)
+    l0, g0, base = one_step(model, _compiled(model), inputs)
+    opt = _compiled(model, level=1)
+    l1, g1, lvl1 = one_step(model, opt, inputs)
+    rep = memopt.report(opt)
+    predicted, predicted_l1 = rep.saved_bytes()
+    ok, err = _grad_error(g0, g1, dtype)
+    ok = ok and torch.allclose(l0.float(), l1.float(), *TOLERANCE.get(dtype, (1e-4, 1e-5)))
+    budget = _compiled(model, budget=BUDGET)
+    _, _, cut = one_step(model, budget, inputs)
+    brep = memopt.report(budget)
+    return {
+        "model": entry.name,
+        "kind": entry.kind,
+        "class": type(model).__name__,
+        "regions": len(rep.regions),
+        "grads_match": bool(ok),
+        "max_rel_grad_error": err,
+        "measured": base.compiled,
+        "measured_eager": base.eager,
+        "predicted": predicted,
+        "exact": predicted == base.compiled,
+        "level1_measured": lvl1.compiled,
+        "level1_predicted": predicted_l1,
+        "budget": BUDGET,
+        "budget_measured": cut.compiled,
+        "budget_predicted": brep.saved_bytes()[1],
+        **{f"budget_{k}": v for k, v in _planner(brep).items()},
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def run(names, size: str, device: str, dtype) -> list[dict[str, Any]]:
+    rows = []
+    for name in names:
+        entry = BY_NAME[name]
+        if not available(entry):
+            rows.append({"model": name, "kind": entry.kind, "skipped": f"needs {entry.needs}"})
+            print(f"{name}: skipped (needs {entry.needs})", flush=True)
+            continue
+        try:
+            row = check_model(entry, size, device, dtype)
+        except Exception as e:  # one broken model must not hide the others' rows
+            traceback.print_exc()
+            row = {"model": name, "kind": entry.kind, "error": f"{type(e).__name__}: {e}"[:300]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def _mark(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def markdown(rows: list[dict[str, Any]], device: str, size: str) -> str:
+    head = (
+        f"| model | kind | regions | grads = torch.compile | measured | predicted | exact "
+        f"| eager (graph breaks) | level 1 measured | budget {BUDGET}: plan | budget measured |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        if "skipped" in r or "error" in r:
+            lines.append(f"| {r['model']} | {r['kind']} | {r.get('skipped') or r['error']} |")
+            continue
+        plan = "feasible" if r["budget_feasible"] else "**infeasible**"
+        plan += f", {len(r['budget_plan_strings'])} plans"
+        cut = r["budget_measured"] / r["measured"] if r["measured"] else 0.0
+        lines.append(
+            f"| {r['model']} | {r['kind']} | {r['regions']} | {_mark(r['grads_match'])} "
+            f"| {r['measured']:,} | {r['predicted']:,} | {_mark(r['exact'])} "
+            f"| {r['measured_eager']:,} | {r['level1_measured']:,} | {plan} "
+            f"| {r['budget_measured']:,} ({cut:.0%}) |"
+        )
+    return (
+        f"Device {device}, size {size}, torch {torch.__version__}. Bytes are activation bytes "
+        "saved for backward in one training step (unique storages; parameters, buffers and "
+        "inputs left out).\n\n" + head + "\n".join(lines) + "\n"
+    )
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(m.name for m in ZOO))
+    p.add_argument("--size", default="tiny", choices=("tiny", "gpu"))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--out", default=str(ROOT / "docs" / "data"))
+    p.add_argument("--markdown", default=str(ROOT / "docs" / "zoo.md"))
+    a = p.parse_args(argv)
+    names = [n for n in a.models.split(",") if n]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        p.error(f"unknown zoo models {unknown}; have {', '.join(BY_NAME)}")
+    with compat.no_compile_caches():  # a warm cache would skip the partitioner under test
+        rows = run(names, a.size, a.device, getattr(torch, a.dtype))
+    out = Path(a.out) / f"zoo_{a.device.split(':')[0]}.json"
+    meta = {"device": a.device, "size": a.size, "dtype": a.dtype, "torch": torch.__version__}
+    out.write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
+    Path(a.markdown).write_text(markdown(rows, a.device, a.size))
+    print(f"wrote {out} and {a.markdown}")
+
+
+if __name__ == "__main__":
+    main()
