@@ -173,6 +173,28 @@ def check_prefetch_depth(rank):
     assert runs[0] == runs[1]  # prefetch changes when copies run, not what is computed
 
 
+def check_nvme_tier(rank, tmp):
+    from memopt.params import HostAdamW, shard_with_offload
+
+    runs = []
+    for nvme in (None, tmp):
+        model = _model()
+        rec = shard_with_offload(model, 0.5)
+        opt = HostAdamW(model.parameters(), lr=1e-2, offload=rec, overlap=True, nvme_dir=nvme)
+        losses = _train(model, opt, 3, rank)
+        state = opt.state_dict()["state"]  # host shards' moments read back from the file
+        moments = [state[i][k].to_local() for i in state for k in ("exp_avg", "exp_avg_sq")]
+        runs.append((losses, moments, model.state_dict()["layers.2.up.weight"].to_local()))
+        if nvme is not None:
+            # gloo: every local shard is a CPU tensor, so all moments are in the file: this
+            # rank's half of the 37,824 parameters, 8 B each (m and v)
+            disk = [r["param_bytes"] for r in opt.placement_rows() if r["where"] == "disk"]
+            assert disk == [37_824 // 2 * 8]
+        opt.close()
+    assert runs[0][0] == runs[1][0] and torch.equal(runs[0][2], runs[1][2])
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
+
+
 def check_bf16_host_shards(rank):
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -226,6 +248,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
         check_user_sharded_model(rank)
         check_overlap_and_accumulation(rank)
         check_prefetch_depth(rank)
+        check_nvme_tier(rank, tmp)
         check_bf16_host_shards(rank)
         check_checkpoint_round_trip(rank, os.path.join(tmp, "ckpt"))
     finally:

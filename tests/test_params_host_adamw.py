@@ -131,3 +131,35 @@ def test_host_adamw_threads_apply_to_its_worker_only():
         HostAdamW([p], threads="many")
     with pytest.raises(ValueError, match="batch="):
         HostAdamW([p], batch="layer")
+
+
+def test_host_adamw_nvme_tier_is_bitwise_the_in_memory_update(tmp_path):
+    torch.manual_seed(0)
+    shapes = [(33, 7), (5,), (64, 16)]
+    runs = []
+    for nvme in (None, str(tmp_path)):
+        ps = [torch.nn.Parameter(torch.randn(sh, generator=torch.Generator().manual_seed(i)))
+              for i, sh in enumerate(shapes)]  # fmt: skip
+        opt = HostAdamW(ps, lr=1e-2, weight_decay=0.1, nvme_dir=nvme)
+        for step in range(3):
+            for i, p in enumerate(ps):
+                p.grad = torch.randn(
+                    p.shape, generator=torch.Generator().manual_seed(99 * step + i)
+                )
+            opt.step()
+        runs.append(([p.detach().clone() for p in ps], opt.state_dict(), opt.placement_rows()))
+        if nvme is not None:
+            assert "exp_avg" not in opt.state[ps[0]]  # only in the file
+            assert len(list(tmp_path.iterdir())) == 1
+            opt.load_state_dict(runs[0][1])  # loads torch's format back into the file
+            assert torch.equal(opt.state_dict()["state"][2]["exp_avg_sq"],
+                               runs[0][1]["state"][2]["exp_avg_sq"])  # fmt: skip
+        opt.close()
+    (w0, sd0, _), (w1, sd1, rows1) = runs
+    assert all(torch.equal(a, b) for a, b in zip(w0, w1))
+    for i in range(len(shapes)):
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(sd0["state"][i][key], sd1["state"][i][key])
+    disk = [r for r in rows1 if r["where"] == "disk"]
+    assert [r["param_bytes"] for r in disk] == [8 * (33 * 7 + 5 + 64 * 16)]
+    assert not list(tmp_path.iterdir())  # the file is deleted on close

@@ -39,6 +39,7 @@ from memopt.params.adamw_kernel import (
     torch_update,
 )
 from memopt.params.clip import clip_grads_
+from memopt.params.host_nvme import MomentFile
 from memopt.params.threads import resolve_threads, set_thread_team
 from memopt.params.update_queue import UpdateQueue
 
@@ -73,6 +74,7 @@ class HostAdamW(torch.optim.Optimizer):
         kernel: str = "torch",
         threads: int | str | None = None,
         batch: str = "group",
+        nvme_dir: str | None = None,
     ) -> None:
         check_adamw_args(lr, betas, eps, weight_decay, accumulation_steps)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize)
@@ -98,11 +100,15 @@ class HostAdamW(torch.optim.Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 self._group_of[id(p)] = group
-                self._init_state(p, offload)
+                self._init_state(p, offload, moments=nvme_dir is None or not self._on_host(p))
                 if overlap and self._on_host(p) and p.requires_grad:
                     self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
         host = [id(p) for p in self.state if self._on_host(p) and p.requires_grad]
         self._expect = _count_by_key(self._gkey, host)
+        self._nvme = None
+        if nvme_dir is not None:  # host shards' moments in a file (memopt.params.host_nvme)
+            sizes = [(id(p), local(p).numel()) for p in self.state if self._on_host(p)]
+            self._nvme = MomentFile(nvme_dir, sizes)
         self.pipelined = bool(overlap and offload is not None and self._wait_in_forward(offload))
         if offload is not None:
             offload.attach_optimizer(self)
@@ -132,13 +138,14 @@ class HostAdamW(torch.optim.Optimizer):
     def _on_host(p: torch.Tensor) -> bool:
         return local(p).device.type == "cpu"
 
-    def _init_state(self, p: torch.Tensor, offload) -> None:
+    def _init_state(self, p: torch.Tensor, offload, moments: bool = True) -> None:
         host = self._on_host(p)
         dtype = torch.float32 if host else p.dtype
         st = self.state[p]
         st["step"] = torch.tensor(0.0)
-        st["exp_avg"] = torch.zeros_like(p, dtype=dtype)
-        st["exp_avg_sq"] = torch.zeros_like(p, dtype=dtype)
+        if moments:  # else they live in the NVMe file, zero at the start
+            st["exp_avg"] = torch.zeros_like(p, dtype=dtype)
+            st["exp_avg_sq"] = torch.zeros_like(p, dtype=dtype)
         if host and p.dtype != torch.float32:
             master = offload.take_master(p) if offload is not None else None
             st["master_param"] = torch.zeros_like(p, dtype=torch.float32)
@@ -162,6 +169,9 @@ class HostAdamW(torch.optim.Optimizer):
             if p.dtype != torch.float32 and "master_param" not in st:
                 st["master_param"] = torch.zeros_like(p, dtype=torch.float32)
                 local(st["master_param"]).copy_(local(p))
+            if self._nvme is not None and id(p) in self._nvme:
+                m, v = st.pop("exp_avg"), st.pop("exp_avg_sq")
+                self._nvme.write(id(p), local(m), local(v)).result()
 
     def _warm_up(self) -> None:
         """Compile the kernel variants this model needs here, not on the worker thread."""
@@ -218,6 +228,12 @@ class HostAdamW(torch.optim.Optimizer):
                 torch.cuda.synchronize()
             else:
                 ev.synchronize()
+        if self._nvme is not None:
+            self._nvme.run(
+                [id(it.p) for it in items],
+                lambda i, m, v: self._update_host(items[i].p, items[i].grad, items[i].s, m, v),
+            )
+            return
         fused: dict[tuple, list[_Item]] = {}
         for it in items:
             st = self.state[it.p]
@@ -246,12 +262,17 @@ class HostAdamW(torch.optim.Optimizer):
             maximize=s.maximize,
         )
 
-    def _update_host(self, p: torch.Tensor, g: torch.Tensor, s: AdamWStep) -> None:
+    def _update_host(self, p, g, s: AdamWStep, m=None, v=None) -> None:
+        """One host shard through the update kernel (``m``, ``v``: flat moment buffers from
+        the NVMe tier; the state's own tensors otherwise)."""
         st = self.state[p]
         master = st.get("master_param")
         w = local(master) if master is not None else local(p).detach()
         out = local(p).detach() if master is not None else None
-        m, v = local(st["exp_avg"]), local(st["exp_avg_sq"])
+        if m is None:
+            m, v = local(st["exp_avg"]), local(st["exp_avg_sq"])
+        else:
+            m, v = m.view(w.shape), v.view(w.shape)
         if g.dtype != w.dtype and self._scratch.numel() < min(g.numel(), CHUNK):
             self._scratch = torch.empty(min(g.numel(), CHUNK), dtype=w.dtype)
         self._update(w, g, m, v, out, s, self._scratch)
@@ -325,7 +346,16 @@ class HostAdamW(torch.optim.Optimizer):
 
     def state_dict(self) -> dict:
         self.wait()
-        return super().state_dict()
+        packed = super().state_dict()
+        if self._nvme is not None:  # the moments of host shards, read back from the file
+            params = [p for g in self.param_groups for p in g["params"]]
+            for i, p in enumerate(params):
+                if id(p) in self._nvme and i in packed["state"]:
+                    m, v = (torch.zeros_like(p, dtype=torch.float32) for _ in range(2))
+                    for f in self._nvme.read(id(p), local(m), local(v)):
+                        f.result()
+                    packed["state"][i] = {**packed["state"][i], "exp_avg": m, "exp_avg_sq": v}
+        return packed
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         if not set_to_none:
@@ -354,6 +384,8 @@ class HostAdamW(torch.optim.Optimizer):
             h.remove()
         self._hooks.clear()
         self._queue.close()
+        if self._nvme is not None:
+            self._nvme.close()
 
     # ---- report -----------------------------------------------------------------------------
     def placement_rows(self) -> list[dict]:
@@ -362,6 +394,10 @@ class HostAdamW(torch.optim.Optimizer):
         for gi, group in enumerate(self.param_groups):
             acc: dict[tuple[str, str], list[int]] = {}
             for p in group["params"]:
+                if self._nvme is not None and id(p) in self._nvme:
+                    acc.setdefault(("exp_avg+exp_avg_sq", "disk"), [0, 0])[0] += (
+                        8 * local(p).numel()
+                    )
                 for key in _FP32_KEYS:
                     t = self.state[p].get(key)
                     if t is None:
