@@ -10,7 +10,8 @@ Per model (random weights, one training step):
 * **budget**: ``budget=0.5`` applied: the planner's verdict, its plan strings, and the saved
   bytes measured after it.
 
-Writes docs/zoo.md (a table) and docs/data/zoo_<device>.json::
+Writes the table into docs/zoo.md (between ``<!-- zoo <device> -->`` markers) and
+docs/data/zoo_<device>.json::
 
     python benchmarks/zoo.py                       # every model, tiny sizes, CPU
     python benchmarks/zoo.py --models vit,resnet   # some of them
@@ -60,6 +61,7 @@ def build(entry: ZooModel, size: str, device: str, dtype: torch.dtype):
 def one_step(model, compiled, inputs) -> tuple[torch.Tensor, dict, SavedMeasurement]:
     """Forward (measured) and backward; returns the loss, the gradients and what was saved."""
     model.zero_grad(set_to_none=True)
+    torch.manual_seed(0)  # the same random draws (DiT's class-label dropout) in every run
     exclude = [*model.parameters(), *model.buffers(), *inputs.values()]
     loss, saved = measure_saved(lambda: step_loss(compiled(**inputs)), exclude)
     loss.backward()
@@ -179,6 +181,20 @@ def markdown(rows: list[dict[str, Any]], device: str, size: str) -> str:
     )
 
 
+def write_table(path: Path, table: str, device: str) -> None:
+    """Put ``table`` between the ``<!-- zoo <device> -->`` markers of ``path`` (the text
+    around them is kept), or append a marked section."""
+    begin, end = f"<!-- zoo {device} -->", f"<!-- /zoo {device} -->"
+    text = path.read_text() if path.exists() else "# The zoo\n"
+    block = f"{begin}\n{table}{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(m.name for m in ZOO))
@@ -197,7 +213,7 @@ def main(argv=None) -> None:
     out = Path(a.out) / f"zoo_{a.device.split(':')[0]}.json"
     meta = {"device": a.device, "size": a.size, "dtype": a.dtype, "torch": torch.__version__}
     out.write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
-    Path(a.markdown).write_text(markdown(rows, a.device, a.size))
+    write_table(Path(a.markdown), markdown(rows, a.device, a.size), a.device)
     print(f"wrote {out} and {a.markdown}")
 
 

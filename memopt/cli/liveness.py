@@ -50,6 +50,7 @@ from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
 from memopt.facts import alias_users as _alias_users
 from memopt.facts import aliased_input as _aliased_input
+from memopt.facts import layout_copied_inputs
 from memopt.facts import storage_root as _root
 from memopt.memory_rules import ReadPoints, padded_copies, padded_operands  # noqa: F401 (re-export)
 from memopt.memory_rules import must_exist as _must_exist
@@ -189,6 +190,12 @@ def _sweep_forward(fw, bw, num_fwd_outputs, at: _Positions, sweep, device) -> sy
             sweep.add(at.fpos[n], at.nf - 1, "temporaries", n.meta["val"])
         elif _must_exist(n, users):
             sweep.add(_start(n, at.fpos), last, "temporaries", n.meta["val"])
+    for p in layout_copied_inputs(fw, num_fwd_outputs):  # channels-last copies Inductor saves
+        first = [at.fpos[u] for u in p.users if u in at.fpos]
+        bw_last = at.last_bw_use([p.name])
+        val = p.meta[mk.TORCH_VAL]
+        sweep.add(min(first, default=0), at.nf if bw_last is None else bw_last, "activations", val)
+        saved += tensor_bytes_expr(val)
     for p in bw.graph.nodes:  # tangents (incoming gradients of the forward's outputs)
         if p.op == "placeholder" and p.name not in saved_names and _is_tensor(p):
             if device is not None and p.meta[mk.TORCH_VAL].device.type != device:
