@@ -96,6 +96,12 @@ def test_saved_id_plan_strings_reach_decide(monkeypatch):
     d = decide(cands, level=0, plans=[PlanSpec(sid, Strategy.OFFLOAD, -1)], strict=True)
     assert d.per_root == {plain.root: Strategy.OFFLOAD}
     assert d.frozen()["config"] == [f"{sid}:3:-1"]
+    # end to end: a plan string with the id, strict (an unknown id would raise)
+    torch._dynamo.reset()
+    opt = memopt.optimize(Net(prelude=True), config=[f"{sid}:0:-1"], strict=True)
+    opt(torch.randn(2, 8, 32)).backward()
+    rows = memopt.report(opt).to_dict()["plans"]
+    assert [r["source"] for r in rows if r["cluster_id"] == sid] == ["plan"]
     # the node-name form is no longer an id
     with pytest.raises(PlanError, match="unknown cluster id"):
         decide(cands, level=0, plans=[PlanSpec(f"Saved_{plain.root}+", 3, -1)], strict=True)
