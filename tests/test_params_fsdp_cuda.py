@@ -92,8 +92,8 @@ def _memopt(**kw):
     rec = shard_with_offload(model, 1.0)
     opt = HostAdamW(model.parameters(), lr=1e-3, offload=rec, **kw)
     losses = _train(model, opt)
-    stats = opt.host_stats()
     weights = _weights(model)  # the state dict waits for queued updates
+    stats = opt.host_stats()  # counts finished tasks: read after the wait
     opt.close()
     return losses, weights, stats
 

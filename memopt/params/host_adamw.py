@@ -375,8 +375,10 @@ class HostAdamW(torch.optim.Optimizer):
         return clip_grads_(grads, max_norm, norm_type)
 
     def host_stats(self) -> dict[str, float]:
-        """Seconds the update worker was busy, tasks it ran, and seconds the training thread
-        waited for it (forward pre-hooks, ``step``, ``wait``), since construction."""
+        """Seconds the update worker was busy, tasks it finished, and seconds the training
+        thread waited for it (forward pre-hooks, ``step``, ``wait``), since construction. With
+        ``pipelined`` updates the last step's tasks may still run: call :meth:`wait` first
+        for complete counts."""
         return self._queue.stats()
 
     def close(self) -> None:
