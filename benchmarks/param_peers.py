@@ -20,6 +20,10 @@ with the ``gpu`` variant's. Variants:
 * (``streamer``, the old ``apply_param_offload(model, 0.9)`` + ``CPUAdamW``, was measured in
   docs/data/param_peers_2026-11-24.json and then deleted from memopt.)
 * ``torchao``: ``CPUOffloadOptimizer(offload_gradients=True)`` when torchao imports (uncapped).
+
+A job ``memopt+threads=auto+batch=param:2x512`` passes HostAdamW keywords (``chunk=N`` sets the
+bf16 update's piece size). memopt rows record, per step, the seconds the update worker finished
+work (``host_busy_s``) and the training thread waited for it (``host_wait_s``).
 """
 
 from __future__ import annotations
