@@ -2,9 +2,9 @@
 the activation bytes saved for backward equals the bytes measured with saved-tensor hooks,
 and ``budget=0.5`` applies a plan that cuts the measured bytes by what it predicts.
 
-The quick subset (conv nets and a ViT: the models whose estimates used to miss; the ViT's
-budget) runs in the default suite; the rest are marked slow (tests/conftest.py) and also check gradients against
-plain torch.compile (``benchmarks.zoo.check_model``).
+The quick subset (conv nets, ViT, Swin, DiT: the models whose estimates used to miss; the
+ViT's budget) runs in the default suite; the rest are marked slow (tests/conftest.py) and also
+check gradients against plain torch.compile (``benchmarks.zoo.check_model``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import memopt
 from benchmarks.zoo import build, check_model, one_step
 from benchmarks.zoo_models import BY_NAME, ZOO, available
 
-QUICK = ("resnet", "convnext", "vit")
+QUICK = ("resnet", "convnext", "vit", "swin", "dit")
 SLOW_MODELS = tuple(m.name for m in ZOO if m.name not in QUICK)
 
 
