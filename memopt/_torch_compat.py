@@ -43,6 +43,20 @@ def tracing(ctx: Any):
     return torch._guards.tracing(ctx)
 
 
+def inductor_layout_opt(fw: torch.fx.GraphModule) -> bool:
+    """Whether Inductor lays this forward graph out channels-last (its conv heuristic)."""
+    from torch._inductor.graph import GraphLowering
+
+    return bool(GraphLowering.decide_layout_opt(fw, is_inference=False))
+
+
+def graph_break_reasons() -> list:
+    """Dynamo's graph-break records since its last reset."""
+    from torch._dynamo.utils import graph_break_reasons as reasons
+
+    return list(reasons)
+
+
 def register_backend(name: str, fn) -> None:
     from torch._dynamo.backends.registry import _BACKENDS
     from torch._dynamo.backends.registry import register_backend as _reg

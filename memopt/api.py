@@ -30,6 +30,10 @@ class MemoptBackend:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         return RegionProgram(self.config, self.state, gm, example_inputs)
 
+    def __deepcopy__(self, memo: dict) -> MemoptBackend:
+        # frameworks deep-copy torch.compile's arguments (Lightning): the state is shared
+        return self
+
 
 def _env_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
     """``torch.compile(model, backend="memopt")``: settings from the environment."""

@@ -327,9 +327,9 @@ def inductor_layout_opt(fw: torch.fx.GraphModule) -> bool:
     convolutions: always on CPU with oneDNN, by a heuristic on CUDA)."""
     if not any(n.op == "call_function" and packet(n.target) == _CONV for n in fw.graph.nodes):
         return False
-    from torch._inductor.graph import GraphLowering  # private: see _torch_compat's rule
+    from memopt import _torch_compat as compat
 
-    return bool(GraphLowering.decide_layout_opt(fw, is_inference=False))
+    return compat.inductor_layout_opt(fw)
 
 
 def _channels_last_copy(val: torch.Tensor) -> bool:

@@ -49,6 +49,9 @@ class RegionProgram:
         self._activation_inputs = tuple(
             isinstance(x, torch.Tensor) and x.grad_fn is not None for x in example_inputs
         )
+        self._device = next(
+            (x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.is_cuda), None
+        )
         self._fn = self._compile(gm, example_inputs, held=state.held_bytes(), assigned=None)
         if self.index is not None:
             state.graph_keys[self.index] = hashlib.sha1(gm.code.encode()).hexdigest()
@@ -61,6 +64,7 @@ class RegionProgram:
             assigned=assigned,
             activation_inputs=self._activation_inputs,
         )
+        self.state.note_compile()
         self.state.begin_region(gm, example_inputs, context=p.context(), index=self.index)
         fn = compat.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": p})
         index = self.state.end_region(example_inputs)
@@ -72,7 +76,7 @@ class RegionProgram:
         if self.index is None or not torch.is_grad_enabled():
             return self._fn(*args)
         st = self.state
-        pos = st.enter(self.index)
+        pos = st.enter(self.index, self._device)
         if self.generation != st.generation:
             self._replan()
         if st.offload is not None and pos in st.offload.positions:

@@ -19,6 +19,9 @@ from memopt.decide import saved_id
 from memopt.plan import Strategy
 from memopt.symbolic import SymbolTable, fmt_bytes
 
+#: Cluster ids longer than this are shortened in the table (with a legend); JSON keeps them.
+ID_WIDTH = 40
+
 
 def _expr_str(e: sympy.Expr) -> str:
     return str(sympy.expand(e))
@@ -123,6 +126,8 @@ class StepInfo:
     prefetched: int = 0
     """Tensors copied back a layer ahead of their backward in the last complete step."""
     notes: tuple[str, ...] = ()
+    measured_peak: int | None = None
+    """CUDA peak of a step run on the step plan (byte budgets), when it set a new record."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -268,16 +273,20 @@ class Report:
         ]
 
     def _plan_rows(self) -> str:
+        from memopt.format import pretty_expr, shorten_ids
+
+        clusters = self.clusters()
+        short, _ = shorten_ids([c["cluster_id"] for c in clusters], width=ID_WIDTH)
         rows = []
-        for i, c in enumerate(self.clusters(), 1):
+        for i, c in enumerate(clusters, 1):
             count = c["count"] if c["enabled"] else -1
             rows.append(
                 [
                     f"- Plan {i} : {'ON ' if c['enabled'] else 'OFF'} : "
-                    f"{c['cluster_id']}:{c['strategy']}:{count}",
+                    f"{short[c['cluster_id']]}:{c['strategy']}:{count}",
                     c["freq"],
                     "?" if c["saving_bytes"] is None else f"{c['saving_bytes']:,}",
-                    c["saving_symbolic"],
+                    pretty_expr(c["saving_symbolic"]),
                 ]
             )
         if not rows:
@@ -308,6 +317,14 @@ class Report:
         for extra in (self._excluded_note(), self._chained_note(), self._noted(), self._unknown()):
             if extra:
                 notes.append(f"Note {len(notes) + 1}: {extra}")
+        from memopt.format import shorten_ids
+
+        _, legend = shorten_ids([c["cluster_id"] for c in self.clusters()], width=ID_WIDTH)
+        if legend:
+            notes.append(
+                f"Note {len(notes) + 1}: shortened cluster ids (plan strings take the full id):"
+            )
+            notes += [f"  {line}" for line in legend]
         return notes
 
     def _regions_text(self) -> str:
@@ -492,5 +509,6 @@ def step_section(report: Report) -> str:
             f"Step plan: predicted step peak {fmt_bytes(step.peak)} ({fits}; target "
             f"{fmt_bytes(step.target)}), predicted overhead {1e3 * (step.overhead_s or 0):.3f} "
             "ms per step"
+            + (f"; measured {fmt_bytes(step.measured_peak)}" if step.measured_peak else "")
         )
     return "\n".join(lines)

@@ -29,9 +29,17 @@ import torch.fx
 
 from memopt.config import MemoptConfig, cache_dir
 from memopt.errors import ConfigError
-from memopt.offload.step_offload import StepOffload
+from memopt.offload.step_offload import StepOffload, reload_schedule
 from memopt.report import RegionReport, Report, StepInfo
-from memopt.step import Option, StepChoice, choose, fraction_target, layer_runs, region_menu
+from memopt.step import (
+    Option,
+    StepChoice,
+    choose,
+    fraction_target,
+    layer_runs,
+    region_menu,
+    step_peak,
+)
 
 log = logging.getLogger("memopt")
 
@@ -62,6 +70,15 @@ class MemoptState:
         self.graph_keys: dict[int, str] = {}  # region index -> its graph's code hash
         self.offload: StepOffload | None = None  # offload_layers across regions
         self.notes: list[str] = []  # what the step could not apply, and why
+        self._entry: list[int] = []  # CUDA bytes allocated as each run of this step began
+        self._bwd_entry: dict[int, int] = {}  # ... and as its backward began
+        self._entry_last: tuple[int, ...] = ()
+        self._bwd_entry_last: dict[int, int] = {}
+        self._entry_device: torch.device | None = None
+        self._step_max0: int | None = None  # CUDA peak record as this step began
+        self._compiled_in_step = True
+        self._correction = 0  # bytes the step model missed (measured peak - predicted)
+        self.measured_peak: int | None = None
 
     def known_cluster_ids(self) -> set[str]:
         return {c["cluster_id"] for r in self.regions for c in r.clusters}
@@ -86,6 +103,7 @@ class MemoptState:
             offload_runs=tuple(sorted(off.positions)) if off else (),
             offloaded_bytes=off.stats.offloaded_bytes if off else 0,
             prefetched=off.stats.prefetched if off else 0,
+            measured_peak=self.measured_peak,
             notes=tuple(self.notes),
             peak=c.peak if c else None,
             peak_at=c.peak_at if c else None,
@@ -103,31 +121,78 @@ class MemoptState:
             total += b or 0
         return total
 
-    def enter(self, index: int) -> int:
+    def enter(self, index: int, device: torch.device | None = None) -> int:
         """Region ``index`` runs its forward (called by RegionProgram, grad mode on); returns
         the run's position in the step."""
         if self._backward_seen and self._seq:
             self._finish_step()
         self._seq.append(index)
+        if isinstance(self.config.budget, int) and device is not None and device.type == "cuda":
+            if len(self._seq) == 1:  # the step's first run
+                self._step_max0 = torch.cuda.max_memory_allocated(device)
+                self._compiled_in_step = False
+            self._entry_device = device
+            self._entry.append(torch.cuda.memory_allocated(device))
         return len(self._seq) - 1
 
     def backward_started(self, pos: int) -> None:
         """Backward reaches the run at step position ``pos``."""
         self._backward_seen = True
+        if self._entry and pos < len(self._entry):
+            dev = self._entry_device
+            self._bwd_entry[pos] = torch.cuda.memory_allocated(dev)
         if self.offload is not None:
             self.offload.backward_reached(pos)
 
     def _finish_step(self) -> None:
         self.last_step, self._seq, self._backward_seen = tuple(self._seq), [], False
+        self._entry_last, self._entry = tuple(self._entry), []
+        self._bwd_entry_last, self._bwd_entry = self._bwd_entry, {}
         if self.offload is not None:
             self.offload.new_step()
-        if self.last_step == self._planned_for or self._step_plans >= MAX_STEP_PLANS:
+        if self._step_plans >= MAX_STEP_PLANS:
+            return
+        if self.last_step == self._planned_for:
+            if self._outgrown():
+                self._step_plans += 1
+                self.plan_step(self.last_step)
             return
         self._step_plans += 1
         self._planned_for = self.last_step
         self._plan_offload(self.last_step)
         if self.config.budget is not None and len(self.last_step) > 1:
             self.plan_step(self.last_step)
+
+    def _outgrown(self) -> bool:
+        """Whether the step plan no longer fits: the memory outside the regions grew since it
+        was made (optimizer states appear at the first optimizer step), or the step just run
+        on it set a new CUDA peak above the prediction (what no region shows: the sharding
+        engine's buffers in the backward). The excess is kept as a correction."""
+        c = self.step_choice
+        offsets = self._offsets(self.last_step)
+        if c is None or offsets is None or not isinstance(self.config.budget, int):
+            return False
+        peak, _ = step_peak(self.last_step, c.chosen, offsets)
+        measured = self._measured_peak()
+        if measured is not None:
+            self.measured_peak = measured
+            if measured > peak:
+                self._correction += measured - peak
+                peak = measured
+        return peak > c.target
+
+    def _measured_peak(self) -> int | None:
+        """The CUDA peak of the step just run, when it set a new record and nothing compiled
+        during it (autotuning allocates too); None otherwise."""
+        dev, start = self._entry_device, self._step_max0
+        if dev is None or start is None or self._compiled_in_step:
+            return None
+        now = torch.cuda.max_memory_allocated(dev)
+        return now if now > start else None
+
+    def note_compile(self) -> None:
+        """A region compiled during the current step (its peak is not the plan's)."""
+        self._compiled_in_step = True
 
     def _plan_offload(self, sequence: Sequence[int]) -> None:
         """``offload_layers=k`` when the layers are compiled regions (no region holds
@@ -151,7 +216,9 @@ class MemoptState:
                 "last layer's activations are needed as soon as its forward ends"
             )
         positions = [p for layer in layers[:k] for p in layer]
-        self.offload = StepOffload(positions, self.config.offload_min_bytes)
+        self.offload = StepOffload(
+            positions, self.config.offload_min_bytes, reload_schedule(layers, k)
+        )
         log.info("memopt: offloading the saved tensors of step runs %s", positions)
 
     def plan_step(self, sequence: Sequence[int]) -> StepChoice | None:
@@ -167,7 +234,7 @@ class MemoptState:
             self._planned_for = tuple(sequence)
             return None
         menus = {r: self._menu(r) for r in set(sequence)}
-        choice = choose(sequence, menus, self._target(sequence, menus))
+        choice = choose(sequence, menus, self._target(sequence, menus), self._offsets(sequence))
         self.step_choice, self._planned_for = choice, tuple(sequence)
         changed = [r for r, o in choice.chosen.items() if not self._compiled_as(r, o)]
         self.assigned.update({r: choice.chosen[r] for r in changed})
@@ -187,6 +254,25 @@ class MemoptState:
             changed or "none",
         )
         return choice
+
+    def _offsets(self, sequence: Sequence[int]) -> list[int] | None:
+        """Per run, the CUDA bytes no region's model holds (other layers' parameters, optimizer
+        states, the batch), from what was allocated as each run began in the step just done:
+        allocated - bytes held by earlier runs - the run's own inputs. A byte budget is for
+        the step's real peak, so they count."""
+        if len(self._entry_last) != len(sequence):
+            return None
+        saved = [self.regions[r].final_saved_bytes or 0 for r in sequence]
+        out, held = [], 0
+        for i, r in enumerate(sequence):
+            static = self.problems[r].problem.timeline.static_bytes
+            fwd = self._entry_last[i] - held - static
+            # as its backward begins, runs up to this one hold their saved tensors; gradients
+            # and the sharding engine's buffers of the backward are outside every region too
+            bwd = self._bwd_entry_last.get(i, 0) - held - saved[i] - static
+            out.append(max(0, fwd, bwd) + self._correction)
+            held += saved[i]
+        return out
 
     def _target(self, sequence: Sequence[int], menus: dict[int, Sequence[Option]]) -> int:
         from memopt.passes.plan_budget import step_bytes

@@ -91,7 +91,25 @@ def region_menu(problem, rates, saved_inputs: int = 0) -> list[Option]:
             out.append(_option(sol, _peak(problem, sol), f"saved share {share:g}"))
     sol = solve(problem, 0, rates)
     out.append(_option(sol, sol.predicted_peak, "smallest peak"))
+    every = recompute_all(problem)
+    if every is not None:
+        sol = solve(every, 2**62, rates, leads=[None])
+        out.append(_option(sol, sol.predicted_peak, "recompute all"))
     return [replace(o, saved=o.saved + saved_inputs) for o in out]
+
+
+def recompute_all(problem):
+    """The problem with every recomputable cluster fixed to recompute (level 1's plan, which
+    the search may not reach on its own); None when nothing is recomputable."""
+    from memopt.planner import PlanningProblem
+
+    fixed = dict(problem.fixed)
+    for cid, cands in problem.clusters.items():
+        if cid not in fixed and all(c.recomputable for c in cands):
+            fixed[cid] = (1, -1)
+    if fixed == dict(problem.fixed):
+        return None
+    return PlanningProblem(candidates=problem.candidates, timeline=problem.timeline, fixed=fixed)
 
 
 def held_problem(problem):
@@ -140,14 +158,20 @@ def pareto(options: Sequence[Option]) -> tuple[Option, ...]:
     return tuple(out)
 
 
-def step_peak(sequence: Sequence[int], chosen: Mapping[int, Option]) -> tuple[int, int | None]:
+def step_peak(
+    sequence: Sequence[int],
+    chosen: Mapping[int, Option],
+    offsets: Sequence[int] | None = None,
+) -> tuple[int, int | None]:
     """Predicted peak of the step and the position (in ``sequence``) of the invocation that
-    holds it (None for an empty step)."""
+    holds it (None for an empty step). ``offsets``: bytes outside every region's model while
+    each run runs (parameters of other layers, optimizer states, the batch), measured."""
     held, best, where = 0, 0, None
     for i, r in enumerate(sequence):
         o = chosen[r]
-        if where is None or held + o.peak > best:
-            best, where = held + o.peak, i
+        here = held + o.peak + (offsets[i] if offsets else 0)
+        if where is None or here > best:
+            best, where = here, i
         held += o.saved
     return best, where
 
@@ -185,7 +209,10 @@ class StepChoice:
 
 
 def choose(
-    sequence: Sequence[int], menus: Mapping[int, Sequence[Option]], target: int
+    sequence: Sequence[int],
+    menus: Mapping[int, Sequence[Option]],
+    target: int,
+    offsets: Sequence[int] | None = None,
 ) -> StepChoice:
     """One option per compiled region: the least step overhead whose step peak fits
     ``target``; when none fits, the smallest step peak. Candidates: every uniform share (the
@@ -193,7 +220,12 @@ def choose(
     the option with the best peak drop per second of added overhead."""
     regions = sorted(set(sequence))
     fronts = {r: pareto(menus[r]) for r in regions}  # same order as ``regions``
-    tried = [_tighten(sequence, fronts, _greedy(sequence, fronts, target), target)]
+
+    def peak_of(c: Mapping[int, Option]) -> int:
+        return step_peak(sequence, c, offsets)[0]
+
+    counts = Counter(sequence)
+    tried = [_tighten(counts, fronts, _greedy(counts, fronts, target, peak_of), target, peak_of)]
     if math.prod(len(f) for f in fronts.values()) <= EXACT_COMBINATIONS:
         tried += [dict(zip(regions, combo)) for combo in itertools.product(*fronts.values())]
     for share in range(max(len(menus[r]) for r in regions)):
@@ -203,12 +235,12 @@ def choose(
     )
 
     def key(c: Mapping[int, Option]) -> tuple:
-        peak, _ = step_peak(sequence, c)
+        peak = peak_of(c)
         fits = peak <= target
         return (not fits, step_overhead(sequence, c) if fits else peak, peak)
 
     best = min(tried, key=key)
-    peak, at = step_peak(sequence, best)
+    peak, at = step_peak(sequence, best, offsets)
     keep = {r: _keep(menus[r]) for r in regions}
     return StepChoice(
         chosen=best,
@@ -227,18 +259,17 @@ def _keep(menu: Sequence[Option]) -> Option:
 
 
 def _greedy(
-    sequence: Sequence[int], fronts: Mapping[int, tuple[Option, ...]], target: int
+    counts: Counter, fronts: Mapping[int, tuple[Option, ...]], target: int, peak_of
 ) -> dict[int, Option]:
-    counts = Counter(sequence)
     pos = {r: 0 for r in fronts}
     chosen = {r: fronts[r][0] for r in fronts}
-    peak, _ = step_peak(sequence, chosen)
+    peak = peak_of(chosen)
     while peak > target:
         best = None
         for r, front in fronts.items():
             for j in range(pos[r] + 1, len(front)):
                 trial = {**chosen, r: front[j]}
-                p, _ = step_peak(sequence, trial)
+                p = peak_of(trial)
                 if p >= peak:
                     continue
                 cost = (front[j].overhead_s - chosen[r].overhead_s) * counts[r]
@@ -253,16 +284,16 @@ def _greedy(
 
 
 def _tighten(
-    sequence: Sequence[int],
+    counts: Counter,
     fronts: Mapping[int, tuple[Option, ...]],
     chosen: dict[int, Option],
     target: int,
+    peak_of,
 ) -> dict[int, Option]:
     """Undo what the descent bought but no longer needs: move regions to cheaper options
     while the step still fits (the costliest saving first)."""
-    if step_peak(sequence, chosen)[0] > target:
+    if peak_of(chosen) > target:
         return chosen
-    counts = Counter(sequence)
     improved = True
     while improved:
         improved = False
@@ -271,7 +302,7 @@ def _tighten(
                 if o.overhead_s >= chosen[r].overhead_s:
                     break
                 trial = {**chosen, r: o}
-                if step_peak(sequence, trial)[0] <= target:
+                if peak_of(trial) <= target:
                     chosen, improved = trial, True
                     break
     # a cheaper option of one region may let another region step back too: one more pass of

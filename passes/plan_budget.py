@@ -154,7 +154,8 @@ def plan_budget(
     if not solution.feasible:
         log.warning(
             "memopt: budget %s (%s) is infeasible for this graph; the smallest feasible "
-            "predicted peak is %s (using that plan)",
+            "predicted peak is %s (using that plan; a step of several compiled regions is "
+            "planned as a whole after its first run: see the report's step plan)",
             config.budget,
             fmt_bytes(budget),
             fmt_bytes(solution.min_feasible_peak),

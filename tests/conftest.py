@@ -35,6 +35,7 @@ SLOW = (
     "test_cli_fit.py",
     "test_params_fsdp.py",
     "test_zoo.py::test_zoo_model",
+    "test_step_fsdp.py",
     "test_architecture.py::test_a_disabled_rewrite_leaves_the_plan_unapplied",
     "test_integrations.py::test_hf_trainer_trains_an_optimized_model_with_the_default_columns",
 )

@@ -267,10 +267,8 @@ def stand_in_values(used: list[str]) -> Iterator[None]:
 def graph_breaks() -> list[str]:
     """Dynamo's graph-break reasons since its last reset, each with the user's line.
     (A private dynamo list: read here only, for the CLI's notes.)"""
-    from torch._dynamo.utils import graph_break_reasons
-
     out = []
-    for r in graph_break_reasons:
+    for r in compat.graph_break_reasons():
         stack = getattr(r, "user_stack", None) or []
         where = f"{os.path.basename(stack[-1].filename)}:{stack[-1].lineno}" if stack else "?"
         lines = str(getattr(r, "reason", r)).strip().splitlines()

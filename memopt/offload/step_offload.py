@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -56,9 +56,19 @@ class StepOffloadStats:
 class StepOffload:
     """The runtime of cross-region offload for one optimized model."""
 
-    def __init__(self, positions: Sequence[int], min_bytes: int):
+    def __init__(
+        self,
+        positions: Sequence[int],
+        min_bytes: int,
+        reload_at: Mapping[int, Sequence[int]] | None = None,
+    ):
         self.positions = frozenset(positions)
         self.min_bytes = min_bytes
+        # run whose backward start triggers the copy-back -> the offloaded runs it brings back
+        # (default: the run just before it, one run ahead)
+        self.reload_at = {k: tuple(v) for k, v in (reload_at or {}).items()} or {
+            p + 1: (p,) for p in self.positions
+        }
         self._groups: dict[int, list[_Saved]] = {}
         self._lock = threading.Lock()
         self.stats = StepOffloadStats()
@@ -102,13 +112,18 @@ class StepOffload:
             s.host = ops.POOL.acquire_like(
                 tuple(t.shape), tuple(t.stride()), t.dtype, pinned=t.is_cuda
             )
-            if t.is_cuda:
-                s.done = ops._issue_on_transfer_stream(t.device, s.host, t)
-                t.record_stream(ops.transfer_stream(t.device))  # freed after the copy ran
-            else:
-                s.host.copy_(t)
-            ops._count("d2h", t.numel() * t.element_size(), t.device, t.is_cuda)
             moved += t.numel() * t.element_size()
+        cuda = [s for s in group if s.t.is_cuda]
+        if cuda:
+            done = _copy_all(cuda[0].device, [(s.host, s.t) for s in cuda])
+            side = ops.transfer_stream(cuda[0].device)
+            for s in cuda:
+                s.done = done
+                s.t.record_stream(side)  # its memory is reused only after the copy ran
+        for s in group:
+            if not s.t.is_cuda:
+                s.host.copy_(s.t)
+            ops._count("d2h", s.t.numel() * s.t.element_size(), s.device, s.t.is_cuda)
             s.t = None
         with self._lock:
             self._groups[pos] = group
@@ -116,15 +131,26 @@ class StepOffload:
             self._current.per_run[pos] = moved
 
     def backward_reached(self, pos: int) -> None:
-        """Backward of the run at ``pos`` begins: start copying back the nearest earlier
-        offloaded run (its backward comes next)."""
+        """Backward of the run at ``pos`` begins: start copying back the offloaded runs whose
+        reload this run's backward triggers (see :func:`reload_schedule`)."""
         with self._lock:
-            earlier = [p for p in self._groups if p < pos]
-            group = self._groups.pop(max(earlier), []) if earlier else []
+            group = [s for p in self.reload_at.get(pos, ()) for s in self._groups.pop(p, [])]
+        group = [s for s in group if s.host is not None and s.back is None]
+        if not group:
+            return
         for s in group:
-            if s.host is not None and s.back is None:
-                s.back, s.back_done = _copy_back(s)
-                self._current.prefetched += 1
+            s.back = torch.empty_strided(
+                s.host.shape, s.host.stride(), dtype=s.host.dtype, device=s.device
+            )
+        cuda = [s for s in group if s.back.is_cuda]
+        done = _copy_all(cuda[0].device, [(s.back, s.host) for s in cuda]) if cuda else None
+        for s in group:
+            if s.back.is_cuda:
+                s.back_done = done
+            else:
+                s.back.copy_(s.host)
+            ops._count("h2d", s.host.numel() * s.host.element_size(), s.device, s.back.is_cuda)
+        self._current.prefetched += len(group)
 
     def _unpack(self, s: object) -> torch.Tensor:
         if isinstance(s, torch.Tensor):
@@ -143,11 +169,41 @@ class StepOffload:
 
 def _copy_back(s: _Saved) -> tuple[torch.Tensor, object]:
     out = torch.empty_strided(s.host.shape, s.host.stride(), dtype=s.host.dtype, device=s.device)
-    nbytes = s.host.numel() * s.host.element_size()
     if out.is_cuda:
-        done = ops._issue_on_transfer_stream(s.device, out, s.host)
+        done = _copy_all(s.device, [(out, s.host)])
     else:
         out.copy_(s.host)
         done = None
-    ops._count("h2d", nbytes, s.device, out.is_cuda)
+    ops._count("h2d", s.host.numel() * s.host.element_size(), s.device, out.is_cuda)
     return out, done
+
+
+def _copy_all(device: torch.device, pairs: list[tuple[torch.Tensor, torch.Tensor]]):
+    """Copy each ``src`` into ``dst`` on the transfer stream, after what the compute stream has
+    queued; one stream switch and one event for the whole group (the CPU issues a layer's
+    copies while the GPU may be right behind it). Splitting copies into 16 MiB pieces was
+    measured: more CPU time, and the backward's wait at FSDP2's reduce-scatter stayed."""
+    compute = torch.cuda.current_stream(device)
+    side = ops.transfer_stream(device)
+    side.wait_stream(compute)
+    torch.cuda.set_stream(side)
+    try:
+        for dst, src in pairs:
+            dst.copy_(src, non_blocking=True)
+    finally:
+        torch.cuda.set_stream(compute)
+    return side.record_event()
+
+
+def reload_schedule(layers: Sequence[Sequence[int]], k: int) -> dict[int, list[int]]:
+    """When the first ``k`` of ``layers`` (lists of run positions, forward order) come back,
+    as :func:`memopt.offload.sync.default_sync` does inside one graph: layer ``i``'s copy-back
+    starts when the backward of layer ``n-k+i`` has ended (layer ``n-k+i-1``'s begins), so
+    at most ``n-k`` layers' tensors are on the device at any layer boundary and each copy has
+    the backward of ``n-k-1`` layers to hide behind. Returns trigger run -> runs to reload."""
+    n = len(layers)
+    out: dict[int, list[int]] = {}
+    for i in range(k):
+        t = max(n - k + i - 1, i + 1)
+        out.setdefault(max(layers[t]), []).extend(layers[i])
+    return out

@@ -1,0 +1,70 @@
+"""Where does cross-region offload's time go under FSDP2? torch.compile and memopt
+``offload_layers=k`` on the model of fsdp_step.py, each profiled: compute-stream kernel time,
+idle gaps (CPU or wait), the copies' start times and durations.
+
+    torchrun --nproc-per-node 1 benchmarks/diag_step_offload.py --ks 1,2 --out diag.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from diag_offload_cost import gaps, profile_summary  # noqa: E402
+from fsdp_step import build  # noqa: E402
+
+
+def main() -> None:
+    import torch.distributed as dist
+
+    import memopt
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ks", default="1,2")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--out", default="diag_step_offload.json")
+    args = p.parse_args()
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29512")
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    model = build(8, 2048, 32, 8, 8192)
+    ids = torch.randint(0, 32000, (args.batch, args.seq), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    rows = []
+    variants = [("torch.compile", lambda: torch.compile(model))]
+    for k in [int(x) for x in args.ks.split(",") if x]:
+        variants.append(
+            (f"offload_layers={k}", lambda k=k: memopt.optimize(model, offload_layers=k))
+        )
+    for label, make in variants:
+        torch._dynamo.reset()
+        compiled = make()
+
+        def step(compiled=compiled):
+            opt.zero_grad(set_to_none=True)
+            compiled(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+
+        for _ in range(4):
+            step()
+        row = {"variant": label, **profile_summary(step), "gaps": gaps(step)}
+        row.pop("per_name_us")
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "gaps"}), flush=True)
+        g = row["gaps"]
+        print(label, "cpu_us", g["cpu_us"], "wait_us", g["wait_us"], "span", g["span_ms"])
+        print(" top gaps", g["top"][:8])
+        print(" copies", g["copies"][:40])
+        with open(args.out, "w") as f:
+            json.dump(rows, f)
+
+
+if __name__ == "__main__":
+    main()

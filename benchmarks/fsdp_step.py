@@ -1,0 +1,204 @@
+"""Step plans under FSDP2 on one GPU: a Llama-style model sharded with ``fully_shard`` per layer
++ root at world size 1 (what per-layer hooks do to a compiled step: one region per layer),
+AdamW(fused) in the step. Side by side in one process: eager FSDP2, torch.compile (+ its
+``activation_memory_budget`` 0.5 and 0.1), memopt level 1, memopt budgets at torch's peaks and
+at 0.6, and memopt ``offload_layers=1,2``.
+
+    torchrun --nproc-per-node 1 benchmarks/fsdp_step.py --out docs/data/fsdp_step.json
+    python benchmarks/fsdp_step.py --table docs/data/fsdp_step.json
+
+Each variant starts from the same weights and optimizer state; the losses of its first three
+steps are recorded (they must agree across variants within bf16 noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def build(layers: int, hidden: int, heads: int, kv: int, ffn: int):
+    import transformers
+    from torch.distributed.fsdp import fully_shard
+
+    cfg = transformers.LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        vocab_size=32000,
+        max_position_embeddings=4096,
+        use_cache=False,
+    )
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16)
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+def run_variant(model, init, compiled, ids, warmup=5, iters=8):
+    model.load_state_dict(init)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    losses = []
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = compiled(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(warmup):  # step plans settle within the first steps
+        losses.append(step().item())
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times), torch.cuda.max_memory_allocated(), losses
+
+
+def memopt_extra(compiled) -> dict:
+    import memopt
+
+    rep = memopt.report(compiled)
+    step = rep.step
+    before, after = rep.saved_bytes()
+    return {
+        "regions": len(rep.regions),
+        "sequence": list(step.sequence) if step else None,
+        "predicted_step_peak": step.peak if step else None,
+        "step_target": step.target if step else None,
+        "feasible": step.feasible if step else None,
+        "saved_before": before,
+        "saved_after": after,
+        "offloaded_bytes": rep.offloaded_bytes(),
+        "offload_runs": list(step.offload_runs) if step else [],
+        "prefetched": step.prefetched if step else 0,
+        "notes": list(step.notes) if step else [],
+        "measured_peak_seen": step.measured_peak if step else None,
+    }
+
+
+def measure(args) -> None:
+    import torch.distributed as dist
+
+    import memopt
+
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29511")
+        dist.init_process_group("nccl", rank=0, world_size=1)
+    torch.cuda.set_device(0)
+    model = build(args.layers, args.hidden, args.heads, args.kv, args.ffn)
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    ids = torch.randint(0, 32000, (args.batch, args.seq), device="cuda")
+    rows: list[dict] = []
+    meta = {
+        "config": vars(args),
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+    def run(label, make, extra=None, memopt_row=False):
+        torch._dynamo.reset()
+        compiled = make()
+        ms, peak, losses = run_variant(model, init, compiled, ids)
+        row = {"variant": label, "ms": ms, "peak": peak, "losses": losses, **(extra or {})}
+        if memopt_row:
+            row.update(memopt_extra(compiled))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        with open(args.out, "w") as f:
+            json.dump({**meta, "rows": rows}, f, indent=1)
+
+    only = set(args.only.split(",")) if args.only else None
+
+    def want(key):
+        return only is None or key in only
+
+    if want("eager"):
+        run("eager FSDP2", lambda: model)
+    run("torch.compile", lambda: torch.compile(model))
+    peaks = {}
+    for b in (0.5, 0.1):
+        torch._functorch.config.activation_memory_budget = b
+        run(f"torch.compile budget={b}", lambda: torch.compile(model), {"budget": b})
+        peaks[b] = rows[-1]["peak"]
+    torch._functorch.config.activation_memory_budget = 1.0
+    if want("level"):
+        run("memopt level=1", lambda: memopt.optimize(model, level=1), memopt_row=True)
+    for b, peak in peaks.items():
+        run(
+            f"memopt budget={peak / 2**30:.2f}GiB (torch {b})",
+            lambda peak=peak: memopt.optimize(model, budget=int(peak)),
+            {"target": peak},
+            memopt_row=True,
+        )
+    if want("fraction"):
+        run("memopt budget=0.6", lambda: memopt.optimize(model, budget=0.6), memopt_row=True)
+    for k in (1, 2):
+        run(
+            f"memopt offload_layers={k}",
+            lambda k=k: memopt.optimize(model, offload_layers=k),
+            {"k": k},
+            memopt_row=True,
+        )
+
+
+def table(path: str) -> str:
+    d = json.load(open(path))
+    base = next(r for r in d["rows"] if r["variant"] == "torch.compile")
+    out = [
+        f"{d['device']}, torch {d['torch']}, {d['date']}: {d['config']}",
+        "",
+        "| variant | step ms | vs compile | peak GiB | predicted step peak | loss (step 3) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in d["rows"]:
+        pred = r.get("predicted_step_peak")
+        out.append(
+            f"| {r['variant']} | {r['ms']:.1f} | {100 * (r['ms'] / base['ms'] - 1):+.1f}% | "
+            f"{r['peak'] / 2**30:.2f} | {'' if pred is None else f'{pred / 2**30:.2f}'} | "
+            f"{r['losses'][-1]:.4f} |"
+        )
+    return "\n".join(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default="fsdp_step.json")
+    p.add_argument("--table")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--kv", type=int, default=8)
+    p.add_argument("--ffn", type=int, default=8192)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--only", help="comma-separated: eager,level,fraction (default: all)")
+    args = p.parse_args()
+    if args.table:
+        print(table(args.table))
+    else:
+        measure(args)
+
+
+if __name__ == "__main__":
+    main()

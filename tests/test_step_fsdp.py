@@ -1,0 +1,101 @@
+"""Step plans under FSDP2 (``fully_shard`` per layer + root, the split of real training): gloo,
+world size 2, one spawn for every check. Losses equal FSDP2 + torch.compile; a budget is a
+budget for the step; ``offload_layers`` offloads whole layers compiled as their own regions.
+
+A transformers Llama (4 layers) compiles to one region per layer here (FSDP2's hooks break the
+graph around every block) plus the embedding and the head.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import memopt
+
+LAYERS = 4
+
+
+def _model():
+    from torch.distributed.fsdp import fully_shard
+
+    from tests.helpers import tiny_llama
+
+    torch.manual_seed(0)
+    model = tiny_llama(num_hidden_layers=LAYERS, hidden_size=64, intermediate_size=256)
+    for layer in model.model.layers:
+        fully_shard(layer)
+    return fully_shard(model)
+
+
+def _train(compiled, model, rank, steps=3):
+    torch._dynamo.reset()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for s in range(steps):
+        ids = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(s + rank))
+        loss = compiled(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def _run(rank, **settings):
+    model = _model()
+    compiled = memopt.optimize(model, **settings)
+    losses = _train(compiled, model, rank)
+    return losses, memopt.report(compiled)
+
+
+def check_step_plans(rank):
+    model = _model()
+    ref = _train(torch.compile(model), model, rank)
+
+    losses, rep = _run(rank, level=1)
+    torch.testing.assert_close(losses, ref, rtol=1e-5, atol=1e-5)
+    before, after = rep.saved_bytes()
+    # one region per layer: every layer's run is in the step
+    assert rep.step.complete and len(rep.step.sequence) >= LAYERS + 1
+    assert after < before
+
+    losses, rep = _run(rank, budget=0.5)
+    torch.testing.assert_close(losses, ref, rtol=1e-5, atol=1e-5)
+    b_before, b_after = rep.saved_bytes()
+    assert rep.step.peak is not None and rep.step.target is not None  # one plan for the step
+    assert b_after < b_before
+    assert "Step plan: predicted step peak" in rep.table()
+
+    losses, rep = _run(rank, offload_layers=2, offload_min_bytes=0)
+    torch.testing.assert_close(losses, ref, rtol=1e-5, atol=1e-5)
+    assert len(rep.step.offload_runs) >= 2 and rep.step.offloaded_bytes > 0
+    assert rep.step.prefetched > 0
+
+
+def _worker(rank: int, world: int, port: int, tmp: str) -> None:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, f"inductor-{rank}")
+    os.environ["MEMOPT_CACHE_DIR"] = os.path.join(tmp, f"memopt-{rank}")
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        check_step_plans(rank)
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_step_plans_fsdp_gloo_world_size_2():
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_worker, args=(2, _free_port(), tmp), nprocs=2, join=True)
