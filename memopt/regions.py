@@ -55,6 +55,7 @@ class RegionProgram:
         self._fn = self._compile(gm, example_inputs, held=state.held_bytes(), assigned=None)
         if self.index is not None:
             state.graph_keys[self.index] = hashlib.sha1(gm.code.encode()).hexdigest()
+        self._sizes = symbol_locations(gm)
 
     def _compile(self, gm, example_inputs, *, held: int, assigned: Any):
         p = MemoptPartitioner(
@@ -76,6 +77,8 @@ class RegionProgram:
         if self.index is None or not torch.is_grad_enabled():
             return self._fn(*args)
         st = self.state
+        if self._sizes:
+            st.latest_sizes.update({k: _size(args, i, d) for k, (i, d) in self._sizes.items()})
         pos = st.enter(self.index, self._device)
         if self.generation != st.generation:
             self._replan()
@@ -109,3 +112,32 @@ def _on_backward(out: Any, callback) -> None:
 
             t.register_hook(hook)
             return
+
+
+def symbol_locations(gm: torch.fx.GraphModule) -> dict[str, tuple[int, int | None]]:
+    """Where each dynamic size of the graph's inputs is found in the call's arguments:
+    readable symbol name (as in the report) -> (argument index, dimension; None for a SymInt
+    argument). Empty for static shapes."""
+    from memopt.symbolic import build_symbol_table
+
+    vals = [n.meta.get("example_value") for n in gm.graph.find_nodes(op="placeholder")]
+    if not any(isinstance(v, torch.SymInt) for v in vals) and not any(
+        isinstance(d, torch.SymInt) for v in vals if isinstance(v, torch.Tensor) for d in v.shape
+    ):
+        return {}
+    table = build_symbol_table([v for v in vals if v is not None])
+    out: dict[str, tuple[int, int | None]] = {}
+    for i, v in enumerate(vals):
+        dims = [(None, v)] if isinstance(v, torch.SymInt) else []
+        if isinstance(v, torch.Tensor):
+            dims = list(enumerate(v.shape))
+        for d, size in dims:
+            expr = size.node.expr if isinstance(size, torch.SymInt) else None
+            if expr is not None and expr in table.rename:
+                out.setdefault(str(table.rename[expr]), (i, d))
+    return out
+
+
+def _size(args: tuple, i: int, d: int | None) -> int:
+    a = args[i]
+    return int(a) if d is None else int(a.shape[d])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import sympy
@@ -147,6 +147,24 @@ class Report:
     """Parameter / optimizer-state placement rows (memopt.params), when used."""
     step: StepInfo | None = None
     """How the regions ran in a step (None before the first run)."""
+    sizes_from: str = "the compiling call"
+    """Which call's sizes the byte values are evaluated at (dynamic shapes)."""
+
+    def at(
+        self, sizes: Mapping[str, int] | None = None, *, source: str = "chosen sizes", **named: int
+    ) -> Report:
+        """The report with every byte value evaluated at other sizes of the dynamic
+        dimensions (names as in the symbolic column, e.g. ``inputs_input_ids_dim0=8``)."""
+        values = {**(sizes or {}), **named}
+        known = {k for r in self.regions for k in r.symbols}
+        unknown = sorted(set(values) - known)
+        if unknown and known:
+            raise ValueError(
+                f"Report.at: unknown size name(s) {', '.join(unknown)}; this report's dynamic "
+                f"sizes are {', '.join(sorted(known))}"
+            )
+        regions = [_region_at(r, values) for r in self.regions]
+        return replace(self, regions=regions, sizes_from=source)
 
     def runs(self, region: RegionReport) -> int:
         """How many times the region runs per step (1 when the step is not known)."""
@@ -229,6 +247,7 @@ class Report:
             "probe_level": self.config.probe_level,
             "sources": dict(self.config.sources),
             "symbols": self.symbols(),
+            "sizes_from": self.sizes_from,
             "plans": [
                 {
                     k: c[k]
@@ -300,7 +319,8 @@ class Report:
 
     def _notes(self) -> list[str]:
         before, after = self.saved_bytes()
-        syms = ", ".join(f"{k}={v}" for k, v in sorted(self.symbols().items())) or "static shapes"
+        syms = ", ".join(f"{k}={v}" for k, v in sorted(self.symbols().items()))
+        syms = f"{syms} (sizes of {self.sizes_from})" if syms else "static shapes"
         notes = [
             "Note 1: enable a plan with MEMOPT_CONFIG=<ClusterId>:<Strategy>:<Count> (comma-"
             "separated for several) or memopt.optimize(model, config=[...]); level=1 enables every "
@@ -512,3 +532,30 @@ def step_section(report: Report) -> str:
             + (f"; measured {fmt_bytes(step.measured_peak)}" if step.measured_peak else "")
         )
     return "\n".join(lines)
+
+
+def _value(text: str, values: Mapping[str, int]) -> int | None:
+    from memopt import _torch_compat as compat
+
+    try:
+        expr = sympy.sympify(text, locals=compat.sympy_locals())
+    except (sympy.SympifyError, TypeError, SyntaxError):
+        return None
+    return SymbolTable({}, dict(values)).evaluate(expr)
+
+
+def _region_at(r: RegionReport, values: Mapping[str, int]) -> RegionReport:
+    """A region's report with its byte values evaluated at ``values`` (its symbols only)."""
+    mine = {k: values.get(k, v) for k, v in r.symbols.items()}
+    if mine == r.symbols:
+        return r
+    clusters = [{**c, "saving_bytes": _value(c["saving_symbolic"], mine)} for c in r.clusters]
+    excluded = [{**e, "bytes": _value(e["symbolic"], mine)} for e in r.excluded]
+    return replace(
+        r,
+        symbols=mine,
+        clusters=clusters,
+        excluded=excluded,
+        baseline_saved_bytes=_value(r.baseline_saved_symbolic, mine),
+        final_saved_bytes=_value(r.final_saved_symbolic, mine),
+    )

@@ -70,6 +70,7 @@ class MemoptState:
         self.graph_keys: dict[int, str] = {}  # region index -> its graph's code hash
         self.offload: StepOffload | None = None  # offload_layers across regions
         self.notes: list[str] = []  # what the step could not apply, and why
+        self.latest_sizes: dict[str, int] = {}  # dynamic sizes of the latest call, by name
         self._entry: list[int] = []  # CUDA bytes allocated as each run of this step began
         self._bwd_entry: dict[int, int] = {}  # ... and as its backward began
         self._entry_last: tuple[int, ...] = ()
@@ -89,7 +90,10 @@ class MemoptState:
             from memopt.params import placement_rows
 
             rows = placement_rows(self.param_handle, optimizer)
-        return Report(self.config, list(self.regions), placement=rows, step=self.step_info())
+        rep = Report(self.config, list(self.regions), placement=rows, step=self.step_info())
+        known = {k for r in self.regions for k in r.symbols}
+        latest = {k: v for k, v in self.latest_sizes.items() if k in known}
+        return rep.at(latest, source="the latest call") if latest else rep
 
     def step_info(self) -> StepInfo | None:
         seq = self.last_step or tuple(self._seq)

@@ -1,0 +1,51 @@
+"""The report of the step: sizes of the latest call under dynamic shapes, chosen sizes, and
+the plain-data helpers that find layers across regions and schedule their copy-back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import memopt
+from memopt.offload.step_offload import reload_schedule
+from memopt.step import layer_runs
+from tests.helpers import run_step, tiny_gpt2
+
+
+def _measured(model, compiled, b):
+    ids = torch.randint(0, 128, (b, 16), generator=torch.Generator().manual_seed(b))
+    return run_step(model, compiled, {"input_ids": ids, "labels": ids})[2]
+
+
+def test_dynamic_report_is_at_the_latest_call_and_at_chosen_sizes():
+    torch.manual_seed(0)
+    model = tiny_gpt2()
+    opt = memopt.optimize(model, level=1, dynamic=True)
+    measured = {b: _measured(model, opt, b) for b in (2, 5)}
+    rep = memopt.report(opt)
+    assert rep.sizes_from == "the latest call"
+    assert rep.symbols()["inputs_input_ids_dim0"] == 5
+    assert rep.saved_bytes()[1] == measured[5]  # with the plan, at batch 5 (the latest call)
+    at2 = rep.at(inputs_input_ids_dim0=2, inputs_labels_dim0=2, inputs_logits_dim0=2)
+    assert at2.saved_bytes()[1] == measured[2] and at2.sizes_from == "chosen sizes"
+    assert "(sizes of the latest call)" in rep.table()
+    with pytest.raises(ValueError, match="unknown size name"):
+        rep.at(batch=3)
+
+
+def test_layer_runs_find_the_repeated_pattern():
+    assert layer_runs(["emb", "L", "L", "L", "head"]) == [[1], [2], [3]]
+    assert layer_runs(list("abcbcbd")) == [[1, 2], [3, 4]]
+    assert layer_runs(list("aLbLbLbc")) == [[1, 2], [3, 4], [5, 6]]
+    assert layer_runs(list("abcd")) == []
+
+
+def test_reload_schedule_is_default_syncs():
+    layers = [[i] for i in range(8)]
+    # k of n layers: layer i comes back as layer n-k+i-1's backward begins (never later than
+    # one layer ahead)
+    assert reload_schedule(layers, 1) == {6: [0]}
+    assert reload_schedule(layers, 2) == {5: [0], 6: [1]}
+    assert reload_schedule(layers, 7) == {1: [0], 2: [1], 3: [2], 4: [3], 5: [4], 6: [5], 7: [6]}
+    pairs = [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert reload_schedule(pairs, 3) == {3: [0, 1], 5: [2, 3], 7: [4, 5]}
