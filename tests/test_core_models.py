@@ -102,9 +102,11 @@ def test_hf_gpt2_dynamic_symbolic_names():
         row = _row(memopt.report(opt), "BiasGelu+")
         assert row["saving_symbolic"] == "2048*inputs_input_ids_dim0*inputs_input_ids_dim1"
         assert b0 - b1 == 2048 * b * s
+        assert row["saving_bytes"] == 2048 * b * s  # at the latest call's sizes
     d = memopt.report(opt).to_dict()
+    assert d["sizes_from"] == "the latest call"
     assert (
-        d["symbols"]["inputs_input_ids_dim0"] == 2 and d["symbols"]["inputs_input_ids_dim1"] == 16
+        d["symbols"]["inputs_input_ids_dim0"] == 3 and d["symbols"]["inputs_input_ids_dim1"] == 24
     )
 
 
