@@ -57,6 +57,13 @@ def graph_break_reasons() -> list:
     return list(reasons)
 
 
+def saved_tensors_hooks_active() -> bool:
+    """Whether saved-tensor hooks are installed (non-reentrant checkpointing, save_on_cpu, a
+    user's own): hooks installed inside them would replace theirs."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return top is not None and top(False) is not None
+
+
 def register_backend(name: str, fn) -> None:
     from torch._dynamo.backends.registry import _BACKENDS
     from torch._dynamo.backends.registry import register_backend as _reg

@@ -128,6 +128,8 @@ class StepInfo:
     notes: tuple[str, ...] = ()
     measured_peak: int | None = None
     """CUDA peak of a step run on the step plan (byte budgets), when it set a new record."""
+    offload_skipped: int = 0
+    """Offload runs left alone because other saved-tensor hooks (checkpointing) were active."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -521,7 +523,12 @@ def step_section(report: Report) -> str:
         lines.append(
             f"Step offload: runs {_ranges(step.offload_runs)} keep their saved tensors in host "
             f"memory from their forward to their backward ({fmt_bytes(step.offloaded_bytes)} "
-            f"copied per step, {step.prefetched} tensor(s) copied back a layer ahead)"
+            f"copied per step, {step.prefetched} tensor(s) copied back ahead of their backward)"
+        )
+    if step.offload_skipped:
+        lines.append(
+            f"Warning: {step.offload_skipped} offload run(s) left alone: other saved-tensor "
+            "hooks (activation checkpointing) own what those runs save"
         )
     if step.peak is not None:
         fits = "fits" if step.feasible else "INFEASIBLE, smallest found"

@@ -108,6 +108,7 @@ class MemoptState:
             offloaded_bytes=off.stats.offloaded_bytes if off else 0,
             prefetched=off.stats.prefetched if off else 0,
             measured_peak=self.measured_peak,
+            offload_skipped=off.stats.skipped if off else 0,
             notes=tuple(self.notes),
             peak=c.peak if c else None,
             peak_at=c.peak_at if c else None,

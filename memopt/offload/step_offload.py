@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from memopt import _torch_compat as compat
 from memopt.offload import ops
 
 
@@ -51,6 +52,8 @@ class StepOffloadStats:
     """Tensors copied back only when their backward needed them (last step)."""
     per_run: dict[int, int] = field(default_factory=dict)
     """Bytes offloaded per run (position in the step)."""
+    skipped: int = 0
+    """Runs not offloaded because other saved-tensor hooks were active (checkpointing)."""
 
 
 class StepOffload:
@@ -83,6 +86,11 @@ class StepOffload:
     def run(self, pos: int, inputs: Sequence[object]) -> Iterator[None]:
         """Around the forward call of the run at step position ``pos``."""
         if pos not in self.positions:
+            yield
+            return
+        if compat.saved_tensors_hooks_active():
+            # checkpointing (or the user) owns what is saved here: leave the run alone
+            self._current.skipped += 1
             yield
             return
         skip = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
