@@ -49,6 +49,7 @@ def build(layers: int, hidden: int, heads: int, kv: int, ffn: int):
 
 
 def run_variant(model, init, compiled, ids, warmup=5, iters=8):
+    torch.cuda.reset_peak_memory_stats()  # each variant as a fresh process would see it
     model.load_state_dict(init)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     losses = []
@@ -119,7 +120,7 @@ def measure(args) -> None:
     def run(label, make, extra=None, memopt_row=False):
         torch._dynamo.reset()
         compiled = make()
-        ms, peak, losses = run_variant(model, init, compiled, ids)
+        ms, peak, losses = run_variant(model, init, compiled, ids, warmup=args.warmup)
         row = {"variant": label, "ms": ms, "peak": peak, "losses": losses, **(extra or {})}
         if memopt_row:
             row.update(memopt_extra(compiled))
@@ -153,7 +154,7 @@ def measure(args) -> None:
         )
     if want("fraction"):
         run("memopt budget=0.6", lambda: memopt.optimize(model, budget=0.6), memopt_row=True)
-    for k in (1, 2):
+    for k in (1, 2) if want("offload") else ():
         run(
             f"memopt offload_layers={k}",
             lambda k=k: memopt.optimize(model, offload_layers=k),
@@ -192,7 +193,8 @@ def main() -> None:
     p.add_argument("--ffn", type=int, default=8192)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--only", help="comma-separated: eager,level,fraction (default: all)")
+    p.add_argument("--only", help="comma-separated: eager,level,fraction,offload (default: all)")
+    p.add_argument("--warmup", type=int, default=5)
     args = p.parse_args()
     if args.table:
         print(table(args.table))

@@ -43,7 +43,6 @@ class RegionProgram:
         self._gm = copy.deepcopy(gm) if replannable else None
         self._ctx = compat.tracing_context() if replannable else None
         self.index: int | None = None
-        self.generation = state.generation
         # inputs that are activations of earlier regions (non-leaf tensors): saved, they are
         # held for the backward like the region's own activations
         self._activation_inputs = tuple(
@@ -52,12 +51,15 @@ class RegionProgram:
         self._device = next(
             (x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.is_cuda), None
         )
-        self._fn = self._compile(gm, example_inputs, held=state.held_bytes(), assigned=None)
+        self._fn, _ = self._compile(gm, example_inputs, held=state.held_bytes(), assigned=None)
+        self._variants: dict[tuple, tuple[Any, int]] = {}  # plan key -> (fn, report index)
         if self.index is not None:
             state.graph_keys[self.index] = hashlib.sha1(gm.code.encode()).hexdigest()
         self._sizes = symbol_locations(gm)
 
     def _compile(self, gm, example_inputs, *, held: int, assigned: Any):
+        """Compile ``gm`` (a plan variant when ``assigned``: its own region report); returns
+        the compiled function and the index of its report (None without a backward)."""
         p = MemoptPartitioner(
             self.config,
             self.state,
@@ -66,12 +68,12 @@ class RegionProgram:
             activation_inputs=self._activation_inputs,
         )
         self.state.note_compile()
-        self.state.begin_region(gm, example_inputs, context=p.context(), index=self.index)
+        self.state.begin_region(gm, example_inputs, context=p.context())
         fn = compat.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": p})
         index = self.state.end_region(example_inputs)
         if self.index is None:
             self.index = index
-        return fn
+        return fn, index
 
     def __call__(self, *args: Any) -> Any:
         if self.index is None or not torch.is_grad_enabled():
@@ -80,26 +82,35 @@ class RegionProgram:
         if self._sizes:
             st.latest_sizes.update({k: _size(args, i, d) for k, (i, d) in self._sizes.items()})
         pos = st.enter(self.index, self._device)
-        if self.generation != st.generation:
-            self._replan()
+        fn, report = self._variant(st.run_option(pos, self.index))
+        st.record_run(report)
         if st.offload is not None and pos in st.offload.positions:
             with st.offload.run(pos, args):
-                out = self._fn(*args)
+                out = fn(*args)
         else:
-            out = self._fn(*args)
+            out = fn(*args)
         _on_backward(out, functools.partial(st.backward_started, pos))
         return out
 
-    def _replan(self) -> None:
-        self.generation = self.state.generation
-        option = self.state.assigned.get(self.index)
+    def _variant(self, option: Any) -> tuple[Any, int]:
+        """The compiled function for the step plan's option of this run (compiled once per
+        distinct plan, in dynamo's tracing context); the first compile's without one."""
         if option is None or self._gm is None or self.state._compiled_as(self.index, option):
-            return
-        gm = copy.deepcopy(self._gm)
-        fakes = [n.meta.get("example_value") for n in gm.graph.find_nodes(op="placeholder")]
-        with compat.tracing(self._ctx):
-            self._fn = self._compile(gm, fakes, held=0, assigned=option)
-        log.info("memopt: region %d recompiled with its step plan (%s)", self.index, option.label)
+            return self._fn, self.index
+        key = option.key()
+        if key not in self._variants:
+            gm = copy.deepcopy(self._gm)
+            fakes = [n.meta.get("example_value") for n in gm.graph.find_nodes(op="placeholder")]
+            with compat.tracing(self._ctx):
+                fn, index = self._compile(gm, fakes, held=0, assigned=option)
+            self._variants[key] = (fn, self.index if index is None else index)
+            log.info(
+                "memopt: region %d compiled with a step plan (%s): report region %s",
+                self.index,
+                option.label,
+                index,
+            )
+        return self._variants[key]
 
 
 def _on_backward(out: Any, callback) -> None:

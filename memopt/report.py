@@ -178,10 +178,12 @@ class Report:
         """Cluster rows summed over regions, sorted by saving (largest first)."""
         rows: dict[str, dict[str, Any]] = {}
         for r in self.regions:
-            for c in r.clusters:
+            n = self.runs(r)  # a region that runs once per layer counts once per run
+            for c in r.clusters if n else ():
+                c = _times(c, n)
                 row = rows.get(c["cluster_id"])
                 if row is None:
-                    rows[c["cluster_id"]] = dict(c)
+                    rows[c["cluster_id"]] = c
                     continue
                 row["freq"] += c["freq"]
                 row["skipped"] = row.get("skipped", 0) + c.get("skipped", 0)
@@ -566,3 +568,14 @@ def _region_at(r: RegionReport, values: Mapping[str, int]) -> RegionReport:
         baseline_saved_bytes=_value(r.baseline_saved_symbolic, mine),
         final_saved_bytes=_value(r.final_saved_symbolic, mine),
     )
+
+
+def _times(c: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """A cluster row of a region that runs ``n`` times per step, as the step sees it."""
+    row = dict(c)
+    if n != 1:
+        row["freq"] = c["freq"] * n
+        row["skipped"] = c.get("skipped", 0) * n
+        row["saving_bytes"] = None if c["saving_bytes"] is None else c["saving_bytes"] * n
+        row["saving_symbolic"] = _expr_str(n * sympy.sympify(c["saving_symbolic"]))
+    return row

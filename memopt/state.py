@@ -34,7 +34,7 @@ from memopt.report import RegionReport, Report, StepInfo
 from memopt.step import (
     Option,
     StepChoice,
-    choose,
+    choose_runs,
     fraction_target,
     layer_runs,
     region_menu,
@@ -63,8 +63,9 @@ class MemoptState:
         self._backward_seen = False
         self.last_step: tuple[int, ...] = ()
         self.step_choice: StepChoice | None = None
-        self.assigned: dict[int, Option] = {}
-        self.generation = 0
+        self.run_plan: dict[int, Option] = {}  # step position -> the plan that run compiles with
+        self._report_seq: list[int] = []  # per run: the report (plan variant) it ran
+        self.last_report_step: tuple[int, ...] = ()
         self._step_plans = 0
         self._planned_for: tuple[int, ...] | None = None
         self.graph_keys: dict[int, str] = {}  # region index -> its graph's code hash
@@ -96,10 +97,10 @@ class MemoptState:
         return rep.at(latest, source="the latest call") if latest else rep
 
     def step_info(self) -> StepInfo | None:
-        seq = self.last_step or tuple(self._seq)
+        seq = self.last_report_step or tuple(self._report_seq)
         if not seq:
             return None
-        c = self.step_choice if self._planned_for == seq else None
+        c = self.step_choice if self._planned_for == (self.last_step or tuple(self._seq)) else None
         off = self.offload
         return StepInfo(
             sequence=seq,
@@ -121,7 +122,7 @@ class MemoptState:
     def held_bytes(self) -> int:
         """Activation bytes the invocations run so far in this step keep for their backward."""
         total = 0
-        for i in self._seq:
+        for i in self._report_seq:
             b = self.regions[i].final_saved_bytes if i < len(self.regions) else None
             total += b or 0
         return total
@@ -140,6 +141,17 @@ class MemoptState:
             self._entry.append(torch.cuda.memory_allocated(device))
         return len(self._seq) - 1
 
+    def run_option(self, pos: int, index: int) -> Option | None:
+        """The plan the step plan gave the run at ``pos`` (None: the region's own)."""
+        planned = self._planned_for
+        if planned and pos < len(planned) and planned[pos] == index:
+            return self.run_plan.get(pos)
+        return None
+
+    def record_run(self, report_index: int) -> None:
+        """Which compiled plan (its report) the run just entered used."""
+        self._report_seq.append(report_index)
+
     def backward_started(self, pos: int) -> None:
         """Backward reaches the run at step position ``pos``."""
         self._backward_seen = True
@@ -151,6 +163,7 @@ class MemoptState:
 
     def _finish_step(self) -> None:
         self.last_step, self._seq, self._backward_seen = tuple(self._seq), [], False
+        self.last_report_step, self._report_seq = tuple(self._report_seq), []
         self._entry_last, self._entry = tuple(self._entry), []
         self._bwd_entry_last, self._bwd_entry = self._bwd_entry, {}
         if self.offload is not None:
@@ -177,7 +190,7 @@ class MemoptState:
         offsets = self._offsets(self.last_step)
         if c is None or offsets is None or not isinstance(self.config.budget, int):
             return False
-        peak, _ = step_peak(self.last_step, c.chosen, offsets)
+        peak, _ = step_peak(range(len(self.last_step)), self.run_plan, offsets)
         measured = self._measured_peak()
         if measured is not None:
             self.measured_peak = measured
@@ -239,12 +252,12 @@ class MemoptState:
             self._planned_for = tuple(sequence)
             return None
         menus = {r: self._menu(r) for r in set(sequence)}
-        choice = choose(sequence, menus, self._target(sequence, menus), self._offsets(sequence))
+        choice = choose_runs(
+            sequence, menus, self._target(sequence, menus), self._offsets(sequence)
+        )
         self.step_choice, self._planned_for = choice, tuple(sequence)
-        changed = [r for r, o in choice.chosen.items() if not self._compiled_as(r, o)]
-        self.assigned.update({r: choice.chosen[r] for r in changed})
-        if changed:
-            self.generation += 1
+        changed = [p for p, o in choice.chosen.items() if self.run_plan.get(p) != o]
+        self.run_plan = dict(choice.chosen)
         if not choice.feasible:
             log.warning(
                 "memopt: budget %s is infeasible for this step; the smallest predicted step "
@@ -253,7 +266,7 @@ class MemoptState:
                 choice.peak,
             )
         log.info(
-            "memopt step plan: %d invocation(s) of %d region(s); regions replanned: %s",
+            "memopt step plan: %d run(s) of %d region(s); runs with a new plan: %s",
             len(sequence),
             len(menus),
             changed or "none",
@@ -267,7 +280,8 @@ class MemoptState:
         the step's real peak, so they count."""
         if len(self._entry_last) != len(sequence):
             return None
-        saved = [self.regions[r].final_saved_bytes or 0 for r in sequence]
+        ran = self.last_report_step if len(self.last_report_step) == len(sequence) else sequence
+        saved = [self.regions[r].final_saved_bytes or 0 for r in ran]
         out, held = [], 0
         for i, r in enumerate(sequence):
             static = self.problems[r].problem.timeline.static_bytes
@@ -298,7 +312,7 @@ class MemoptState:
         return set(frozen.get("config", ())) == set(option.plans) and same_sync
 
     def counts(self) -> Counter:
-        return Counter(self.last_step or self._seq)
+        return Counter(self.last_report_step or self._report_seq)
 
     # --- regions and their persistence for warm compile caches ---------------------------------
     def begin_region(
@@ -309,7 +323,7 @@ class MemoptState:
         context: str = "",
         index: int | None = None,
     ) -> None:
-        """A graph is about to compile (``index``: a region recompiled with its step plan)."""
+        """A graph is about to compile (``index``: its report replaces that region's)."""
         h = hashlib.sha256()
         h.update(self.config.uuid().encode())
         h.update(context.encode())

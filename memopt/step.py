@@ -49,6 +49,11 @@ class Option:
     """Predicted extra seconds per invocation."""
     label: str = ""
 
+    def key(self) -> tuple:
+        """What a compile depends on: the plan strings and the sync dict."""
+        sync = tuple(sorted((int(k), tuple(v)) for k, v in self.sync.items()))
+        return tuple(sorted(self.plans)), sync
+
     def describe(self) -> str:
         from memopt.symbolic import fmt_bytes
 
@@ -308,6 +313,87 @@ def _tighten(
     # a cheaper option of one region may let another region step back too: one more pass of
     # pairwise swaps would be exact for two regions; the uniform rows cover the rest
     return chosen
+
+
+#: At most this many compiled plans per region (each is a compile); runs beyond take the next
+#: more aggressive of them.
+MAX_VARIANTS = 3
+#: Steps of more runs than this choose per region (every run of a region the same plan): the
+#: per-run descent grows with runs squared.
+MAX_RUNS_PER_RUN_CHOICE = 24
+
+
+def choose_runs(
+    sequence: Sequence[int],
+    menus: Mapping[int, Sequence[Option]],
+    target: int,
+    offsets: Sequence[int] | None = None,
+) -> StepChoice:
+    """One option per *run* (position in ``sequence``): a region that runs once per layer can
+    recompute more in some layers than in others, as one graph of all layers can. At most
+    :data:`MAX_VARIANTS` distinct plans per region (each is compiled once); the answer is
+    never worse than one plan per region. ``chosen`` maps run positions to options."""
+    n = len(sequence)
+    per_region = choose(sequence, menus, target, offsets)
+    as_runs = {i: per_region.chosen[r] for i, r in enumerate(sequence)}
+    best = _as_run_choice(per_region, as_runs)
+    if n > MAX_RUNS_PER_RUN_CHOICE or n == len(set(sequence)):
+        return best
+    runs = choose(range(n), {i: menus[r] for i, r in enumerate(sequence)}, target, offsets)
+    chosen = _limit_variants(sequence, dict(runs.chosen))
+    peak, at = step_peak(range(n), chosen, offsets)
+    cand = StepChoice(
+        chosen=chosen,
+        feasible=peak <= target,
+        peak=peak,
+        peak_at=at,
+        overhead_s=sum(o.overhead_s for o in chosen.values()),
+        target=target,
+        saved_before=runs.saved_before,
+        saved_after=sum(o.saved for o in chosen.values()),
+    )
+    if (not cand.feasible, cand.overhead_s if cand.feasible else cand.peak) < (
+        not best.feasible,
+        best.overhead_s if best.feasible else best.peak,
+    ):
+        return cand
+    return best
+
+
+def _as_run_choice(c: StepChoice, chosen: dict[int, Option]) -> StepChoice:
+    return StepChoice(
+        chosen=chosen,
+        feasible=c.feasible,
+        peak=c.peak,
+        peak_at=c.peak_at,
+        overhead_s=c.overhead_s,
+        target=c.target,
+        saved_before=c.saved_before,
+        saved_after=c.saved_after,
+    )
+
+
+def _limit_variants(sequence: Sequence[int], chosen: dict[int, Option]) -> dict[int, Option]:
+    """At most :data:`MAX_VARIANTS` plans per region: keep the most used (and the most
+    aggressive one used); move every other run to the cheapest kept plan that saves at least
+    as much (a step that fitted still fits)."""
+    out = dict(chosen)
+    for r in set(sequence):
+        pos = [i for i, x in enumerate(sequence) if x == r]
+        by_key = {chosen[i].key(): chosen[i] for i in pos}
+        used = Counter(chosen[i].key() for i in pos)
+        if len(used) <= MAX_VARIANTS:
+            continue
+        hardest = min(by_key.values(), key=lambda o: (o.saved, o.peak, -o.overhead_s))
+        common = [by_key[k] for k, _ in used.most_common() if k != hardest.key()]
+        kept = [hardest, *common[: MAX_VARIANTS - 1]]
+        for i in pos:
+            o = chosen[i]
+            if o in kept:
+                continue
+            ok = [k for k in kept if k.saved <= o.saved and k.peak <= o.peak]
+            out[i] = min(ok, key=lambda k: k.overhead_s) if ok else hardest
+    return out
 
 
 def fold_sequence(sequence: Sequence[int]) -> list[tuple[int, int, int]]:

@@ -86,3 +86,36 @@ def test_one_region_takes_its_own_menu_entry():
 def test_fold_sequence():
     assert fold_sequence(SEQ) == [(0, 0, 1), (1, 1, 4), (2, 5, 1)]
     assert fold_sequence(()) == []
+
+
+def test_choose_runs_plans_runs_of_one_graph_differently():
+    from memopt.step import choose_runs
+
+    menus = {
+        0: [opt(10, 4)],
+        1: [opt(30, 20, 0.0, "L-keep"), opt(26, 10, 1.0, "L-half")],
+        2: [opt(50, 8)],
+    }
+    # all kept: 4 + 80 + 50 = 134 MiB; each layer run at half saves 10 MiB for 1 s. 115 MiB
+    # needs two of the four runs at half (114 MiB, 2 s); one plan per region needs all four
+    # (94 MiB, 4 s)
+    c = choose_runs(SEQ, menus, 115 * MiB)
+    assert c.feasible and c.peak == 114 * MiB and c.overhead_s == pytest.approx(2.0)
+    assert sorted(o.label for i, o in c.chosen.items() if SEQ[i] == 1) == [
+        "L-half",
+        "L-half",
+        "L-keep",
+        "L-keep",
+    ]
+    assert choose(SEQ, menus, 115 * MiB).overhead_s == pytest.approx(4.0)
+
+
+def test_limit_variants_moves_extra_plans_to_a_kept_harder_one():
+    from memopt.step import MAX_VARIANTS, _limit_variants
+
+    plans = [opt(30 - i, 20 - 2 * i, float(i), f"v{i}") for i in range(5)]
+    seq = (1,) * 5
+    out = _limit_variants(seq, dict(enumerate(plans)))
+    assert len({o.label for o in out.values()}) == MAX_VARIANTS
+    for i, o in out.items():  # every run saves at least as much as it did
+        assert o.saved <= plans[i].saved and o.peak <= plans[i].peak

@@ -77,8 +77,12 @@ def test_fraction_budget_is_a_budget_for_the_step():
     rep = memopt.report(opt)
     step = rep.step
     # the runs of one step: block 0 with the call, then per block its resume and the next
-    # block, the head last
-    assert step.complete and step.sequence == (0, 1, 2, 1, 2, 1, 2, 1, 3)
+    # block, the head last; the runs of blocks 1-3 (one graph) may run different plans
+    # (report regions of their own)
+    from memopt.api import _STATES
+
+    assert step.complete and _STATES[opt].last_step == (0, 1, 2, 1, 2, 1, 2, 1, 3)
+    assert len(step.sequence) == 9 and step.sequence[1::2] == (1, 1, 1, 1)
     before, after = rep.saved_bytes()
     # the report's step totals are what the step really saves, before and with the plan
     # per block: two (32, H) activations and its (32, D) input; the head saves its input and
@@ -102,7 +106,7 @@ def test_byte_budget_regions_compiled_later_see_what_earlier_ones_hold(caplog):
     assert any("held by earlier regions" in t for t in texts)
     step = memopt.report(opt).step
     assert step.feasible and step.peak <= step.target == 350 * 1024
-    assert any("recompiled with its step plan" in r.getMessage() for r in caplog.records)
+    assert any("compiled with a step plan" in r.getMessage() for r in caplog.records)
 
 
 def test_one_region_step_plans_as_before():
