@@ -85,6 +85,7 @@ def optimize(
         budget=budget,
         **settings,
     )
+    _check_layers(model, cfg)
     state = MemoptState(cfg)
     if cfg.param_offload:
         from memopt.params import offload_parameters
@@ -126,6 +127,56 @@ def _keep_signature(compiled: torch.nn.Module, model: torch.nn.Module) -> None:
             fwd.__wrapped__ = model.forward
         except (AttributeError, TypeError):
             pass  # a torch whose compiled forward takes no attributes: signature stays generic
+
+
+def _layer_containers(model: torch.nn.Module) -> dict[str, int]:
+    """Containers of repeated layers (a ModuleList / Sequential / ModuleDict of two or more
+    children of one class, as torchtitan's ``layers``): normalized path -> size."""
+    from memopt.passes.detect_layers import normalize_module_path
+
+    out = {}
+    for name, mod in model.named_modules():
+        kinds = torch.nn.ModuleList | torch.nn.Sequential | torch.nn.ModuleDict
+        if isinstance(mod, kinds) and len(mod) >= 2:
+            children = mod.values() if isinstance(mod, torch.nn.ModuleDict) else mod
+            if len({type(c) for c in children}) == 1:
+                out[normalize_module_path(name)] = len(mod)
+    return out
+
+
+def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> None:
+    """What can be checked against the model's layers before anything compiles: the
+    ``layers=`` path, ``offload_layers`` and the sync dict's layer indices."""
+    if cfg.layers is None and not cfg.offload_layers and not cfg.sync:
+        return
+    from memopt.passes.detect_layers import normalize_module_path
+
+    found = _layer_containers(model)
+    listed = ", ".join(f"{k} ({v})" for k, v in sorted(found.items())) or "none"
+    if cfg.layers is not None:
+        path = normalize_module_path(cfg.layers)
+        if path not in found:
+            raise ConfigError(
+                f"layers={cfg.layers!r} is no ModuleList/Sequential of repeated layers of this "
+                f"model; its layer containers (with their sizes): {listed}"
+            )
+        n = found[path]
+    elif found:
+        n = max(found.values())
+    else:
+        return  # no container: the step tells whether layers compile as regions
+    if cfg.offload_layers and cfg.offload_layers >= n:
+        raise ConfigError(
+            f"offload_layers={cfg.offload_layers} must be below the number of layers ({n}: "
+            "the last layer's activations are needed as soon as its forward ends); layer "
+            f"containers: {listed}"
+        )
+    bad = sorted(k for k, _ in cfg.sync or () if not 0 <= k < n)
+    if bad:
+        raise ConfigError(
+            f"sync: layer(s) {', '.join(map(str, bad))} outside 0..{n - 1} (the model has "
+            f"{n} layers; containers: {listed})"
+        )
 
 
 def _check_compile_kwargs(kwargs: dict[str, Any]) -> None:

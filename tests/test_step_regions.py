@@ -206,7 +206,10 @@ def test_offload_layers_that_cannot_apply_says_why():
     for _ in range(2):
         opt(x).sum().backward()
     assert "offload_layers=1: no repeated layers" in memopt.report(opt).table()
-    model = MLP(n=2)  # ModuleList layers inside one graph: k must be below their number
-    opt = memopt.optimize(model, offload_layers=2)
-    with pytest.raises(Exception, match="offload_layers=2 must be below the number of layers"):
-        opt(x).sum().backward()
+    model = MLP(n=2)  # ModuleList layers: k must be below their number, checked at once
+    with pytest.raises(memopt.ConfigError, match="offload_layers=2 must be below the number"):
+        memopt.optimize(model, offload_layers=2)
+    with pytest.raises(memopt.ConfigError, match="layers=.nope. is no ModuleList"):
+        memopt.optimize(model, layers="nope")
+    with pytest.raises(memopt.ConfigError, match=r"sync: layer\(s\) 5 outside 0..1"):
+        memopt.optimize(model, sync={5: (True, 1, False, 1)})
