@@ -15,6 +15,7 @@ from typing import Any
 
 import sympy
 import torch
+import torch.fx
 
 from memopt import _torch_compat as compat
 
@@ -33,6 +34,17 @@ class SymbolTable:
     def readable(self, expr: sympy.Expr) -> sympy.Expr:
         return sympy.expand(expr.xreplace(self.rename)) if self.rename else sympy.expand(expr)
 
+    def with_graph(self, gm: torch.fx.GraphModule) -> SymbolTable:
+        """The table plus the symbols of ``gm``'s sizes it lacks, at their hints: the
+        partitioner can trace sizes symbolically from static inputs (the RNG state a
+        checkpointed region saves)."""
+        values = dict(self.values)
+        for sym, hint in _graph_hints(gm).items():
+            name = str(self.rename.get(sym, sym))
+            if name not in values and hint is not None:
+                values[name] = hint
+        return self if values == self.values else SymbolTable(self.rename, values)
+
     def evaluate(self, expr: sympy.Expr) -> int | None:
         """Integer value of a readable expression, or None if a symbol has no known value."""
         subs = {sympy.Symbol(k, integer=True, positive=True): v for k, v in self.values.items()}
@@ -43,8 +55,12 @@ class SymbolTable:
         return int(v) if getattr(v, "is_number", False) else None
 
 
-def build_symbol_table(inputs: Sequence[Any]) -> SymbolTable:
-    """Read the shape env of ``inputs`` (fake tensors) and name every symbol."""
+def build_symbol_table(
+    inputs: Sequence[Any], gm: torch.fx.GraphModule | None = None
+) -> SymbolTable:
+    """Read the shape env of ``inputs`` (fake tensors) and name every symbol. With static
+    inputs, a graph whose values still carry symbols (a checkpointed region saves the RNG
+    state, whose size is traced symbolically) gives its shape env through ``gm``."""
     shape_env = compat.detect_shape_env(inputs)
     values = compat.symbol_values(shape_env)
     sources = compat.symbol_sources(shape_env)
@@ -65,6 +81,19 @@ def build_symbol_table(inputs: Sequence[Any]) -> SymbolTable:
         rename[sym] = new
         named[name] = values[sym]
     return SymbolTable(rename, named)
+
+
+def _graph_hints(gm: torch.fx.GraphModule) -> dict[sympy.Symbol, int | None]:
+    """Symbols that appear as sizes of the graph's tensors, with their hints."""
+    out: dict[sympy.Symbol, int | None] = {}
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        for v in val if isinstance(val, list | tuple) else (val,):
+            for d in v.shape if isinstance(v, torch.Tensor) else ():
+                expr = d.node.expr if isinstance(d, torch.SymInt) else None
+                if isinstance(expr, sympy.Symbol) and expr not in out:
+                    out[expr] = compat.int_hint(d) if d.node.has_hint() else None
+    return out
 
 
 def tensor_bytes_expr(val: Any) -> sympy.Expr | None:

@@ -128,6 +128,7 @@ def detect_layers(r: Region) -> Region:
 
 def partition(r: Region) -> Region:
     r.partition()
+    r.symbols = r.symbols.with_graph(r.fw)
     r.baseline_saved = saved_activation_bytes(r.fw, r.num_fwd_outputs, r.symbols)
     r.baseline_saved += saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
     return r
