@@ -223,7 +223,9 @@ class Report:
         ``MEMOPT_CONFIG`` or ``config=``)."""
         config: list[str] = []
         syncs = []
-        for r in self.regions:
+        running = [r for r in self.regions if self.runs(r)]
+        _check_one_plan_per_cluster(running)
+        for r in running:
             frozen = r.extra.get("frozen") or {}
             config += [p for p in frozen.get("config", ()) if p not in config]
             if frozen.get("sync"):
@@ -579,3 +581,25 @@ def _times(c: Mapping[str, Any], n: int) -> dict[str, Any]:
         row["saving_bytes"] = None if c["saving_bytes"] is None else c["saving_bytes"] * n
         row["saving_symbolic"] = _expr_str(n * sympy.sympify(c["saving_symbolic"]))
     return row
+
+
+def _check_one_plan_per_cluster(regions: Sequence[RegionReport]) -> None:
+    """One plan file applies each plan string to every region: refuse to freeze a step whose
+    regions plan one cluster differently (a step plan's per-run variants), naming it."""
+    seen: dict[str, tuple[str, int]] = {}
+    for r in regions:
+        plans = {}
+        for text in (r.extra.get("frozen") or {}).get("config", ()):
+            cid, strategy, count = text.rsplit(":", 2)
+            plans[cid] = f"{strategy}:{count}"
+        for c in r.clusters:
+            cid = c["cluster_id"]
+            mine = plans.get(cid, "none")
+            if cid in seen and seen[cid][0] != mine:
+                raise ValueError(
+                    f"cluster {cid!r} is planned {seen[cid][0]} in region {seen[cid][1]} and "
+                    f"{mine} in region {r.index}: one plan file applies one plan to every "
+                    "region; freeze the regions' plans separately "
+                    "(report.regions[i].extra['frozen'])"
+                )
+            seen.setdefault(cid, (mine, r.index))

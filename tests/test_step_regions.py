@@ -95,6 +95,9 @@ def test_fraction_budget_is_a_budget_for_the_step():
     assert after <= 0.5 * before
     table = rep.table()
     assert "Step: 9 region run(s)" in table and "Step plan: predicted step peak" in table
+    # runs of one graph with different plans cannot be one plan file: said, not merged
+    with pytest.raises(ValueError, match="is planned 1:-1 in region 0 and none in region 2"):
+        rep.frozen_plan()
 
 
 def test_byte_budget_regions_compiled_later_see_what_earlier_ones_hold(caplog):
