@@ -17,6 +17,7 @@ from tabulate import tabulate
 from memopt.config import MemoptConfig
 from memopt.decide import saved_id
 from memopt.plan import Strategy
+from memopt.step_report import StepInfo, ranges, step_section
 from memopt.symbolic import SymbolTable, fmt_bytes
 
 #: Cluster ids longer than this are shortened in the table (with a legend); JSON keeps them.
@@ -102,37 +103,6 @@ class RegionReport:
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> RegionReport:
         return RegionReport(**dict(d))
-
-
-@dataclass(frozen=True)
-class StepInfo:
-    """The training step as the regions ran it (memopt.state): invocations in forward order,
-    and the step plan's prediction when a budget planned the step."""
-
-    sequence: tuple[int, ...]
-    complete: bool = True
-    """False while the first step has not finished (the sequence so far)."""
-    peak: int | None = None
-    peak_at: int | None = None
-    """Position in ``sequence`` of the invocation that holds the predicted peak."""
-    target: int | None = None
-    feasible: bool | None = None
-    overhead_s: float | None = None
-    offload_runs: tuple[int, ...] = ()
-    """Runs (positions in ``sequence``) whose saved tensors go to the host (offload_layers
-    with layers compiled one per region)."""
-    offloaded_bytes: int = 0
-    """Bytes those runs copied to the host in the last complete step."""
-    prefetched: int = 0
-    """Tensors copied back a layer ahead of their backward in the last complete step."""
-    notes: tuple[str, ...] = ()
-    measured_peak: int | None = None
-    """CUDA peak of a step run on the step plan (byte budgets), when it set a new record."""
-    offload_skipped: int = 0
-    """Offload runs left alone because other saved-tensor hooks (checkpointing) were active."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _config_text(config: MemoptConfig) -> str:
@@ -410,7 +380,7 @@ class Report:
                 if isinstance(section, Mapping) and section.get("text"):
                     texts.setdefault(section["text"], []).append(r.index)
         lines = [
-            text if len(self.regions) == 1 else f"[region {_ranges(idx)}] {text}"
+            text if len(self.regions) == 1 else f"[region {ranges(idx)}] {text}"
             for text, idx in texts.items()
         ]
         if self.step is not None and len(self.regions) > 1:
@@ -458,91 +428,6 @@ def _cluster_rows(result: Any, sym: SymbolTable) -> list[dict[str, Any]]:
             }
         )
     return clusters
-
-
-def _ranges(indices: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
-    out: list[str] = []
-    for i in sorted(set(indices)):
-        if out and out[-1].split("-")[-1] == str(i - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{i}"
-        else:
-            out.append(str(i))
-    return ",".join(out)
-
-
-def _plan_key(r: RegionReport) -> tuple:
-    rows = tuple(
-        (c["cluster_id"], c["strategy"], c["count"], c["enabled"], c["saving_bytes"])
-        for c in r.clusters
-    )
-    return rows, r.baseline_saved_bytes, r.final_saved_bytes
-
-
-def _plans_text(plans: Sequence[str], width: int = 48) -> str:
-    text = ",".join(plans) or "(keep)"
-    return text if len(text) <= width else f"{len(plans)} plans: {text[: width - 14]}..."
-
-
-def step_section(report: Report) -> str:
-    """The step, region runs in forward order; consecutive runs of identical plans folded
-    into one row ("runs 2-9 (x8, same plan)")."""
-    step = report.step
-    by_index = {r.index: r for r in report.regions}
-    seq = [i for i in step.sequence if i in by_index]
-    groups: list[list[int]] = []  # positions in seq
-    for pos, i in enumerate(seq):
-        if groups and _plan_key(by_index[seq[groups[-1][0]]]) == _plan_key(by_index[i]):
-            groups[-1].append(pos)
-        else:
-            groups.append([pos])
-    rows = []
-    for g in groups:
-        r = by_index[seq[g[0]]]
-        where = f"run {g[0]}" if len(g) == 1 else f"runs {g[0]}-{g[-1]} (x{len(g)}, same plan)"
-        regions = sorted({seq[p] for p in g})
-        peak = " <- peak" if step.peak_at is not None and step.peak_at in g else ""
-        rows.append(
-            [
-                where,
-                ",".join(map(str, regions)),
-                fmt_bytes(r.baseline_saved_bytes),
-                fmt_bytes(r.final_saved_bytes) + peak,
-                _plans_text(r.extra.get("frozen", {}).get("config", ())),
-            ]
-        )
-    head = (
-        f"Step: {len(seq)} region run(s) in forward order"
-        + ("" if step.complete else " (first step not finished yet)")
-        + ", backward in reverse"
-    )
-    table = tabulate(
-        rows,
-        headers=["Runs", "Region", "Saved each", "With plan", "Plan"],
-        tablefmt="simple",
-        disable_numparse=True,
-    )
-    lines = [head, table]
-    if step.offload_runs:
-        lines.append(
-            f"Step offload: runs {_ranges(step.offload_runs)} keep their saved tensors in host "
-            f"memory from their forward to their backward ({fmt_bytes(step.offloaded_bytes)} "
-            f"copied per step, {step.prefetched} tensor(s) copied back ahead of their backward)"
-        )
-    if step.offload_skipped:
-        lines.append(
-            f"Warning: {step.offload_skipped} offload run(s) left alone: other saved-tensor "
-            "hooks (activation checkpointing) own what those runs save"
-        )
-    if step.peak is not None:
-        fits = "fits" if step.feasible else "INFEASIBLE, smallest found"
-        lines.append(
-            f"Step plan: predicted step peak {fmt_bytes(step.peak)} ({fits}; target "
-            f"{fmt_bytes(step.target)}), predicted overhead {1e3 * (step.overhead_s or 0):.3f} "
-            "ms per step"
-            + (f"; measured {fmt_bytes(step.measured_peak)}" if step.measured_peak else "")
-        )
-    return "\n".join(lines)
 
 
 def _value(text: str, values: Mapping[str, int]) -> int | None:

@@ -20,7 +20,6 @@ import logging
 import os
 import pickle
 import threading
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -311,10 +310,6 @@ class MemoptState:
         same_sync = sync == {int(k): tuple(v) for k, v in option.sync.items()}
         return set(frozen.get("config", ())) == set(option.plans) and same_sync
 
-    def counts(self) -> Counter:
-        return Counter(self.last_report_step or self._report_seq)
-
-    # --- regions and their persistence for warm compile caches ---------------------------------
     def begin_region(
         self,
         gm: torch.fx.GraphModule,

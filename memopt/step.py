@@ -336,7 +336,7 @@ def choose_runs(
     n = len(sequence)
     per_region = choose(sequence, menus, target, offsets)
     as_runs = {i: per_region.chosen[r] for i, r in enumerate(sequence)}
-    best = _as_run_choice(per_region, as_runs)
+    best = replace(per_region, chosen=as_runs)
     if n > MAX_RUNS_PER_RUN_CHOICE or n == len(set(sequence)):
         return best
     runs = choose(range(n), {i: menus[r] for i, r in enumerate(sequence)}, target, offsets)
@@ -360,19 +360,6 @@ def choose_runs(
     return best
 
 
-def _as_run_choice(c: StepChoice, chosen: dict[int, Option]) -> StepChoice:
-    return StepChoice(
-        chosen=chosen,
-        feasible=c.feasible,
-        peak=c.peak,
-        peak_at=c.peak_at,
-        overhead_s=c.overhead_s,
-        target=c.target,
-        saved_before=c.saved_before,
-        saved_after=c.saved_after,
-    )
-
-
 def _limit_variants(sequence: Sequence[int], chosen: dict[int, Option]) -> dict[int, Option]:
     """At most :data:`MAX_VARIANTS` plans per region: keep the most used (and the most
     aggressive one used); move every other run to the cheapest kept plan that saves at least
@@ -394,17 +381,6 @@ def _limit_variants(sequence: Sequence[int], chosen: dict[int, Option]) -> dict[
             ok = [k for k in kept if k.saved <= o.saved and k.peak <= o.peak]
             out[i] = min(ok, key=lambda k: k.overhead_s) if ok else hardest
     return out
-
-
-def fold_sequence(sequence: Sequence[int]) -> list[tuple[int, int, int]]:
-    """Runs of the same region in the step: ``(region, first position, count)``."""
-    runs: list[tuple[int, int, int]] = []
-    for i, r in enumerate(sequence):
-        if runs and runs[-1][0] == r:
-            runs[-1] = (r, runs[-1][1], runs[-1][2] + 1)
-        else:
-            runs.append((r, i, 1))
-    return runs
 
 
 def layer_runs(keys: Sequence[object]) -> list[list[int]]:

@@ -7,7 +7,6 @@ import pytest
 from memopt.step import (
     Option,
     choose,
-    fold_sequence,
     fraction_target,
     pareto,
     step_overhead,
@@ -81,11 +80,6 @@ def test_one_region_takes_its_own_menu_entry():
     menus = {0: [opt(100, 60), opt(80, 40, 1.0, "a"), opt(70, 30, 2.0, "b")]}
     c = choose((0,), menus, 75 * MiB)
     assert c.chosen[0].label == "b" and c.peak == 70 * MiB
-
-
-def test_fold_sequence():
-    assert fold_sequence(SEQ) == [(0, 0, 1), (1, 1, 4), (2, 5, 1)]
-    assert fold_sequence(()) == []
 
 
 def test_choose_runs_plans_runs_of_one_graph_differently():

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -37,7 +37,6 @@ class _Saved:
     t: torch.Tensor | None
     host: torch.Tensor | None = None
     device: torch.device | None = None
-    done: object = None  # CUDA event: the D2H copy finished
     back: torch.Tensor | None = None  # the prefetched device copy
     back_done: object = None  # CUDA event: the H2D copy finished
 
@@ -48,10 +47,6 @@ class StepOffloadStats:
     """Bytes copied to the host in the last complete step."""
     prefetched: int = 0
     """Tensors whose copy-back was started a layer ahead (last step)."""
-    waited: int = 0
-    """Tensors copied back only when their backward needed them (last step)."""
-    per_run: dict[int, int] = field(default_factory=dict)
-    """Bytes offloaded per run (position in the step)."""
     skipped: int = 0
     """Runs not offloaded because other saved-tensor hooks were active (checkpointing)."""
 
@@ -123,10 +118,9 @@ class StepOffload:
             moved += t.numel() * t.element_size()
         cuda = [s for s in group if s.t.is_cuda]
         if cuda:
-            done = _copy_all(cuda[0].device, [(s.host, s.t) for s in cuda])
-            side = ops.transfer_stream(cuda[0].device)
+            _copy_all(cuda[0].device, [(s.host, s.t) for s in cuda])  # the copy-back follows it
+            side = ops.transfer_stream(cuda[0].device)  # on this stream: no event needed
             for s in cuda:
-                s.done = done
                 s.t.record_stream(side)  # its memory is reused only after the copy ran
         for s in group:
             if not s.t.is_cuda:
@@ -136,7 +130,6 @@ class StepOffload:
         with self._lock:
             self._groups[pos] = group
             self._current.offloaded_bytes += moved
-            self._current.per_run[pos] = moved
 
     def backward_reached(self, pos: int) -> None:
         """Backward of the run at ``pos`` begins: start copying back the offloaded runs whose
@@ -167,7 +160,6 @@ class StepOffload:
             return s.t
         if s.back is None:
             s.back, s.back_done = _copy_back(s)
-            self._current.waited += 1
         if s.back_done is not None:
             torch.cuda.current_stream(s.device).wait_event(s.back_done)
         # the host copy stays with the handle: a second backward (retain_graph) reads it again
