@@ -111,3 +111,38 @@ def compare(model, inputs, loss_fn=None, **optimize_kwargs):
     for k in g0:
         torch.testing.assert_close(g1[k], g0[k], msg=lambda m, k=k: f"grad {k}: {m}")
     return memopt.report(opt), b0, b1, opt
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _gloo_worker(rank: int, world: int, port: int, tmp: str, checks) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, f"inductor-{rank}")
+    os.environ["MEMOPT_CACHE_DIR"] = os.path.join(tmp, f"memopt-{rank}")
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        checks(rank, tmp)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn_gloo(checks, world: int = 2) -> None:
+    """Run ``checks(rank, tmp)`` (a module-level function) in ``world`` processes joined by
+    gloo, each with its own Inductor and memopt cache dirs; a failing assert fails the test."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_gloo_worker, args=(world, free_port(), tmp, checks), nprocs=world, join=True)

@@ -8,13 +8,9 @@ transformer) so the two processes start in seconds.
 from __future__ import annotations
 
 import os
-import socket
-import tempfile
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from memopt.params.host_plan import plan_host_groups
@@ -238,33 +234,21 @@ def check_checkpoint_round_trip(rank, tmp):
     assert _train(model2, opt2, 2, rank, first=2, sched=sched2) == after
 
 
-def _worker(rank: int, world: int, port: int, tmp: str) -> None:
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, f"inductor-{rank}")
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
-    try:
-        check_offload_matches_fsdp(rank)
-        check_user_sharded_model(rank)
-        check_overlap_and_accumulation(rank)
-        check_prefetch_depth(rank)
-        check_nvme_tier(rank, tmp)
-        check_bf16_host_shards(rank)
-        check_checkpoint_round_trip(rank, os.path.join(tmp, "ckpt"))
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _checks(rank: int, tmp: str) -> None:
+    check_offload_matches_fsdp(rank)
+    check_user_sharded_model(rank)
+    check_overlap_and_accumulation(rank)
+    check_prefetch_depth(rank)
+    check_nvme_tier(rank, tmp)
+    check_bf16_host_shards(rank)
+    check_checkpoint_round_trip(rank, os.path.join(tmp, "ckpt"))
 
 
 def test_fsdp_offload_gloo_world_size_2():
     """Losses equal FSDP2 without offload; clipping equals clip_grad_norm_; DCP round trip."""
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(2, _free_port(), tmp), nprocs=2, join=True)
+    from tests.helpers import spawn_gloo
+
+    spawn_gloo(_checks)
 
 
 def test_fsdp_host_plan_picks_fewest_spread_groups():

@@ -8,13 +8,7 @@ graph around every block) plus the embedding and the head.
 
 from __future__ import annotations
 
-import os
-import socket
-import tempfile
-
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import memopt
 
@@ -78,24 +72,11 @@ def check_step_plans(rank):
     assert rep.step.prefetched > 0
 
 
-def _worker(rank: int, world: int, port: int, tmp: str) -> None:
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, f"inductor-{rank}")
-    os.environ["MEMOPT_CACHE_DIR"] = os.path.join(tmp, f"memopt-{rank}")
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
-    try:
-        check_step_plans(rank)
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _checks(rank: int, tmp: str) -> None:
+    check_step_plans(rank)
 
 
 def test_step_plans_fsdp_gloo_world_size_2():
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(2, _free_port(), tmp), nprocs=2, join=True)
+    from tests.helpers import spawn_gloo
+
+    spawn_gloo(_checks)
