@@ -1,0 +1,269 @@
+"""Docs that stay true: every table of measured numbers in the docs is rendered from docs/data/.
+
+    python benchmarks/docs_numbers.py            # rewrite every generated section from docs/data
+    python benchmarks/docs_numbers.py --check    # exit 1 when a doc disagrees with its data (CI)
+    python benchmarks/docs_numbers.py --list     # per data file: the command that produces it
+    python benchmarks/docs_numbers.py --run cpu  # re-run the CPU producers, then rewrite
+    python benchmarks/docs_numbers.py --run gpu  # print the device commands (they cannot run here)
+
+A generated section sits between two markers in a doc (README.md or docs/*.md)::
+
+    <!-- generated: NAME -->
+    ...rendered by benchmarks/docs_tables.py: SECTIONS[NAME] from its docs/data files...
+    <!-- end generated: NAME -->
+
+``benchmarks/zoo.py``'s own ``<!-- zoo DEVICE -->`` / ``<!-- /zoo DEVICE -->`` markers count as
+the section ``zoo_DEVICE`` (rendered by ``zoo.markdown`` from ``docs/data/zoo_DEVICE.json``).
+Prose around the markers stays hand-written. To add a table: write its renderer in
+docs_tables.py (a function of the loaded JSON that returns markdown), register it in
+``SECTIONS``, put empty markers where it goes and run this script. Every file in docs/data must
+be matched by a ``PRODUCERS`` entry (the command that writes it), or ``--check`` fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import fnmatch
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "data"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.docs_tables import SECTIONS, render  # noqa: E402
+
+#: ``<!-- generated: NAME -->`` ... ``<!-- end generated: NAME -->``, or zoo.py's markers.
+MARKERS = (
+    re.compile(
+        r"(?P<begin><!-- generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)"
+        r"(?P<end><!-- end generated: (?P=name) -->)",
+        re.S,
+    ),
+    re.compile(
+        r"(?P<begin><!-- zoo (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(?P<end><!-- /zoo (?P=name) -->)",
+        re.S,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Producer:
+    """How the data files matching ``pattern`` (a glob under docs/data) are made."""
+
+    pattern: str
+    command: str  # run from the repository root; ``{file}`` is the data file's name
+    device: str  # "cpu": runs here (``--run cpu``); "gpu": the H100 machine
+    note: str = ""
+
+
+PY = "python benchmarks/"
+PRODUCERS: tuple[Producer, ...] = (
+    # CPU: re-run by --run cpu
+    Producer("readme_demo.json", f"{PY}docs_cpu.py demo --out docs/data/{{file}}", "cpu"),
+    Producer("cli_timings.json", f"{PY}docs_cpu.py cli --out docs/data/{{file}}", "cpu"),
+    Producer("zoo_cpu.json", f"{PY}zoo.py", "cpu", "~17 min on 2 cores"),
+    # GPU (the commands docs/benchmarks.md names next to each table)
+    Producer("zoo_cuda.json", f"{PY}zoo.py --device cuda --size gpu --dtype bfloat16", "gpu"),
+    Producer("zoo_gpu_*.json", f"{PY}zoo_gpu.py --models MODEL --out docs/data", "gpu"),
+    Producer(
+        "fsdp_step_2026-11-25_per_run.json", f"{PY}fsdp_step.py --out docs/data/{{file}}", "gpu"
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_budgets_warmup9.json",
+        f"{PY}fsdp_step.py --warmup 9 --only budgets --out docs/data/{{file}}",
+        "gpu",
+    ),
+    Producer("fsdp_step*.json", f"{PY}fsdp_step.py --out docs/data/{{file}}", "gpu"),
+    Producer("pareto_llama*.json", f"{PY}pareto.py llama --out docs/data/{{file}}", "gpu"),
+    Producer(
+        "pareto_gpt2_b32*.json", f"{PY}pareto.py gpt2 --batch 32 --out docs/data/{{file}}", "gpu"
+    ),
+    Producer("pareto_gpt2*.json", f"{PY}pareto.py gpt2 --out docs/data/{{file}}", "gpu"),
+    Producer(
+        "offload_llama8*.json",
+        "CUBLAS_WORKSPACE_CONFIG=:4096:8 "
+        f"{PY}offload.py --model llama --layers 8 --k 1,2 --stability-steps 12 "
+        "--stability-k 2 --profile-steps 2 --out docs/data/{file}",
+        "gpu",
+    ),
+    Producer(
+        "offload_gpt6*.json",
+        "CUBLAS_WORKSPACE_CONFIG=:4096:8 "
+        f"{PY}offload.py --model gpt --layers 6 --hidden 2048 --heads 16 --k 1,2,3,4,5 "
+        "--late 1 --stability-k 2 --profile-steps 2 --out docs/data/{file}",
+        "gpu",
+    ),
+    Producer(
+        "offload_llama.json",
+        f"CUBLAS_WORKSPACE_CONFIG=:4096:8 {PY}offload.py --model llama --out docs/data/{{file}}",
+        "gpu",
+    ),
+    Producer(
+        "param_peers*.json",
+        f"PYTHONPATH=. {PY}param_peers.py run --out docs/data/{{file}} --jobs ...",
+        "gpu",
+        "the jobs of each run are listed in its JSON and in docs/benchmarks.md",
+    ),
+    Producer(
+        "param_cpu_adamw*.json",
+        f"PYTHONPATH=. {PY}param_cpu_adamw.py all --out docs/data/{{file}}",
+        "gpu",
+    ),
+    Producer(
+        "largest_batch*.json",
+        f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True {PY}largest_batch.py "
+        "--variants memopt-budget,compile --no-guess --out docs/data/{file}",
+        "gpu",
+        "--start/--max-batch per run: docs/benchmarks.md",
+    ),
+    Producer("plan_time*.json", f"{PY}plan_time.py --models llama --out docs/data/{{file}}", "gpu"),
+    Producer(
+        "freeze_check.json",
+        f"{PY}freeze_check.py --budget 4928556544 --out docs/data/{{file}}",
+        "gpu",
+    ),
+    Producer(
+        "copy_interference*.json", f"{PY}copy_interference.py --out docs/data/{{file}}", "gpu"
+    ),
+    Producer(
+        "diag_offload_gaps.json", f"{PY}diag_offload_cost.py --ks 1 --out docs/data/{{file}}", "gpu"
+    ),
+    Producer("diag_step_offload_v2_chunked.json", "(historical: chunked copies, reverted)", "gpu"),
+    Producer(
+        "diag_step_offload*.json",
+        f"{PY}diag_step_offload.py --ks 1,2 --out docs/data/{{file}}",
+        "gpu",
+    ),
+)
+
+
+def producer_of(name: str) -> Producer | None:
+    return next((p for p in PRODUCERS if fnmatch.fnmatch(name, p.pattern)), None)
+
+
+def data_files() -> list[str]:
+    return sorted(p.name for p in DATA.glob("*.json"))
+
+
+def docs() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def rewrite(text: str) -> tuple[str, list[str]]:
+    """``text`` with every generated section rendered afresh, and the names found."""
+    names: list[str] = []
+
+    def sub(m: re.Match) -> str:
+        name = m["name"] if m.re is MARKERS[0] else f"zoo_{m['name']}"
+        names.append(name)
+        return m["begin"] + render(name, DATA) + m["end"]
+
+    for pattern in MARKERS:
+        text = pattern.sub(sub, text)
+    return text, names
+
+
+def check(write: bool) -> list[str]:
+    """Problems found; with ``write`` the docs are rewritten instead of reported as stale."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    for doc in docs():
+        old = doc.read_text()
+        try:
+            new, names = rewrite(old)
+        except KeyError as e:
+            problems.append(f"{doc.relative_to(ROOT)}: {e.args[0]}")
+            continue
+        seen.update(names)
+        if new == old:
+            continue
+        if write:
+            doc.write_text(new)
+            print(f"rewrote {doc.relative_to(ROOT)}")
+        else:
+            diff = difflib.unified_diff(
+                old.splitlines(), new.splitlines(), "doc", "rendered from docs/data", lineterm=""
+            )
+            problems.append(
+                f"{doc.relative_to(ROOT)} disagrees with docs/data (run python "
+                "benchmarks/docs_numbers.py to rewrite it, or fix the data):\n"
+                + "\n".join(list(diff)[:40])
+            )
+    missing = [n for n in SECTIONS if n not in seen and not n.startswith("zoo_")]
+    problems += [f"section {n!r} is registered but no doc has its markers" for n in missing]
+    problems += [
+        f"docs/data/{f}: no producer; add a Producer(pattern, command, device) to "
+        "benchmarks/docs_numbers.py PRODUCERS"
+        for f in data_files()
+        if producer_of(f) is None
+    ]
+    return problems
+
+
+def list_producers() -> None:
+    for f in data_files():
+        p = producer_of(f)
+        cmd = p.command.format(file=f) if p else "UNKNOWN"
+        note = f"  ({p.note})" if p and p.note else ""
+        print(f"{f}\n    [{p.device if p else '?'}] {cmd}{note}")
+
+
+def run(device: str, only: set[str]) -> int:
+    files = [
+        f
+        for f in data_files() + [p.pattern for p in PRODUCERS if "*" not in p.pattern]
+        if (p := producer_of(f)) and p.device == device and (not only or f in only)
+    ]
+    done: set[str] = set()
+    for f in dict.fromkeys(files):
+        cmd = producer_of(f).command.format(file=f)
+        if device == "gpu":
+            print(cmd)
+            continue
+        if cmd in done:
+            continue
+        done.add(cmd)
+        print(f"$ {cmd}", flush=True)
+        rc = subprocess.call(shlex.split(cmd), cwd=ROOT)
+        if rc:
+            print(f"failed ({rc}): {cmd}", file=sys.stderr)
+            return rc
+    if device == "gpu":
+        print(
+            "# on the device: memopt from a copy of the tree with passes/ at memopt/passes "
+            "(docs/benchmarks.md); then copy the JSON into docs/data and run this script"
+        )
+        return 0
+    return 1 if check(write=True) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--check", action="store_true", help="fail when a doc disagrees with its data")
+    g.add_argument("--list", action="store_true", help="each data file and its producer")
+    g.add_argument("--run", choices=("cpu", "gpu"), help="re-run (cpu) or print (gpu) producers")
+    p.add_argument("--only", default="", help="with --run: these data files (comma-separated)")
+    a = p.parse_args(argv)
+    if a.list:
+        list_producers()
+        return 0
+    if a.run:
+        return run(a.run, {f for f in a.only.split(",") if f})
+    problems = check(write=not a.check)
+    for line in problems:
+        print(line, file=sys.stderr)
+    if not problems and a.check:
+        print(f"docs agree with docs/data ({len(SECTIONS)} generated sections)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

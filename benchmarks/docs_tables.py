@@ -1,0 +1,490 @@
+"""The generated tables of the docs: one renderer per section, each a function of its JSON.
+
+``SECTIONS[name]`` names the docs/data files a section reads and the function that turns them
+into markdown; ``benchmarks/docs_numbers.py`` puts the result between the section's markers.
+Labels and verdicts are derived from the data (e.g. "met" when memopt's overhead is at most half
+of torch's); hand-written prose stays outside the markers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def gib(b: float, nd: int = 2) -> str:
+    return f"{b / GiB:.{nd}f}"
+
+
+def pct(x: float, base: float, nd: int = 1) -> str:
+    return f"{100 * (x / base - 1):+.{nd}f}%"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for r in rows:
+        cells = ("" if c is None else str(c) for c in r)
+        out.append("|" + "|".join(f" {c} " if c else " " for c in cells) + "|")
+    return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class Section:
+    files: tuple[str, ...]  # under docs/data
+    render: Callable[..., str]  # called with the loaded JSON of each file, in order
+
+
+def by_variant(data: dict) -> dict[str, dict]:
+    return {r["variant"]: r for r in data["rows"]}
+
+
+# ---- README: the demo's plan table -------------------------------------------------------
+
+
+def readme_demo(d: dict) -> str:
+    return "```\n" + "\n".join(d["table_head"]) + "\n...\n```\n"
+
+
+# ---- docs/cli.md: timings of the CLI on the 2-core box -------------------------------------
+
+
+def cli_timings(d: dict) -> str:
+    rows = []
+    for r in d["rows"]:
+        label = f"`{r['command']}`" + (f" ({r['label']})" if r.get("label") else "")
+        rows.append(
+            (
+                label,
+                r["traced"],
+                f"{r['wall_s']:.0f} s",
+                f"{r['user_s']:.1f} + {r['sys_s']:.1f} s",
+                f"{r['max_rss_kib'] / (1 << 20):.2f} GiB",
+            )
+        )
+    head = (
+        f"Measured on {d['date']} on {d['host']} (torch {d['torch']}, transformers "
+        f"{d['transformers']}), one command after the other, load average "
+        f"{d['load_min']:.1f} to {d['load_max']:.1f}:\n\n"
+    )
+    return head + table(("command", "traced", "wall", "CPU (user + sys)", "max RSS"), rows)
+
+
+# ---- docs/benchmarks.md -------------------------------------------------------------------
+
+_FSDP_LABELS = {
+    "torch.compile budget=0.5": "torch.compile, `activation_memory_budget` 0.5",
+    "torch.compile budget=0.1": "torch.compile, `activation_memory_budget` 0.1",
+    "memopt level=1": "memopt level 1",
+}
+
+
+def _fsdp_label(r: dict) -> str:
+    v = r["variant"]
+    if v in _FSDP_LABELS:
+        return _FSDP_LABELS[v]
+    if "target" in r:
+        return (
+            f"memopt `budget=` torch {v.split('(torch ')[1][:-1]}'s peak ({gib(r['target'])} GiB)"
+        )
+    if v.startswith("memopt "):
+        return f"memopt `{v.split(' ', 1)[1]}`"
+    return v
+
+
+def fsdp_step(d: dict) -> str:
+    base = by_variant(d)["torch.compile"]["ms"]
+    rows = []
+    for r in d["rows"]:
+        pred = ""
+        if "target" in r and r.get("predicted_step_peak"):
+            pred = gib(r["predicted_step_peak"])
+            if r.get("measured_peak_seen"):
+                pred += " (with a measured correction)"
+            elif r.get("feasible") is False:
+                pred += f" (infeasible: target {gib(r['step_target'])} after the 2.5% reserve)"
+        peak = gib(r["peak"])
+        rows.append(
+            (
+                _fsdp_label(r),
+                f"{r['ms']:.1f}",
+                "0" if r["variant"] == "torch.compile" else pct(r["ms"], base),
+                f"**{peak}**" if r["variant"] == "memopt level=1" else peak,
+                pred,
+                f"{r['losses'][-1]:.4f}",
+            )
+        )
+    heads = ("variant", "step ms", "vs compile", "peak GiB", "predicted step peak GiB")
+    return table((*heads, f"loss, step {len(d['rows'][0]['losses'])}"), rows)
+
+
+def _verdict(memopt: float, half: float) -> str:
+    """'met', or 'missed by X pt', on the rounded percentages the table shows."""
+    m, h = round(memopt, 1), round(half, 1)
+    return "met" if m <= h else f"missed by {m - h:.1f} pt"
+
+
+def pareto_front(d: dict, prev: dict) -> str:
+    """torch budgets vs memopt at torch's peak, this run and [the previous run]."""
+    v, p = by_variant(d), by_variant(prev)
+    base, pbase = v["torch.compile"], p["torch.compile"]
+    rows = [
+        (
+            "none",
+            f"{base['ms']:.2f} ms, {gib(base['peak'], 3)} GiB "
+            f"[{pbase['ms']:.2f}, {gib(pbase['peak'], 3)}]",
+            "",
+            "",
+            "",
+        )
+    ]
+    for b in ("0.8", "0.5", "0.3", "0.1"):
+        t = v[f"torch.compile budget={b}"]
+        name = next(k for k in v if k.endswith(f"(torch {b})"))
+        m, pm = v[name], p[name]
+        t_over = 100 * (t["ms"] / base["ms"] - 1)
+        m_over = 100 * (m["ms"] / base["ms"] - 1)
+        half = t_over / 2
+        verdict = _verdict(m_over, half)
+        rows.append(
+            (
+                b,
+                f"{gib(t['peak'], 3)} GiB, {t_over:+.1f}%",
+                f"{gib(m['peak'], 3)} GiB, {m_over:+.1f}% "
+                f"[{gib(pm['peak'], 3)}, {pct(pm['ms'], pbase['ms'])}]",
+                f"{gib(m['predicted_peaks'][0], 3)} GiB",
+                f"{half:+.1f}%: {verdict}" if verdict != "met" else "met",
+            )
+        )
+    lvl, plvl = v["memopt level=1"], p["memopt level=1"]
+    rows.append(
+        (
+            "level 1",
+            "",
+            f"{gib(lvl['peak'], 3)} GiB, {pct(lvl['ms'], base['ms'])} "
+            f"[{gib(plvl['peak'], 3)}, {pct(plvl['ms'], pbase['ms'])}]",
+            "",
+            "",
+        )
+    )
+    heads = (
+        "torch budget",
+        "torch.compile + budget",
+        "memopt at torch's peak",
+        "predicted peak",
+        "half of torch's overhead",
+    )
+    return table(heads, rows)
+
+
+def offload_rows(d: dict, prev: dict) -> str:
+    """Activation offload at k layers, this run and [the previous run]."""
+    base = {r["k"]: r for r in d["rows"]}
+    old = {r["k"]: r for r in prev["rows"]}
+    b0, o0 = base[0]["step_ms"], old[0]["step_ms"]
+    rows = []
+    for k, r in sorted(base.items()):
+        o = old.get(k)
+        if k == 0:
+            step = f"{b0:.1f} [{o0:.1f}]"
+            off = "0"
+        else:
+            step = f"{r['step_ms']:.1f}, {pct(r['step_ms'], b0)} [{o['step_ms']:.1f}, {pct(o['step_ms'], o0)}]"
+            off = _bytes(r["offloaded_bytes"])
+            off += " [same]" if o and o["offloaded_bytes"] == r["offloaded_bytes"] else ""
+        rows.append(
+            (
+                k,
+                step,
+                f"{gib(r['peak_bytes'], 3)} [{gib(o['peak_bytes'], 3)}]",
+                off,
+                "" if k == 0 else ("yes" if r.get("grads_bitwise_equal") else "no"),
+            )
+        )
+    return table(("k", "step ms", "peak GiB", "offloaded", "grads bitwise"), rows)
+
+
+def pareto_points(d: dict) -> str:
+    """torch's budget points vs memopt at each of torch's peaks, with the planner's predictions."""
+    v = by_variant(d)
+    base = v["torch.compile"]["ms"]
+    rows = []
+    for b in ("0.8", "0.5", "0.3", "0.1"):
+        t = v[f"torch.compile budget={b}"]
+        m = v[next(k for k in v if k.endswith(f"(torch {b})"))]
+        t_over, m_over = 100 * (t["ms"] / base - 1), 100 * (m["ms"] / base - 1)
+        verdict = _verdict(m_over, t_over / 2)
+        pl = m["planner"][0]
+        pred = pl["predicted_peak"]
+        rows.append(
+            (
+                b,
+                f"{gib(t['peak'])} GiB",
+                f"{t_over:+.1f}%",
+                f"**{gib(m['peak'])} GiB**",
+                f"{m_over:+.1f}%",
+                f"{t_over / 2:+.1f}% ({verdict})",
+                f"{gib(pred)} ({pct(pred, m['peak'])})",
+                f"{1e3 * pl['predicted_overhead_s']:.2f} ms "
+                f"({100 * pl['predicted_overhead_s'] / pl['baseline_step_s']:+.1f}%; "
+                f"offload {gib(pl['saved_bytes_offloaded'])} GiB)",
+            )
+        )
+    heads = (
+        "torch budget",
+        "torch peak",
+        "torch overhead",
+        "memopt peak",
+        "memopt overhead",
+        "target (half of torch's)",
+        "planner's predicted peak",
+        "predicted overhead",
+    )
+    return table(heads, rows)
+
+
+def pareto_others(d: dict) -> str:
+    """The front's other rows as one line."""
+    v = by_variant(d)
+    base = v["torch.compile"]
+    parts = []
+    for name, label in (
+        ("eager", "eager"),
+        ("eager + per-layer checkpointing", "eager + per-layer checkpointing"),
+        ("torch.compile", "torch.compile"),
+        ("memopt level=1", "memopt level=1"),
+    ):
+        r = v[name]
+        over = "" if name == "torch.compile" else f" ({pct(r['ms'], base['ms'])})"
+        parts.append(f"{label} {gib(r['peak'])} GiB, {r['ms']:.1f} ms{over}")
+    return "Other rows: " + "; ".join(parts) + ".\n"
+
+
+_PEER_LABELS = {
+    "gpu": "gpu: all on the GPU, torch AdamW(fused)",
+    "fsdp2": "fsdp2",
+    "memopt": "**memopt f=1**",
+    "memopt+threads=auto": 'same, `threads="auto"` (15 of 16 cores)',
+    "memopt-bf16host+chunk=4194304": (
+        "memopt, bf16 host shards (`host_dtype=bf16`), 4 Mi-element pieces"
+    ),
+    "memopt+batch=param": 'memopt, one task per parameter (`batch="param"`, the old queue)',
+    "torchao": (
+        "torchao 0.18 `CPUOffloadOptimizer(offload_gradients=True)` (wheel carried to the device)"
+    ),
+}
+#: first rows of a table get the long labels
+_PEER_FIRST = {
+    "fsdp2": "fsdp2: `CPUOffloadPolicy` every group, torch AdamW(fused) on the CPU after backward",
+    "memopt": "**memopt f=1, HostAdamW overlap, per-group tasks (default)**",
+}
+
+
+def param_peers(*runs: dict) -> str:
+    """Runs B, A, C of 2026-11-25 (files in that order), each row against its run's fsdp2."""
+    rows = []
+    seen: set[str] = set()
+    for letter, d in zip("BAC", runs):
+        res = d["results"]
+        fsdp = {(r["bs"], r["seq"]): r for r in res if r["name"] == "fsdp2" and "error" not in r}
+        oom = [(r["bs"], r["seq"]) for r in res if r.get("error") == "OOM"]
+        rank = {"gpu": 0, "fsdp2": 1, "memopt": 2}
+        res = sorted(
+            res,
+            key=lambda r: (r["name"] == "torchao", r["bs"] * r["seq"], rank.get(r["name"], 3)),
+        )
+        for r in res:
+            size = (r["bs"], r["seq"])
+            if "error" in r:
+                if r["name"] == "fsdp2" and size in oom:
+                    who = " / ".join(
+                        sorted(
+                            {
+                                x["name"]
+                                for x in res
+                                if x.get("error") and (x["bs"], x["seq"]) == size
+                            }
+                        )
+                    )
+                    rows.append(
+                        (
+                            letter,
+                            who,
+                            f"{r['bs']} × {r['seq']}",
+                            f"{r.get('cap_gib', 3.5)}",
+                            "out of memory (both)",
+                            "",
+                            "",
+                            "",
+                            "",
+                            "",
+                        )
+                    )
+                continue
+            name = r["name"]
+            label = _PEER_FIRST.get(name) if name not in seen and letter == "B" else None
+            if label is None:
+                label = _PEER_LABELS.get(name, name)
+                if name == "memopt" and size == (2, 512) and letter != "B":
+                    label = "**memopt f=1 (default)**"
+            seen.add(name)
+            bold = label.startswith("**")
+            f = fsdp.get(size)
+            ratio = f"{r['tokens_per_s'] / f['tokens_per_s']:.2f}" if f and name != "gpu" else ""
+            cap = r["cap_gib"]
+            cap = "none" if cap is None else f"{cap:g}"
+            if name == "torchao":
+                cap = "none (fp32 params on the GPU)"
+            busy = (
+                f"{r['host_busy_median_s']:.3f} / {r['host_wait_median_s']:.3f}"
+                if "host_busy_median_s" in r
+                else ""
+            )
+
+            def b(x: str, bold: bool = bold) -> str:
+                return f"**{x}**" if bold and x else x
+
+            rows.append(
+                (
+                    letter,
+                    label,
+                    f"{r['bs']} × {r['seq']}",
+                    cap,
+                    b(f"{r['s_per_step']:.3f}"),
+                    b(f"{r['tokens_per_s']:,.0f}"),
+                    b(ratio) if name != "fsdp2" else "1.00",
+                    f"{r['peak_gib']:.2f}",
+                    f"{r['VmHWM'] / GiB:.1f}",
+                    busy,
+                )
+            )
+    heads = ("run", "variant", "batch", "cap GiB", "s/step", "tokens/s", "vs fsdp2")
+    return table(
+        (*heads, "GPU peak GiB", "host RSS GiB", "update worker busy / wait, s/step"), rows
+    )
+
+
+def host_adamw(d: dict) -> str:
+    """CPU AdamW over the model's parameters on the device host (``param_cpu_adamw.py host``)."""
+    h = d["host"]
+
+    def row(label: str, *keys: str, gbps: bool = True) -> tuple[str, str, str]:
+        s = " / ".join(f"{h[k + '_s']:.3f}" for k in keys)
+        g = " / ".join(f"{h[k + '_GBps']:.0f}" for k in keys) if gbps else ""
+        return label, s, g
+
+    rows = [
+        row("training thread, one call per parameter", "main_per_param"),
+        row("training thread, one call per layer group (lists)", "main_per_group"),
+        row("worker thread, one call per parameter", "worker_per_param"),
+        row("worker thread, one call per group (HostAdamW now)", "worker_per_group"),
+        row("worker, team of 15 / 8 / 4 threads", "worker_team15", "worker_team8", "worker_team4"),
+        row(
+            "2 workers x 8 threads / 4 workers x 4 threads, groups split between them",
+            "workers2_team8",
+            "workers4_team4",
+        ),
+        (
+            f"worker, 16 threads, beside pinned H2D + D2H copies "
+            f"({h['dma_GBps_during_teamdefault']:.0f} GB/s of PCIe)",
+            f"{h['worker_teamdefault_with_dma_s']:.3f}",
+            f"{h['worker_teamdefault_with_dma_GBps']:.0f}",
+        ),
+        (
+            f"worker, 15 threads, same copies ({h['dma_GBps_during_team15']:.0f} GB/s)",
+            f"{h['worker_team15_with_dma_s']:.3f}",
+            f"{h['worker_team15_with_dma_GBps']:.0f}",
+        ),
+        row(
+            "bf16 gradient in, bf16 copy out (`torch_update`): 4 Mi / 16 Mi pieces / whole tensors",
+            "bf16_writeback_chunk4194304",
+            "bf16_writeback_chunk16777216",
+            "bf16_writeback_chunk1073741824",
+            gbps=False,
+        ),
+    ]
+    return table(("how the update runs", "s", "GB/s (28 B/param)"), rows)
+
+
+def plan_time(d: dict) -> str:
+    rows = []
+    for r in d["rows"]:
+        t = r["timers"]
+        planner = ""
+        if "plan_budget" in t:
+            planner = (
+                f"{t['plan_budget']:.2f} ({t['plan_budget.build_problem']:.2f} + "
+                f"{t['plan_budget.solve']:.2f})"
+            )
+        passes = f"{r['plan_seconds']:.2f}" if "plan_seconds" in r else "–"
+        label = {"compile": "torch.compile", "memopt-level0": "memopt level=0"}.get(
+            r["variant"], r["variant"].replace("memopt-budget-", "memopt budget=")
+        )
+        rows.append((label, f"{r['compile_s']:.1f}", passes, planner or "–"))
+    heads = ("variant", "compile s", "memopt pass pipeline s", "budget planner s (build + solve)")
+    return table(heads, rows)
+
+
+def _bytes(b: int) -> str:
+    return f"{b / GiB:.2f} GiB" if b >= GiB else f"{b / MiB:.0f} MiB"
+
+
+def _load(data: Path, name: str) -> Any:
+    return json.loads((data / name).read_text())
+
+
+SECTIONS: dict[str, Section] = {
+    "readme_demo": Section(("readme_demo.json",), readme_demo),
+    "fsdp_step_per_run": Section(("fsdp_step_2026-11-25_per_run.json",), fsdp_step),
+    "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
+    "offload_llama8_v4": Section(
+        ("offload_llama8_v4.json", "offload_llama8_v3.json"), offload_rows
+    ),
+    "pareto_llama_v6": Section(("pareto_llama_v6.json",), pareto_points),
+    "pareto_llama_v6_others": Section(("pareto_llama_v6.json",), pareto_others),
+    "pareto_gpt2_b32": Section(("pareto_gpt2_b32.json",), pareto_points),
+    "pareto_gpt2_b32_others": Section(("pareto_gpt2_b32.json",), pareto_others),
+    "param_peers_2026-11-25": Section(
+        (
+            "param_peers_2026-11-25.json",
+            "param_peers_batching_2026-11-25.json",
+            "param_peers_repeat_2026-11-25.json",
+        ),
+        param_peers,
+    ),
+    "param_host_adamw_2026-11-25": Section(("param_cpu_adamw_2026-11-25.json",), host_adamw),
+    "plan_time_llama": Section(("plan_time_llama.json",), plan_time),
+}
+
+
+def _zoo(data: Path, device: str) -> str:
+    """zoo.py's own table (``zoo.markdown``) from ``zoo_<device>.json``, at its torch version."""
+    from unittest import mock
+
+    import torch
+
+    from benchmarks import zoo
+
+    d = _load(data, f"zoo_{device}.json")
+    with mock.patch.object(torch, "__version__", d["torch"]):
+        return zoo.markdown(d["rows"], d["device"], d["size"])
+
+
+def render(name: str, data: Path) -> str:
+    """The markdown of section ``name`` from the JSON files in ``data``."""
+    if name.startswith("zoo_") and name not in SECTIONS:
+        if not (data / f"{name}.json").exists():
+            raise KeyError(f"section {name!r}: no docs/data/{name}.json")
+        return _zoo(data, name[4:])
+    if name not in SECTIONS:
+        raise KeyError(
+            f"section {name!r} has markers but no renderer: add it to SECTIONS in "
+            "benchmarks/docs_tables.py"
+        )
+    s = SECTIONS[name]
+    return s.render(*(_load(data, f) for f in s.files))
