@@ -42,12 +42,13 @@ from benchmarks.docs_tables import SECTIONS, render  # noqa: E402
 #: ``<!-- generated: NAME -->`` ... ``<!-- end generated: NAME -->``, or zoo.py's markers.
 MARKERS = (
     re.compile(
-        r"(?P<begin><!-- generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)"
+        r"(?P<indent>[ \t]*)(?P<begin><!-- generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)"
         r"(?P<end><!-- end generated: (?P=name) -->)",
         re.S,
     ),
     re.compile(
-        r"(?P<begin><!-- zoo (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(?P<end><!-- /zoo (?P=name) -->)",
+        r"(?P<indent>)(?P<begin><!-- zoo (?P<name>[\w.-]+) -->\n)(?P<body>.*?)"
+        r"(?P<end><!-- /zoo (?P=name) -->)",
         re.S,
     ),
 )
@@ -163,7 +164,9 @@ def rewrite(text: str) -> tuple[str, list[str]]:
     def sub(m: re.Match) -> str:
         name = m["name"] if m.re is MARKERS[0] else f"zoo_{m['name']}"
         names.append(name)
-        return m["begin"] + render(name, DATA) + m["end"]
+        ind = m["indent"]
+        body = "".join(ind + line for line in render(name, DATA).splitlines(keepends=True))
+        return ind + m["begin"] + body + ind + m["end"]
 
     for pattern in MARKERS:
         text = pattern.sub(sub, text)

@@ -430,6 +430,128 @@ def plan_time(d: dict) -> str:
     return table(heads, rows)
 
 
+def offload_sweep(d: dict, *, sync: bool = True, zero: bool = True, ms: bool = True) -> str:
+    """``benchmarks/offload.py``'s rows (its ``report``): the forward budget is D2H bandwidth
+    times the baseline's forward time; drop/offloaded is the peak's drop over the bytes moved."""
+    base = d["rows"][0]
+    budget = d["bandwidth"]["d2h"] * 1e9 * base["fwd_ms"] / 1e3
+    rows = []
+    for r in d["rows"] if zero else d["rows"][1:]:
+        off = r["offloaded_bytes"]
+        tr = r.get("trace", {}).get("d2h", {})
+        if not off:
+            cells = ["0", f"{gib(r['peak_bytes'])} GiB", "–", f"{r['step_ms']:.1f}", "–"]
+            cells += ["–"] * 4
+        else:
+            grads = "yes"
+            if not r.get("grads_bitwise_equal"):
+                grads = f"no (max diff {r['grads_max_abs_diff']:.2e})"
+            gbps = tr.get("gbps", 0.0)
+            cells = [
+                _bytes(off),
+                f"{gib(r['peak_bytes'])} GiB",
+                f"{(base['peak_bytes'] - r['peak_bytes']) / off:.2f}",
+                f"{r['step_ms']:.1f}",
+                pct(r["step_ms"], base["step_ms"])[:-1],
+                "yes" if off <= budget else "no",
+                f"{gbps:.1f} ({gbps / d['bandwidth']['d2h']:.0%})" if gbps else "",
+                f"{tr['overlap']:.0%}" if "overlap" in tr else "",
+                grads,
+            ]
+        lead = [r["k"], r.get("sync", "default") if off else "–"] if sync else [r["k"]]
+        if not ms:
+            del cells[3]
+        rows.append((*lead, *cells))
+    heads = ("offloaded", "peak", "drop/offloaded", "step ms", "step +%", "fits budget")
+    heads = heads if ms else tuple(h for h in heads if h != "step ms")
+    heads += ("D2H GB/s (of memcpy)", "D2H overlap", "grads bitwise")
+    return table((("k", "sync") if sync else ("k",)) + heads, rows)
+
+
+def _minus(s: str) -> str:
+    return s.replace("-", "\u2212")
+
+
+def pareto_variants(d: dict, *, predicted: bool = True) -> str:
+    """Every variant of one ``pareto.py`` run against its torch.compile."""
+    base = by_variant(d)["torch.compile"]["ms"]
+    rows = []
+    for r in d["rows"]:
+        label = r["variant"].replace(")", "'s peak)") if "(torch " in r["variant"] else r["variant"]
+        pred = ""
+        if "predicted_peaks" in r:
+            pred = _minus(
+                f"{gib(r['predicted_peaks'][0])} ({pct(r['predicted_peaks'][0], r['peak'])})"
+            )
+        elif r["variant"] == "torch.compile":
+            unopt = next(x for x in d["rows"] if "planner" in x)["planner"][0]["baseline_peak"]
+            pred = _minus(f"{gib(unopt)} (unoptimized, {pct(unopt, r['peak'])})")
+        cells = [label, gib(r["peak"]), f"{r['ms']:.1f}", f"{100 * (r['ms'] / base - 1):+.1f}%"]
+        rows.append((*cells, pred) if predicted else cells)
+    heads = ("variant", "peak GiB", "step ms", "overhead vs compile")
+    return table((*heads, "planner's predicted peak") if predicted else heads, rows)
+
+
+def pareto_rerun(d: dict, torch_run: dict) -> str:
+    """memopt re-measured against torch's points of an earlier run (each against its own
+    run's torch.compile)."""
+    v, t = by_variant(d), by_variant(torch_run)
+    base, tbase = v["torch.compile"]["ms"], t["torch.compile"]["ms"]
+    rows = []
+    for b in ("0.8", "0.5", "0.3", "0.1"):
+        tr = t[f"torch.compile budget={b}"]
+        m = v[next(k for k in v if k.endswith(f"(torch {b})"))]
+        t_over, m_over = 100 * (tr["ms"] / tbase - 1), 100 * (m["ms"] / base - 1)
+        pred = m["predicted_peaks"][0]
+        rows.append(
+            (
+                b,
+                f"{gib(tr['peak'])} GiB",
+                f"{t_over:+.1f}%",
+                f"**{gib(m['peak'])} GiB**",
+                f"{m_over:+.1f}%",
+                f"{t_over / 2:+.1f}% ({_verdict(m_over, t_over / 2)})",
+                _minus(f"{gib(pred)} ({pct(pred, m['peak'])})"),
+            )
+        )
+    heads = ("torch budget", "torch peak", "torch overhead", "memopt peak", "memopt overhead")
+    return table((*heads, "target (half of torch's)", "predicted peak"), rows)
+
+
+def offload_gaps(d: dict) -> str:
+    """``diag_offload_cost.py``: idle gaps of the compute stream blamed on the CPU or a wait."""
+    labels = {
+        "memopt budget=4928556544": "budget plan (torch 0.5's peak; {n} offloads)",
+        "offload_layers=1": "offload_layers=1 ({n} offloads in layer 0)",
+    }
+    rows = []
+    for r in d["rows"]:
+        g = r["gaps"]
+        ops = g["memopt_cpu_ops"]
+        n = ops.get("memopt::offload", [0])[0]
+        cpu = "-"
+        if ops:
+            waits = sum(
+                ops.get(k, [0, 0])[1] for k in ("memopt::wait_reload", "memopt::wait_offload")
+            )
+            cpu = (
+                f"offload {ops['memopt::offload'][1] / 1e3:.1f} ms, reload "
+                f"{ops['memopt::reload'][1] / 1e3:.1f} ms, waits {waits / 1e3:.1f} ms"
+            )
+        rows.append(
+            (
+                labels.get(r["variant"], r["variant"]).format(n=n),
+                f"{r['ms']:.1f}",
+                f"{r['kernel_ms']:.1f}",
+                f"{g['cpu_us'] / 1e3:.2f} ms",
+                f"{g['wait_us'] / 1e3:.2f} ms" if g["wait_us"] else "0",
+                cpu,
+            )
+        )
+    heads = ("variant", "step ms", "kernel ms", "CPU-caused idle", "wait-caused idle")
+    return table((*heads, "CPU time in memopt ops per step"), rows)
+
+
 def _bytes(b: int) -> str:
     return f"{b / GiB:.2f} GiB" if b >= GiB else f"{b / MiB:.0f} MiB"
 
@@ -459,6 +581,20 @@ SECTIONS: dict[str, Section] = {
     ),
     "param_host_adamw_2026-11-25": Section(("param_cpu_adamw_2026-11-25.json",), host_adamw),
     "plan_time_llama": Section(("plan_time_llama.json",), plan_time),
+    "offload_llama8_v3": Section(
+        ("offload_llama8_v3.json",), lambda d: offload_sweep(d, sync=False, zero=False)
+    ),
+    "offload_gpt6_v2": Section(
+        ("offload_gpt6_v2.json",), lambda d: offload_sweep(d, zero=False, ms=False)
+    ),
+    "offload_llama8": Section(("offload_llama8.json",), offload_sweep),
+    "pareto_llama": Section(("pareto_llama.json",), pareto_variants),
+    "pareto_gpt2": Section(("pareto_gpt2.json",), lambda d: pareto_variants(d, predicted=False)),
+    "pareto_llama_memopt_v2": Section(
+        ("pareto_llama_memopt_v2.json", "pareto_llama.json"), pareto_rerun
+    ),
+    "diag_offload_gaps": Section(("diag_offload_gaps.json",), offload_gaps),
+    "offload_gpt6": Section(("offload_gpt6.json",), offload_sweep),
 }
 
 
