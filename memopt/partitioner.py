@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -41,19 +41,24 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
         held_bytes: int = 0,
         assigned: Any = None,
         activation_inputs: Sequence[bool] = (),
+        count_offsets: Mapping[str, int] | None = None,
     ):
         self.config = config
         self.state = state
         self.held_bytes = held_bytes if isinstance(config.budget, int) else 0
         self.assigned = assigned  # memopt.step.Option from the step plan
         self.activation_inputs = tuple(activation_inputs)
+        # occurrences of counted plans' clusters in the step's earlier runs
+        self.count_offsets = None if count_offsets is None else dict(sorted(count_offsets.items()))
 
     def context(self) -> str:
         """What the step gives this region, for cache keys ('' when nothing)."""
+        counts = f"|counted={self.count_offsets}" if self.count_offsets else ""
         if self.assigned is not None:
             a = self.assigned
-            return f"assigned={sorted(a.plans)}|sync={sorted((int(k), tuple(v)) for k, v in a.sync.items())}"
-        return f"held={self.held_bytes}" if self.held_bytes else ""
+            sync = sorted((int(k), tuple(v)) for k, v in a.sync.items())
+            return f"assigned={sorted(a.plans)}|sync={sync}{counts}"
+        return (f"held={self.held_bytes}" if self.held_bytes else "") + counts
 
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any):
         from memopt.passes.pipeline import run_pipeline
@@ -68,6 +73,7 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
                 held_bytes=self.held_bytes,
                 assigned=self.assigned,
                 activation_inputs=self.activation_inputs,
+                count_offsets=self.count_offsets,
             )
         except PlanError:
             raise

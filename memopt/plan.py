@@ -11,7 +11,7 @@ import enum
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from memopt.errors import PlanError
@@ -94,6 +94,23 @@ def parse_plan(text: str) -> PlanSpec:
             "first N; use strategy 0 to keep a cluster)"
         )
     return PlanSpec(cid, Strategy(s), n)
+
+
+def localize(plans: Iterable[PlanSpec], before: Mapping[str, int]) -> tuple[PlanSpec, ...]:
+    """The plans one compiled run applies when Counts count over the training step: a plan
+    for the first ``N`` occurrences, after ``before[cluster]`` occurrences in earlier runs,
+    covers the first ``N - before`` here; none left keeps the cluster (the plan still wins
+    over the level, as it does for occurrences past ``N`` inside one graph)."""
+    out = []
+    for p in plans:
+        done = before.get(p.cluster_id, 0)
+        if p.count < 0 or done == 0:
+            out.append(p)
+        elif done >= p.count:
+            out.append(PlanSpec(p.cluster_id, Strategy.KEEP, -1))
+        else:
+            out.append(PlanSpec(p.cluster_id, p.strategy, p.count - done))
+    return tuple(out)
 
 
 def parse_plans(value: str | Iterable[str] | None) -> tuple[PlanSpec, ...]:

@@ -39,7 +39,10 @@ class RegionProgram:
         example_inputs: Sequence[Any],
     ):
         self.config, self.state = config, state
-        replannable = config.budget is not None
+        # clusters of plans with a Count: the Count is over the step, so runs of this graph
+        # after other occurrences apply what is left of it (plan variants)
+        self._counted = frozenset(p.cluster_id for p in config.plans if p.count >= 0)
+        replannable = config.budget is not None or bool(self._counted)
         self._gm = copy.deepcopy(gm) if replannable else None
         self._ctx = compat.tracing_context() if replannable else None
         self.index: int | None = None
@@ -51,21 +54,28 @@ class RegionProgram:
         self._device = next(
             (x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.is_cuda), None
         )
-        self._fn, _ = self._compile(gm, example_inputs, held=state.held_bytes(), assigned=None)
+        before = self._before()
+        self._fn, _ = self._compile(
+            gm, example_inputs, held=state.held_bytes(), assigned=None, before=before
+        )
         self._variants: dict[tuple, tuple[Any, int]] = {}  # plan key -> (fn, report index)
+        self._base_key: tuple = (None, None)
         if self.index is not None:
             state.graph_keys[self.index] = hashlib.sha1(gm.code.encode()).hexdigest()
+            self._base_key = (None, self._count_key(before))
         self._sizes = symbol_locations(gm)
 
-    def _compile(self, gm, example_inputs, *, held: int, assigned: Any):
-        """Compile ``gm`` (a plan variant when ``assigned``: its own region report); returns
-        the compiled function and the index of its report (None without a backward)."""
+    def _compile(self, gm, example_inputs, *, held: int, assigned: Any, before: Any = None):
+        """Compile ``gm`` (a plan variant when ``assigned`` or ``before`` differ from the
+        first compile's: its own region report); returns the compiled function and the index
+        of its report (None without a backward)."""
         p = MemoptPartitioner(
             self.config,
             self.state,
             held_bytes=held,
             assigned=assigned,
             activation_inputs=self._activation_inputs,
+            count_offsets=before,
         )
         self.state.note_compile()
         self.state.begin_region(gm, example_inputs, context=p.context())
@@ -82,7 +92,7 @@ class RegionProgram:
         if self._sizes:
             st.latest_sizes.update({k: _size(args, i, d) for k, (i, d) in self._sizes.items()})
         pos = st.enter(self.index, self._device)
-        fn, report = self._variant(st.run_option(pos, self.index))
+        fn, report = self._variant(st.run_option(pos, self.index), self._before())
         st.record_run(report)
         if st.offload is not None and pos in st.offload.positions:
             with st.offload.run(pos, args):
@@ -92,22 +102,46 @@ class RegionProgram:
         _on_backward(out, functools.partial(st.backward_started, pos))
         return out
 
-    def _variant(self, option: Any) -> tuple[Any, int]:
-        """The compiled function for the step plan's option of this run (compiled once per
-        distinct plan, in dynamo's tracing context); the first compile's without one."""
-        if option is None or self._gm is None or self.state._compiled_as(self.index, option):
+    def _before(self) -> dict[str, int] | None:
+        """Occurrences of the counted plans' clusters in the step's runs so far."""
+        return self.state.occurrences_before(self._counted) if self._counted else None
+
+    def _count_key(self, before: dict[str, int] | None) -> tuple | None:
+        """What the counted plans apply in a run of this graph after ``before``: per cluster,
+        how many of its occurrences here (runs with equal keys share a compiled plan)."""
+        if before is None:
+            return None
+        freq = {c["cluster_id"]: c["freq"] for c in self.state.regions[self.index].clusters}
+        return tuple(
+            (p.cluster_id, min(max(p.count - before.get(p.cluster_id, 0), 0), freq[p.cluster_id]))
+            for p in self.config.plans
+            if p.count >= 0 and freq.get(p.cluster_id)
+        )
+
+    def _variant(self, option: Any, before: dict[str, int] | None) -> tuple[Any, int]:
+        """The compiled function for this run: the step plan's option and what earlier runs
+        left of the counted plans (compiled once per distinct plan, in dynamo's tracing
+        context); the first compile's when both are as it had them."""
+        if self._gm is None:
             return self._fn, self.index
-        key = option.key()
+        if option is not None and self.state._compiled_as(self.index, option):
+            option = None
+        key = (None if option is None else option.key(), self._count_key(before))
+        if key == self._base_key:
+            return self._fn, self.index
         if key not in self._variants:
             gm = copy.deepcopy(self._gm)
             fakes = [n.meta.get("example_value") for n in gm.graph.find_nodes(op="placeholder")]
             with compat.tracing(self._ctx):
-                fn, index = self._compile(gm, fakes, held=0, assigned=option)
+                fn, index = self._compile(gm, fakes, held=0, assigned=option, before=before)
             self._variants[key] = (fn, self.index if index is None else index)
             log.info(
-                "memopt: region %d compiled with a step plan (%s): report region %s",
+                "memopt: region %d compiled for a run of the step (%s): report region %s",
                 self.index,
-                option.label,
+                "; ".join(
+                    ([option.label] if option is not None else [])
+                    + ([f"counted plans after {before}"] if before else [])
+                ),
                 index,
             )
         return self._variants[key]

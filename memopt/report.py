@@ -16,6 +16,7 @@ from tabulate import tabulate
 
 from memopt.config import MemoptConfig
 from memopt.decide import saved_id
+from memopt.format import fold_kept_lines
 from memopt.plan import Strategy
 from memopt.step_report import StepInfo, ranges, step_section
 from memopt.symbolic import SymbolTable, fmt_bytes
@@ -75,6 +76,8 @@ class RegionReport:
             extra["offload"] = {**off.to_dict(), "text": off.summary()}
         if result.plan is not None:
             extra["frozen"] = result.plan.frozen()
+            if getattr(result, "count_offsets", None) is not None:
+                extra["frozen"]["step_config"] = _step_plans(result)
         b = getattr(result, "budget", None)
         if b is not None:
             extra["planner"] = {
@@ -197,7 +200,7 @@ class Report:
         _check_one_plan_per_cluster(running)
         for r in running:
             frozen = r.extra.get("frozen") or {}
-            config += [p for p in frozen.get("config", ()) if p not in config]
+            config += [p for p in _frozen_config(r) if p not in config]
             if frozen.get("sync"):
                 syncs.append(frozen["sync"])
         if any(s != syncs[0] for s in syncs[1:]):
@@ -378,7 +381,7 @@ class Report:
         for r in self.regions:
             for section in r.extra.values():
                 if isinstance(section, Mapping) and section.get("text"):
-                    texts.setdefault(section["text"], []).append(r.index)
+                    texts.setdefault(fold_kept_lines(section["text"]), []).append(r.index)
         lines = [
             text if len(self.regions) == 1 else f"[region {ranges(idx)}] {text}"
             for text, idx in texts.items()
@@ -468,13 +471,28 @@ def _times(c: Mapping[str, Any], n: int) -> dict[str, Any]:
     return row
 
 
+def _step_plans(result: Any) -> list[str]:
+    """A run's plan strings for a plan file of the step: where a Count counts over the step
+    (the run applied what earlier runs left of it), the user's plan string, in every region
+    that has the cluster, so the runs agree."""
+    counted = {p.cluster_id: str(p) for p in result.config.plans if p.count >= 0}
+    here = {c.cluster_id for c in result.plan.clusters}
+    out = [counted.get(s.rsplit(":", 2)[0], s) for s in result.plan.plan_strings()]
+    return out + [t for cid, t in counted.items() if cid in here and t not in out]
+
+
+def _frozen_config(r: RegionReport) -> list[str]:
+    frozen = r.extra.get("frozen") or {}
+    return list(frozen.get("step_config", frozen.get("config", ())))
+
+
 def _check_one_plan_per_cluster(regions: Sequence[RegionReport]) -> None:
     """One plan file applies each plan string to every region: refuse to freeze a step whose
     regions plan one cluster differently (a step plan's per-run variants), naming it."""
     seen: dict[str, tuple[str, int]] = {}
     for r in regions:
         plans = {}
-        for text in (r.extra.get("frozen") or {}).get("config", ()):
+        for text in _frozen_config(r):
             cid, strategy, count = text.rsplit(":", 2)
             plans[cid] = f"{strategy}:{count}"
         for c in r.clusters:

@@ -20,7 +20,7 @@ import logging
 import os
 import pickle
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
@@ -125,6 +125,18 @@ class MemoptState:
             b = self.regions[i].final_saved_bytes if i < len(self.regions) else None
             total += b or 0
         return total
+
+    def occurrences_before(self, ids: Collection[str]) -> dict[str, int]:
+        """Occurrences of the clusters ``ids`` in this step's runs so far (none when the next
+        forward starts a new step)."""
+        out: dict[str, int] = {}
+        if self._backward_seen:
+            return out
+        for i in self._report_seq:
+            for c in self.regions[i].clusters if i < len(self.regions) else ():
+                if c["cluster_id"] in ids:
+                    out[c["cluster_id"]] = out.get(c["cluster_id"], 0) + c["freq"]
+        return {k: v for k, v in out.items() if v}
 
     def enter(self, index: int, device: torch.device | None = None) -> int:
         """Region ``index`` runs its forward (called by RegionProgram, grad mode on); returns

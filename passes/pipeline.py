@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -50,7 +50,7 @@ from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
 from memopt.passes.find_saved_activations import find_saved_activations_pass
 from memopt.passes.offload_step import offload_step
 from memopt.passes.plan_budget import assigned_result, plan_budget
-from memopt.plan import Strategy
+from memopt.plan import PlanSpec, Strategy, localize
 from memopt.symbolic import SymbolTable, build_symbol_table
 
 log = logging.getLogger("memopt")
@@ -69,6 +69,9 @@ class Region:
     held_bytes: int = 0  # activation bytes earlier regions of the step hold (byte budgets)
     activation_inputs: Sequence[bool] = ()  # per primal: an activation of an earlier region
     assigned: Any = None  # memopt.step.Option: the step plan's choice for this region
+    # occurrences of each counted plan's cluster in the step's earlier runs (None: plans
+    # without a Count); a Count counts over the step (memopt.plan.localize)
+    count_offsets: Mapping[str, int] | None = None
     fw: torch.fx.GraphModule | None = None
     bw: torch.fx.GraphModule | None = None
     layers: list[str] = field(default_factory=list)  # the repeated layers (module paths)
@@ -164,19 +167,40 @@ def plan_budget_pass(r: Region) -> Region:
         r.budget = assigned_result(a.plans, a.sync, f"Step plan for this region: {a.describe()}")
     elif r.config.budget is not None:
         r.budget = plan_budget(
-            r.joint, r.fw, r.bw, r.candidates, r.symbols, r.config, r.joint_inputs, r.held_bytes
+            r.joint,
+            r.fw,
+            r.bw,
+            r.candidates,
+            r.symbols,
+            r.config,
+            r.joint_inputs,
+            r.held_bytes,
+            plans=_plans(r),
         )
         ins = saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
         r.budget.problem = replace(r.budget.problem, saved_input_bytes=r.symbols.evaluate(ins) or 0)
     return r
 
 
+def _plans(r: Region) -> tuple[PlanSpec, ...]:
+    """The user's plans as this run applies them (Counts count over the step)."""
+    return localize(r.config.plans, r.count_offsets or {})
+
+
 def decide_pass(r: Region) -> Region:
     c, b = r.config, r.budget
+    plans = _plans(r)
+    if b is not None and r.count_offsets:
+        # the step plan's choice for the run, with the user's counted plans where it left off
+        mine = {p.cluster_id: p for p in plans if p.cluster_id in r.count_offsets}
+        plans = tuple(mine.get(p.cluster_id, p) for p in b.plans)
+        plans += tuple(p for cid, p in mine.items() if cid not in {q.cluster_id for q in plans})
+    elif b is not None:
+        plans = b.plans
     r.plan = decide(
         r.candidates,
         level=0 if b is not None else c.level,
-        plans=b.plans if b is not None else c.plans,
+        plans=plans,
         known_elsewhere=r.known_elsewhere,
         strict=c.strict,
         value=r.symbols.evaluate,
@@ -280,6 +304,7 @@ def run_pipeline(
     held_bytes: int = 0,
     assigned: Any = None,
     activation_inputs: Sequence[bool] = (),
+    count_offsets: Mapping[str, int] | None = None,
 ) -> Region:
     """Run every pass on one joint graph; the returned Region holds the final forward and
     backward graphs, the Plan and what the report reads. ``held_bytes`` and ``assigned`` come
@@ -296,6 +321,7 @@ def run_pipeline(
         held_bytes=held_bytes,
         assigned=assigned,
         activation_inputs=activation_inputs,
+        count_offsets=count_offsets,
     )
     region = run_passes(region)
     region.final_saved = saved_activation_bytes(region.fw, region.num_fwd_outputs, region.symbols)

@@ -105,11 +105,13 @@ def plan_budget(
     config: MemoptConfig,
     joint_inputs: Sequence[Any],
     held_bytes: int = 0,
+    plans: Sequence[PlanSpec] | None = None,
 ) -> BudgetResult:
     """Solve the region's plan. ``held_bytes``: activation bytes that regions run earlier in
     the step keep while this one runs (a byte budget is for the step: this region gets what
-    they leave)."""
-    fixed = list(config.plans)
+    they leave). ``plans``: the user's plans as this run applies them (default
+    ``config.plans``)."""
+    fixed = list(config.plans if plans is None else plans)
     if config.level >= 1:
         named = {p.cluster_id for p in fixed}
         for c in candidates:
