@@ -71,11 +71,16 @@ def optimize(
     model already sharded keeps its groups; a world-size-1 process group is created when none
     exists, its backend from ``device``; ``mp_policy=`` goes to ``fully_shard``). Train with
     ``memopt.HostAdamW(model.parameters(), offload=memopt.param_offload_handle(model))``.
+    ``param_offload="auto"`` or bytes (``"8GiB"``: at most that much of each rank's parameter
+    shards on the device) let HostAdamW choose the share after the first steps from the
+    measured step and the host's measured rates (``host_rates=memopt.params.HostRates(...)``
+    gives them instead of measuring).
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"memopt.optimize expects a torch.nn.Module, got {type(model).__name__}")
     settings = {k: kwargs.pop(k) for k in list(kwargs) if k in _SETTING_NAMES}
     mp_policy = kwargs.pop("mp_policy", None)  # FSDP2's, for param_offload
+    host_rates = kwargs.pop("host_rates", None)  # memopt.params.HostRates, for "auto"
     _check_compile_kwargs(kwargs)
     cfg = resolve_config(
         level=level,
@@ -96,6 +101,7 @@ def optimize(
             layers_prefix=cfg.layers,
             device=device,
             mp_policy=mp_policy,
+            rates=host_rates,
         )
     compiled = torch.compile(model, backend=MemoptBackend(cfg, state), dynamic=dynamic, **kwargs)
     _keep_signature(compiled, model)

@@ -66,9 +66,12 @@ class MemoptConfig:
     budget: float | int | None = None
     """Memory budget: a fraction (0, 1] of the baseline saved-activation bytes, or bytes."""
 
-    param_offload: float | None = None
+    param_offload: float | int | str | None = None
     """Share in [0, 1] of the parameter bytes whose FSDP2 shards live on the host (layer
-    groups first, spread over the depth; see docs/params.md)."""
+    groups first, spread over the depth; see docs/params.md); ``"auto"``: chosen after the
+    first steps from the measured step and host rates; bytes (an int above 1 or ``"8GiB"``):
+    at most that much of each rank's parameter shards on the device, and more on the host
+    when that costs no step time."""
 
     debug: bool = False
     """Log each pass's time and node-count change."""
@@ -201,6 +204,26 @@ def parse_budget(name: str, value: Any) -> float | int:
     return num
 
 
+def parse_param_offload(name: str, value: Any) -> float | int | str:
+    """``param_offload``: a share in [0, 1] (float), ``"auto"``, or bytes (int above 1, or a
+    size string like ``"8GiB"``)."""
+    hint = "use a share in [0, 1], 'auto', or the parameter bytes to keep on the device ('8GiB')"
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(f"{name}={value!r} is not a parameter offload setting: {hint}")
+    if isinstance(value, str):
+        try:
+            value = parse_budget(name, value)
+        except ConfigError as e:
+            raise ConfigError(f"{e}; {hint}") from None
+    if isinstance(value, int) and value > 1:
+        return value
+    if not 0 <= value <= 1:
+        raise ConfigError(f"{name}={value!r} must be a number in [0, 1]; {hint}")
+    return float(value)
+
+
 def _passes(name: str, value: Any) -> tuple[str, ...]:
     """Pass names from a comma-separated string or a sequence of strings, checked."""
     from memopt.passes.pipeline import check_disabled
@@ -302,8 +325,7 @@ def resolve_config(
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{name}={v!r} must be an int >= 0")
         elif name == "param_offload":
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
-                raise ConfigError(f"param_offload={v!r} must be a number in [0, 1]")
+            v = parse_param_offload(name, v)
         elif name == "layers" and not isinstance(v, str):
             raise ConfigError(f"layers={v!r} must be a module-path prefix string")
         values[name] = v

@@ -53,3 +53,40 @@ def test_optimize_fsdp_param_offload_trains_like_adamw_and_reports_placement(no_
 def test_param_offload_fraction_validated():
     with pytest.raises(memopt.ConfigError, match=r"param_offload=1.5 must be a number in \[0, 1\]"):
         memopt.optimize(tiny_llama(), param_offload=1.5)
+
+
+def test_optimize_param_offload_auto_grows_after_measuring_and_trains_like_adamw(
+    no_process_group,
+):
+    from memopt.params import HostRates
+
+    torch.manual_seed(0)
+    ref = tiny_llama(num_hidden_layers=4)
+    model = copy.deepcopy(ref)
+    ids = torch.randint(1, 128, (2, 12))
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, fused=True)
+    # at most 300,000 B of the 657,664 B of parameters on the device: share 0.544 needed,
+    # 3 layers of 147,968 B; an AdamW at 1e15 B/s hides the rest's update too
+    opt_model = memopt.optimize(
+        model, param_offload="300000B", device="cpu", host_rates=HostRates(1e15)
+    )
+    rec = memopt.param_offload_handle(opt_model)
+    assert rec.plan.on_host == (True, True, True, False, False) and rec.auto.need == pytest.approx(
+        1 - 300_000 / 657_664
+    )
+    opt = memopt.HostAdamW(model.parameters(), lr=1e-2, offload=rec, overlap=True)
+    for step in range(7):
+        ref_opt.zero_grad()
+        want = ref(input_ids=ids, labels=ids).loss
+        want.backward()
+        ref_opt.step()
+        opt.zero_grad()
+        loss = opt_model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-5)
+        assert rec.plan.on_host == ((True,) * 5 if step >= 4 else (True, True, True, False, False))
+    table = memopt.report(opt_model, optimizer=opt).table()
+    assert "param_offload auto: chosen after step 5: 2 group(s) moved to the host" in table
+    assert "host share 1.000 (need 0.544, free 1.000), prefetch 1" in table
+    opt.close()

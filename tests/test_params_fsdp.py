@@ -234,6 +234,39 @@ def check_checkpoint_round_trip(rank, tmp):
     assert _train(model2, opt2, 2, rank, first=2, sched=sched2) == after
 
 
+def check_auto_placement(rank):
+    """param_offload="auto" and a byte budget: the placement grows after the 5th step (shards
+    and moments move to the host mid-training) and the losses stay FSDP2's."""
+    from memopt.params import HostAdamW, shard_with_offload
+    from memopt.params.rates import HostRates
+
+    ref = _reference(rank, 7)
+    # auto: nothing on the host at first; rates so fast that every group's update is free
+    # budget: at most 45,000 B of this rank's 75,648 B of shards on the device -> share 0.405
+    # needed (layers 0 and 2: 0.445); an AdamW of 1 B/s frees nothing more
+    for mode, rates, first, final in [
+        ("auto", HostRates(1e15), (False,) * 5, (True,) * 5),
+        (45_000, HostRates(1.0), (True, False, True, False, False), None),
+    ]:
+        model = _model()
+        rec = shard_with_offload(model, mode, rates=rates)
+        assert rec.plan.on_host == first
+        opt = HostAdamW(model.parameters(), lr=1e-2, offload=rec, overlap=True)
+        got = _train(model, opt, 4, rank)
+        assert rec.auto.choice is None and rec.auto.status == "measuring"
+        got += _train(model, opt, 3, rank, first=4)
+        assert rec.plan.on_host == (final or first) and len(rec.auto.step_s) == 3
+        moved = sum(final or first) - sum(first)
+        assert rec.auto.status == f"chosen after step 5: {moved} group(s) moved to the host"
+        w = model.layers[1].up.weight
+        assert opt.state[w]["exp_avg"].to_local().device.type == "cpu"
+        stats = opt.host_stats()
+        assert stats["auto"]["choice"]["host_share"] == rec.plan.host_share
+        assert stats["host_pinned_bytes"] == 0  # gloo: nothing is pinned
+        torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-6)
+        opt.close()
+
+
 def _checks(rank: int, tmp: str) -> None:
     check_offload_matches_fsdp(rank)
     check_user_sharded_model(rank)
@@ -242,6 +275,7 @@ def _checks(rank: int, tmp: str) -> None:
     check_nvme_tier(rank, tmp)
     check_bf16_host_shards(rank)
     check_checkpoint_round_trip(rank, os.path.join(tmp, "ckpt"))
+    check_auto_placement(rank)
 
 
 def test_fsdp_offload_gloo_world_size_2():

@@ -7,6 +7,8 @@
   ``clip``).
 * :class:`CPUAdamW` -- AdamW with fp32 master weights and moments on the host for parameters
   that stay on the device, optionally spilled to NVMe (``cpu_adamw``, ``flat``, ``nvme``).
+* ``param_offload="auto"`` / bytes: the placement grown after the first steps from the
+  measured step and :func:`host_rates` (``auto``, ``rates``, ``host_plan.choose_placement``).
 * :func:`placement_rows` / :func:`format_placement` -- the report rows (``report``).
 """
 
@@ -16,6 +18,7 @@ from memopt.params.host_adamw import HostAdamW
 from memopt.params.host_plan import HostPlan, plan_host_groups
 from memopt.params.layers import find_layers
 from memopt.params.nvme import NvmeStore, sequential_throughput
+from memopt.params.rates import HostRates, host_rates
 from memopt.params.report import format_placement, placement_rows
 
 __all__ = [
@@ -23,9 +26,11 @@ __all__ = [
     "FsdpOffload",
     "HostAdamW",
     "HostPlan",
+    "HostRates",
     "NvmeStore",
     "find_layers",
     "format_placement",
+    "host_rates",
     "offload_parameters",
     "placement_rows",
     "plan_host_groups",

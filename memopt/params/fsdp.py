@@ -19,6 +19,7 @@ are 2 B/param. The fp32 values are kept as masters (sliced to this rank's shard)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -31,9 +32,12 @@ from torch.distributed.fsdp import (
 )
 from torch.distributed.tensor import distribute_tensor
 
+from memopt.config import parse_param_offload
 from memopt.params import _fsdp_compat as fc
-from memopt.params.host_plan import HostPlan, plan_host_groups
+from memopt.params.auto import AutoOffload
+from memopt.params.host_plan import HostPlan, plan_host_groups, share_for_budget
 from memopt.params.layers import find_layers
+from memopt.params.rates import HostRates, host_rates
 
 
 @dataclass
@@ -59,6 +63,27 @@ class FsdpOffload:
 
     optimizer: object = None
     cuda: bool = False  # read by memopt's report; FSDP2 moves the bytes, not memopt
+    auto: AutoOffload | None = None
+    """The automatic placement (``param_offload="auto"`` or bytes); None for a given share."""
+    prefetch: int | None = None
+    """FSDP2's prefetch depth set by memopt (None: FSDP2's default of one)."""
+
+    def grow(self, plan: HostPlan, prefetch: int) -> int:
+        """Move the groups ``plan`` adds to the host (shards now, the attached optimizer's
+        moments with them) and set the prefetch depth; returns how many groups moved."""
+        moved, params = 0, []
+        for (_, mod), was, now in zip(self.groups, self.plan.on_host, plan.on_host):
+            if now and not was and fc.is_fsdp(mod):
+                fc.move_group_to_host(mod, self.pin_memory)
+                params += fc.group_params(mod)
+                moved += 1
+        self.plan = plan
+        if params and self.optimizer is not None:
+            self.optimizer.adopt_host(params)
+        if prefetch > 1:
+            set_prefetch([m for _, m in self.groups[:-1] if fc.is_fsdp(m)], prefetch)
+            self.prefetch = prefetch
+        return moved
 
     def take_master(self, p: torch.Tensor) -> torch.Tensor | None:
         """The fp32 master of a bf16 host shard (handed over once, then forgotten)."""
@@ -68,8 +93,12 @@ class FsdpOffload:
         self.optimizer = optimizer
 
     def placement_rows(self) -> list[dict]:
-        """One row per group: this rank's local shard bytes and where they live."""
+        """One row per group: this rank's local shard bytes and where they live (and a note
+        row with the automatic placement's inputs and choice)."""
         rows = []
+        if self.auto is not None:
+            rows.append({"name": self.auto.summary(), "kind": "note", "param_bytes": 0})
+            rows[-1].update(where="", host=False, pinned=False, auto=self.auto.to_dict())
         for (name, mod), host in zip(self.groups, self.plan.on_host):
             params = fc.group_params(mod) if fc.is_fsdp(mod) else []
             locs = [fc.local(p) for p in params]
@@ -114,7 +143,7 @@ def _default_host_dtype(mp_policy: MixedPrecisionPolicy | None) -> torch.dtype |
 
 def shard_with_offload(
     model: nn.Module,
-    fraction: float,
+    fraction: float | int | str,
     *,
     layers_prefix: str | None = None,
     mesh=None,
@@ -123,9 +152,15 @@ def shard_with_offload(
     pin_memory: bool | None = None,
     reshard_after_forward: bool = True,
     prefetch: int | None = None,
+    rates: HostRates | None = None,
 ) -> FsdpOffload:
     """Shard ``model`` with FSDP2 (or take its existing sharding) so that ``fraction`` of the
     parameter bytes live on the host; returns the :class:`FsdpOffload` record.
+
+    ``fraction="auto"`` or bytes (``"8GiB"``: at most that much of each rank's parameter shards
+    on the device) start with the share memory needs and choose more after the first steps
+    from the measured step and ``rates`` (:func:`memopt.params.rates.host_rates` when None;
+    see :mod:`memopt.params.auto`).
 
     ``mesh`` / ``mp_policy`` / ``reshard_after_forward`` go to every ``fully_shard`` call.
     ``pin_memory`` defaults to whether CUDA is available. ``host_dtype=None`` (default) keeps
@@ -137,16 +172,46 @@ def shard_with_offload(
     """
     ensure_process_group(mesh.device_type if mesh is not None else None)
     pin = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
+    mode = parse_param_offload("param_offload", fraction)
+    cuda = torch.cuda.is_available()
+    device = mesh.device_type if mesh is not None else ("cuda" if cuda else "cpu")
+    world = mesh.size() if mesh is not None else dist.get_world_size()
+    if not isinstance(mode, float) and rates is None:
+        rates = host_rates(device)
+    start = partial(_start, mode, world=world, rates=rates)
     if any(fc.is_fsdp(m) for m in model.modules()):
-        return _offload_sharded(model, fraction, pin)
+        rec = _offload_sharded(model, start, pin)
+    else:
+        rfa = reshard_after_forward
+        rec = _shard(model, start, pin, layers_prefix, mesh, mp_policy, host_dtype, rfa)
+    if prefetch is not None:
+        set_prefetch([m for _, m in rec.groups[:-1] if fc.is_fsdp(m)], prefetch)
+        rec.prefetch = prefetch
+    return rec
+
+
+def _start(
+    mode: float | int | str, sizes: list[int], *, world: int, rates: HostRates | None
+) -> tuple[float, AutoOffload | None]:
+    """The share to place now and, for ``"auto"`` or bytes, the automatic placement."""
+    if isinstance(mode, float):
+        return mode, None
+    budget = None if mode == "auto" else int(mode)
+    need = 0.0 if budget is None else share_for_budget(sum(sizes) // world, budget)
+    return need, AutoOffload(need=need, rates=rates, budget_bytes=budget)
+
+
+def _shard(model, start, pin, layers_prefix, mesh, mp_policy, host_dtype, rfa):
+    """An unsharded model: ``fully_shard`` each layer group with a host or device policy."""
     hd = _default_host_dtype(mp_policy) if host_dtype == "auto" else host_dtype
     groups = [*find_layers(model, layers_prefix), ("", model)]
     layer_ids = {id(p) for _, m in groups[:-1] for p in m.parameters()}
     root_bytes = _nbytes(p for p in model.parameters() if id(p) not in layer_ids)
     sizes = [_nbytes(m.parameters()) for _, m in groups[:-1]] + [root_bytes]
+    fraction, auto = start(sizes)
     plan = plan_host_groups([n for n, _ in groups], sizes, fraction)
-    rec = FsdpOffload(plan, groups, pin, hd, user_sharded=False)
-    kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
+    rec = FsdpOffload(plan, groups, pin, hd, user_sharded=False, auto=auto)
+    kw = {"mesh": mesh, "reshard_after_forward": rfa}
     if mp_policy is not None:
         kw["mp_policy"] = mp_policy
     for (_, mod), host in zip(groups, plan.on_host):
@@ -157,8 +222,6 @@ def shard_with_offload(
             if key in full:
                 rec.masters[id(p)] = _local_master(full.pop(key), p)
     rec.cuda = any(p.is_cuda for p in model.parameters())
-    if prefetch is not None:
-        set_prefetch([m for _, m in groups[:-1]], prefetch)
     return rec
 
 
@@ -193,7 +256,7 @@ def _local_master(full: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return fc.local(shard).to("cpu").contiguous()
 
 
-def _offload_sharded(model: nn.Module, fraction: float, pin: bool) -> FsdpOffload:
+def _offload_sharded(model: nn.Module, start, pin: bool) -> FsdpOffload:
     """A model the user sharded: place its groups (the model itself last when it is one)."""
     mods = [(n, m) for n, m in model.named_modules() if fc.is_fsdp(m) and m is not model]
     root = (("", model),) if fc.is_fsdp(model) else ()
@@ -202,26 +265,30 @@ def _offload_sharded(model: nn.Module, fraction: float, pin: bool) -> FsdpOffloa
     if not root:  # the model's own parameters are not sharded: nothing to place
         groups.append(("(not sharded)", model))
         sizes.append(0)
+    fraction, auto = start(sizes)
     plan = plan_host_groups([n for n, _ in groups], sizes, fraction)
     for (_, mod), host in zip(groups, plan.on_host):
         if host and fc.is_fsdp(mod):
             fc.move_group_to_host(mod, pin)
     already = tuple(fc.is_fsdp(m) and fc.group_on_host(m) for _, m in groups)
     plan = HostPlan(plan.names, plan.group_bytes, already, plan.fraction)
-    rec = FsdpOffload(plan, groups, pin, None, user_sharded=True)
+    rec = FsdpOffload(plan, groups, pin, None, user_sharded=True, auto=auto)
     rec.cuda = any(p.is_cuda for p in model.parameters())
     return rec
 
 
 def offload_parameters(
     model: nn.Module,
-    fraction: float,
+    fraction: float | int | str,
     *,
     layers_prefix: str | None = None,
     device: torch.device | str | None = None,
     mp_policy: MixedPrecisionPolicy | None = None,
+    rates: HostRates | None = None,
 ) -> FsdpOffload:
     """``memopt.optimize(..., param_offload=f)``: :func:`shard_with_offload` (a world-size-1
     process group is created when none exists; ``device`` picks its backend)."""
     ensure_process_group(device)
-    return shard_with_offload(model, fraction, layers_prefix=layers_prefix, mp_policy=mp_policy)
+    return shard_with_offload(
+        model, fraction, layers_prefix=layers_prefix, mp_policy=mp_policy, rates=rates
+    )

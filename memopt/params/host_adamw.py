@@ -91,6 +91,7 @@ class HostAdamW(torch.optim.Optimizer):
         self._micro: dict[int, int] = {}
         self._done: set[int] = set()
         self._hooks = []
+        self._hooked: set[int] = set()
         self.worker_threads: int | None = None  # set by the worker when it starts
         self._queue = UpdateQueue(init=partial(self._start_worker, team))
         mods = [m for _, m in offload.groups] if offload is not None else []
@@ -101,8 +102,7 @@ class HostAdamW(torch.optim.Optimizer):
             for p in group["params"]:
                 self._group_of[id(p)] = group
                 self._init_state(p, offload, moments=nvme_dir is None or not self._on_host(p))
-                if overlap and self._on_host(p) and p.requires_grad:
-                    self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+                self._hook_host(p)
         host = [id(p) for p in self.state if self._on_host(p) and p.requires_grad]
         self._expect = _count_by_key(self._gkey, host)
         self._nvme = None
@@ -110,9 +110,16 @@ class HostAdamW(torch.optim.Optimizer):
             sizes = [(id(p), local(p).numel()) for p in self.state if self._on_host(p)]
             self._nvme = MomentFile(nvme_dir, sizes)
         self.pipelined = bool(overlap and offload is not None and self._wait_in_forward(offload))
+        self._offload = offload
         if offload is not None:
             offload.attach_optimizer(self)
         self._warm_up()
+
+    def _hook_host(self, p: torch.Tensor) -> None:
+        """With ``overlap``, a host shard's update is queued when its gradient lands (once)."""
+        if self.overlap and self._on_host(p) and p.requires_grad and id(p) not in self._hooked:
+            self._hooked.add(id(p))
+            self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
 
     def _start_worker(self, team: int | None) -> None:
         self.worker_threads = set_thread_team(team)
@@ -150,6 +157,33 @@ class HostAdamW(torch.optim.Optimizer):
             master = offload.take_master(p) if offload is not None else None
             st["master_param"] = torch.zeros_like(p, dtype=torch.float32)
             local(st["master_param"]).copy_(master if master is not None else local(p))
+
+    @property
+    def nvme_tier(self) -> bool:
+        return self._nvme is not None
+
+    def adopt_host(self, params: Iterable[torch.Tensor]) -> None:
+        """Parameters whose shards FSDP2 now keeps on the host (the automatic placement moved
+        their group): their step count and moments move to the host as fp32, their updates to
+        the CPU (during backward with ``overlap``)."""
+        if self._nvme is not None:
+            raise RuntimeError("HostAdamW(nvme_dir=...) cannot take more host shards")
+        self.wait()
+        for p in params:
+            if p not in self.state or not self._on_host(p):
+                continue
+            st = self.state[p]
+            st["step"] = st["step"].detach().to("cpu", torch.float32)
+            for key in ("exp_avg", "exp_avg_sq"):
+                moved = torch.zeros_like(p, dtype=torch.float32)
+                local(moved).copy_(local(st[key]))
+                st[key] = moved
+            if p.dtype != torch.float32 and "master_param" not in st:
+                st["master_param"] = torch.zeros_like(p, dtype=torch.float32)
+                local(st["master_param"]).copy_(local(p))
+            self._hook_host(p)
+        host = [id(p) for p in self.state if self._on_host(p) and p.requires_grad]
+        self._expect = _count_by_key(self._gkey, host)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's loading casts state to the parameter's dtype; the moments and master of a
@@ -342,6 +376,9 @@ class HostAdamW(torch.optim.Optimizer):
         self._done.clear()
         if not self.pipelined:
             self._queue.wait()
+        auto = getattr(self._offload, "auto", None)
+        if auto is not None:  # param_offload="auto" / bytes: time the step, choose once
+            auto.on_step(self, self._offload)
         return loss
 
     def state_dict(self) -> dict:
@@ -374,12 +411,23 @@ class HostAdamW(torch.optim.Optimizer):
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
         return clip_grads_(grads, max_norm, norm_type)
 
-    def host_stats(self) -> dict[str, float]:
+    def host_stats(self) -> dict:
         """Seconds the update worker was busy, tasks it finished, and seconds the training
         thread waited for it (forward pre-hooks, ``step``, ``wait``), since construction. With
         ``pipelined`` updates the last step's tasks may still run: call :meth:`wait` first
-        for complete counts."""
-        return self._queue.stats()
+        for complete counts. Also this rank's host bytes (parameter shards, masters, moments)
+        pinned and pageable, and with ``param_offload="auto"`` its inputs and choice."""
+        out: dict = dict(self._queue.stats())
+        rows = self.placement_rows()
+        if self._offload is not None:
+            rows += self._offload.placement_rows()
+        cpu = [r for r in rows if r.get("where") == "cpu"]
+        out["host_pinned_bytes"] = sum(r["param_bytes"] for r in cpu if r.get("pinned"))
+        out["host_pageable_bytes"] = sum(r["param_bytes"] for r in cpu if not r.get("pinned"))
+        auto = getattr(self._offload, "auto", None)
+        if auto is not None:
+            out["auto"] = auto.to_dict()
+        return out
 
     def close(self) -> None:
         for h in self._hooks:

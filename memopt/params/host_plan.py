@@ -121,25 +121,161 @@ def host_update_s(host_bytes: int, adam_Bps: float) -> float:
     return host_bytes * ADAMW_TRAFFIC_PER_PARAM_BYTE / adam_Bps
 
 
-def free_host_share(total_bytes: int, device_step_s: float, adam_Bps: float) -> float:
-    """The share of parameter bytes whose CPU update fits inside ``device_step_s`` (overlapped
-    with the step, so it costs no time); more than that makes the step CPU bound."""
+def transfer_s(
+    host_bytes: float,
+    h2d_Bps: float = math.inf,
+    d2h_Bps: float = math.inf,
+    *,
+    gathers: int = 2,
+) -> float:
+    """Seconds of PCIe per step for ``host_bytes`` of host shards: each all-gathered ``gathers``
+    times host to device (forward, and again in backward when resharded after forward), its
+    gradient copied back once; the two directions run at the same time."""
+    return max(gathers * host_bytes / h2d_Bps, host_bytes / d2h_Bps)
+
+
+def free_host_share(
+    total_bytes: int,
+    device_step_s: float,
+    adam_Bps: float,
+    *,
+    h2d_Bps: float = math.inf,
+    d2h_Bps: float = math.inf,
+    gathers: int = 2,
+) -> float:
+    """The share of parameter bytes whose CPU update and PCIe copies both fit inside
+    ``device_step_s`` (overlapped with the step, so they cost no time); more than that makes the
+    step CPU or PCIe bound. Without PCIe rates only the update counts."""
     if total_bytes <= 0:
         return 0.0
     fits = device_step_s * adam_Bps / ADAMW_TRAFFIC_PER_PARAM_BYTE
+    per_byte = transfer_s(1.0, h2d_Bps, d2h_Bps, gathers=gathers)
+    if per_byte > 0:
+        fits = min(fits, device_step_s / per_byte)
     return min(1.0, fits / total_bytes)
 
 
 def choose_host_fraction(
-    need: float, total_bytes: int, device_step_s: float, adam_Bps: float
+    need: float, total_bytes: int, device_step_s: float, adam_Bps: float, **pcie: float
 ) -> float:
     """The fraction to put on the host when the planner must move ``need`` of the bytes: at
     least ``need`` (memory decides), and up to :func:`free_host_share` (more GPU memory freed
-    at no step time) when the CPU update of that much still hides under the device step."""
-    return max(check_fraction(need), free_host_share(total_bytes, device_step_s, adam_Bps))
+    at no step time) when the CPU update and copies of that much still hide under the device
+    step. ``pcie``: ``h2d_Bps``, ``d2h_Bps``, ``gathers`` as in :func:`free_host_share`."""
+    return max(check_fraction(need), free_host_share(total_bytes, device_step_s, adam_Bps, **pcie))
 
 
-def predicted_step_s(plan: HostPlan, device_step_s: float, adam_Bps: float) -> float:
-    """The overlapped step: the device step or the host groups' CPU update, whichever is
-    longer (the update runs beside the backward and the next forward)."""
-    return max(device_step_s, host_update_s(plan.host_bytes, adam_Bps))
+def predicted_step_s(
+    plan: HostPlan, device_step_s: float, adam_Bps: float, *, world: int = 1, **pcie: float
+) -> float:
+    """The overlapped step: the device step, the host groups' CPU update or their PCIe copies,
+    whichever is longest (the update runs beside the backward and the next forward). Each of
+    ``world`` ranks updates and copies its ``1/world`` of the bytes."""
+    local = plan.host_bytes / world
+    return max(device_step_s, host_update_s(local, adam_Bps), transfer_s(local, **pcie))
+
+
+def share_for_budget(total_bytes: int, device_bytes: int) -> float:
+    """The least share of ``total_bytes`` on the host that leaves at most ``device_bytes`` on
+    the device (``param_offload="8GiB"``)."""
+    if total_bytes <= 0:
+        return 0.0
+    return min(1.0, max(0.0, 1.0 - device_bytes / total_bytes))
+
+
+def grow_host_plan(plan: HostPlan, fraction: float) -> HostPlan:
+    """``plan`` with the fewest more groups on the host to reach ``fraction``: groups already
+    there stay (moving one back would need the device memory it freed); the new layers are
+    spread evenly over the device-resident ones, the root group comes last."""
+    f = check_fraction(fraction)
+    total = plan.total_bytes
+    need = math.ceil(f * total - 1e-9 * total)
+    host = {i for i, h in enumerate(plan.on_host) if h}
+    have = sum(plan.group_bytes[i] for i in host)
+    root = len(plan.names) - 1
+    free = [i for i in range(root) if i not in host]
+
+    def make(chosen: set[int]) -> HostPlan:
+        on_host = tuple(i in chosen for i in range(len(plan.names)))
+        return HostPlan(plan.names, plan.group_bytes, on_host, max(f, plan.fraction))
+
+    if have >= need:
+        return make(host)
+    for with_root in (False, True) if root not in host else (False,):
+        for k in range(1, len(free) + 1):
+            add = {free[j] for j in spread(len(free), k)} | ({root} if with_root else set())
+            if have + sum(plan.group_bytes[i] for i in add) >= need:
+                return make(host | add)
+    return make(set(range(len(plan.names))))
+
+
+#: Share of a training step one layer group's forward takes (forward : backward = 1 : 2);
+#: ``prefetch_depth`` uses it to turn a measured step into one group's forward seconds.
+FORWARD_SHARE = 1.0 / 3.0
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """What ``param_offload="auto"`` (or a byte budget) chose and from which inputs."""
+
+    need: float
+    """Least host share memory asks for (0 for ``"auto"``, from the budget otherwise)."""
+    device_step_s: float
+    """The measured step without waits for the host (max over ranks)."""
+    adam_Bps: float
+    h2d_Bps: float
+    d2h_Bps: float
+    free_share: float
+    """The share whose update and copies hide under ``device_step_s``."""
+    fraction: float
+    """``max(need, free_share)``: the share asked of :func:`grow_host_plan`."""
+    host_share: float
+    """The share the chosen groups reach (``>= fraction``, or the previous placement's)."""
+    prefetch: int
+    host_update_s: float
+    transfer_s: float
+    predicted_step_s: float
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def choose_placement(
+    plan: HostPlan,
+    need: float,
+    device_step_s: float,
+    *,
+    adam_Bps: float,
+    h2d_Bps: float = math.inf,
+    d2h_Bps: float = math.inf,
+    world: int = 1,
+    gathers: int = 2,
+) -> tuple[HostPlan, AutoChoice]:
+    """The placement and prefetch depth from measured rates: :func:`choose_host_fraction` on
+    this rank's ``1/world`` of the bytes, :func:`grow_host_plan` from ``plan`` (the groups
+    already on the host), :func:`prefetch_depth` for the host layers' copies."""
+    pcie = {"h2d_Bps": h2d_Bps, "d2h_Bps": d2h_Bps, "gathers": gathers}
+    local_total = plan.total_bytes / world
+    free = free_host_share(local_total, device_step_s, adam_Bps, **pcie)
+    f = choose_host_fraction(need, local_total, device_step_s, adam_Bps, **pcie)
+    new = grow_host_plan(plan, f)
+    layers = len(new.names) - 1
+    host_layers = [b / world for b, h in zip(new.group_bytes[:-1], new.on_host) if h]
+    group_s = device_step_s * FORWARD_SHARE / max(1, layers)
+    depth = prefetch_depth(host_layers, h2d_Bps, group_s) if group_s > 0 else 1
+    local = new.host_bytes / world
+    choice = AutoChoice(
+        need=need,
+        device_step_s=device_step_s,
+        adam_Bps=adam_Bps,
+        h2d_Bps=h2d_Bps,
+        d2h_Bps=d2h_Bps,
+        free_share=free,
+        fraction=f,
+        host_share=new.host_share,
+        prefetch=depth,
+        host_update_s=host_update_s(local, adam_Bps),
+        transfer_s=transfer_s(local, h2d_Bps, d2h_Bps, gathers=gathers),
+        predicted_step_s=predicted_step_s(new, device_step_s, adam_Bps, world=world, **pcie),
+    )
+    return new, choice

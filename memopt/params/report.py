@@ -37,12 +37,21 @@ def _mib(n: int) -> str:
 
 
 def format_placement(rows: list[dict]) -> str:
-    """A fixed-width table: name, count, MiB each, where; then GPU / CPU / disk totals."""
+    """A fixed-width table: name, count, MiB each, where; then GPU / CPU / disk totals, the
+    host bytes pinned and pageable, and note rows (the automatic placement's choice)."""
+    notes = [r["name"] for r in rows if r["kind"] == "note"]
+    rows = [r for r in rows if r["kind"] != "note"]
     lines = [f"{'parameters / optimizer state':<36} {'count':>5} {'MiB each':>10}  where"]
     totals = {"gpu": 0, "cpu": 0, "disk": 0}
+    pinned = 0
+    for r in rows:
+        pinned += r["param_bytes"] if r["where"] == "cpu" and r.get("pinned") else 0
     for first, last, n in _fold(rows):
         name = first if n == 1 else f"{first}..{last['name'].rsplit('.', 1)[-1]}"
         lines.append(f"{name:<36} {n:>5} {_mib(last['param_bytes'])}  {last['where']}")
         totals[last["where"]] = totals.get(last["where"], 0) + n * last["param_bytes"]
     lines.append("total MiB: " + ", ".join(f"{k} {v / 2**20:.2f}" for k, v in totals.items()))
-    return "\n".join(lines)
+    lines[-1] += (
+        f" (cpu pinned {pinned / 2**20:.2f}, pageable {(totals['cpu'] - pinned) / 2**20:.2f})"
+    )
+    return "\n".join(lines + notes)
