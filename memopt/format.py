@@ -10,6 +10,8 @@ them when they print.
   ``2*batch*seq**2`` -> ``2*batch*seq^2``.
 * :func:`fold_param_rows` -- one row per parameter -> one row per layer, identical consecutive
   layers in one row (``model.layers.0-4``).
+* :func:`fold_kept_lines` -- the offload section's ``kept on device: saved[i] name: reason``
+  lines (one per parameter: every weight is a graph input) -> one line per reason.
 """
 
 from __future__ import annotations
@@ -261,3 +263,57 @@ def format_param_rows(rows: Sequence[Mapping[str, Any]]) -> str:
         mib = r["param_bytes"] / 2**20
         lines.append(f"{r['name']:<32} {layers:>6} {r['params']:>6} {mib:>10.2f}  {r['where']}")
     return "\n".join(lines)
+
+
+# ---- the offload section's kept tensors ------------------------------------------------------
+_KEPT = re.compile(r"^kept on device: saved\[(\d+)\] (\S+): (.*)$")
+_SMALL = re.compile(r"^\d+ bytes < (min_bytes=\d+)$")
+
+
+def fold_kept_lines(text: str) -> str:
+    """Fold ``kept on device: saved[i] name: reason`` lines of a report section into one line
+    per reason (``N bytes < min_bytes=M`` counts as one reason, ``under min_bytes=M``), at the
+    place of the reason's first line::
+
+        kept on device: 75 saved tensors, a graph input: saved[0-74] (primals_1 ... primals_77)
+
+    A reason held by one tensor keeps its line. Other lines are left as they are."""
+    lines = text.split("\n")
+    groups: dict[str, list[tuple[int, str]]] = {}
+    order: list[str | int] = []  # a reason (its folded line goes here) or a kept line's index
+    for i, line in enumerate(lines):
+        m = _KEPT.match(line)
+        if m is None:
+            order.append(i)
+            continue
+        small = _SMALL.match(m.group(3))
+        reason = f"under {small.group(1)}" if small else m.group(3)
+        if reason not in groups:
+            order.append(reason)
+        groups.setdefault(reason, []).append((int(m.group(1)), m.group(2)))
+    out = []
+    for item in order:
+        if isinstance(item, int):
+            out.append(lines[item])
+            continue
+        kept = groups[item]
+        if len(kept) == 1:
+            out.append(f"kept on device: saved[{kept[0][0]}] {kept[0][1]}: {item}")
+            continue
+        names = (
+            f"{kept[0][1]} ... {kept[-1][1]}" if len(kept) > 2 else ", ".join(n for _, n in kept)
+        )
+        idx = _ranges(i for i, _ in kept)
+        out.append(f"kept on device: {len(kept)} saved tensors, {item}: saved[{idx}] ({names})")
+    return "\n".join(out)
+
+
+def _ranges(indices: Iterable[int]) -> str:
+    """``0, 1, 2, 5`` -> ``0-2,5``."""
+    out: list[str] = []
+    for i in sorted(set(indices)):
+        if out and out[-1].split("-")[-1] == str(i - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)

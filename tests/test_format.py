@@ -4,8 +4,16 @@ import pytest
 import sympy
 from torch.utils._sympy.functions import CeilToInt, FloorDiv, IntTrueDiv, PythonMod
 
+from memopt.config import MemoptConfig
 from memopt.errors import ConfigError
-from memopt.format import fold_param_rows, format_param_rows, pretty_expr, shorten_ids
+from memopt.format import (
+    fold_kept_lines,
+    fold_param_rows,
+    format_param_rows,
+    pretty_expr,
+    shorten_ids,
+)
+from memopt.report import RegionReport, Report
 
 LONG = "MatMul+Reshape+Reshape+Transpose+Softmax+Dropout+MatMul+Transpose+Reshape+Gemm+Add+"
 SAVED = "Saved_" + "x" * 60 + "+"
@@ -135,3 +143,46 @@ def test_format_param_rows_table():
 def test_fold_param_rows_names_a_missing_key():
     with pytest.raises(ConfigError, match="lacks 'where'"):
         fold_param_rows([{"name": "a.0.w", "param_bytes": 4}])
+
+
+_KEPT_TEXT = """activation offload: 12 host copies, 543.00 MiB per step
+kept on device: saved[0] primals_1: a graph input
+kept on device: saved[1] primals_4: a graph input
+kept on device: saved[2] primals_5: a graph input
+kept on device: saved[76] mm_default: in no detected layer
+kept on device: saved[77] rsqrt: 32768 bytes < min_bytes=1048576
+kept on device: saved[84] getitem_1: 524288 bytes < min_bytes=1048576
+kept on device: saved[93] add_9: layer 1 is not in the sync dict
+note: where: first used in backward before its reload point"""
+
+
+def test_fold_kept_lines_one_line_per_reason():
+    assert fold_kept_lines(_KEPT_TEXT).split("\n") == [
+        "activation offload: 12 host copies, 543.00 MiB per step",
+        "kept on device: 3 saved tensors, a graph input: saved[0-2] (primals_1 ... primals_5)",
+        "kept on device: saved[76] mm_default: in no detected layer",
+        "kept on device: 2 saved tensors, under min_bytes=1048576: saved[77,84] (rsqrt, getitem_1)",
+        "kept on device: saved[93] add_9: layer 1 is not in the sync dict",
+        "note: where: first used in backward before its reload point",
+    ]
+    assert fold_kept_lines("no kept lines\nhere") == "no kept lines\nhere"
+
+
+def test_the_report_prints_the_offload_section_folded():
+    region = RegionReport(
+        index=0,
+        symbols={},
+        clusters=[],
+        excluded=[],
+        baseline_saved_symbolic="0",
+        baseline_saved_bytes=0,
+        final_saved_symbolic="0",
+        final_saved_bytes=0,
+        extra={"offload": {"text": _KEPT_TEXT, "total_bytes": 0}},
+    )
+    table = Report(MemoptConfig(), [region]).table()
+    kept = [line for line in table.split("\n") if line.startswith("kept on device")]
+    assert len(kept) == 4
+    assert kept[0] == (
+        "kept on device: 3 saved tensors, a graph input: saved[0-2] (primals_1 ... primals_5)"
+    )
