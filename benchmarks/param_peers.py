@@ -13,10 +13,14 @@ with the ``gpu`` variant's. Variants:
 * ``gpu``: everything on the GPU, torch AdamW(fused).
 * ``fsdp2``: ``fully_shard`` per layer + root, world size 1, ``CPUOffloadPolicy(pin_memory=True)``,
   ``MixedPrecisionPolicy(bf16, fp32 reduce)``, torch AdamW(fused) on the CPU shards.
+* ``fsdp2-nooffload``: the same sharding with everything on the GPU, torch AdamW(fused) there
+  (uncapped): the "no offload" reference of ``param_offload=0.5``.
 * ``memopt``: ``memopt.params.shard_with_offload(model, f)`` (same FSDP2 groups and policies)
   + ``HostAdamW(overlap=True)`` (host updates during backward, and the next forward waits per
   group); ``memopt-nooverlap`` updates after backward; ``memopt-bf16host`` keeps bf16 host shards
-  with fp32 masters (2 B/param transfers); ``memopt-half`` puts half the bytes on the host.
+  with fp32 masters (2 B/param transfers); ``memopt-half`` puts half the bytes on the host;
+  ``memopt-auto`` starts with nothing there and lets ``param_offload="auto"`` choose after step
+  5 (uncapped, 4 more steps, s/step the median of the last 9, all after the choice).
 * (``streamer``, the old ``apply_param_offload(model, 0.9)`` + ``CPUAdamW``, was measured in
   docs/data/param_peers_2026-11-24.json and then deleted from memopt.)
 * ``torchao``: ``CPUOffloadOptimizer(offload_gradients=True)`` when torchao imports (uncapped).
@@ -111,7 +115,7 @@ def setup(name: str, model, args):
         )
         return model, opt, {}
     model.cpu()
-    if name != "memopt-half":  # half the bytes on the GPU: compared uncapped with ``gpu``
+    if name not in UNCAPPED:
         cap_gpu(args.cap_gib)
     from memopt.params.fsdp import ensure_process_group
 
@@ -123,10 +127,17 @@ def setup(name: str, model, args):
             fully_shard(layer, offload_policy=CPUOffloadPolicy(pin_memory=True), mp_policy=_mp())
         fully_shard(model, offload_policy=CPUOffloadPolicy(pin_memory=True), mp_policy=_mp())
         return model, torch.optim.AdamW(model.parameters(), fused=True, **kw), {}
+    if name == "fsdp2-nooffload":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.model.layers:
+            fully_shard(layer, mp_policy=_mp())
+        fully_shard(model, mp_policy=_mp())
+        return model, torch.optim.AdamW(model.parameters(), fused=True, **kw), {}
     from memopt.params import HostAdamW, format_placement, shard_with_offload
 
     host_dtype = torch.bfloat16 if name == "memopt-bf16host" else None
-    f = 0.5 if name == "memopt-half" else args.fraction
+    f = {"memopt-half": 0.5, "memopt-auto": "auto"}.get(name, args.fraction)
     rec = shard_with_offload(model, f, mp_policy=_mp(), host_dtype=host_dtype)
     kw.update(_options(args.options))
     if "chunk" in kw:  # pieces of the bf16 update (memopt.params.adamw_kernel.CHUNK)
@@ -137,6 +148,7 @@ def setup(name: str, model, args):
     rows = rec.placement_rows() + opt.placement_rows()
     extra = {"placement": format_placement(rows), "threads": opt.threads}
     extra["kernel"] = opt._update.__name__
+    extra["record"] = rec
     extra["pinned_bytes"] = sum(r["param_bytes"] for r in rows if r.get("pinned"))
     extra["host_bytes"] = sum(r["param_bytes"] for r in rows if r["where"] == "cpu")
     return model, opt, extra
@@ -151,13 +163,18 @@ def _options(text: str) -> dict:
     return out
 
 
+UNCAPPED = ("gpu", "torchao", "memopt-half", "fsdp2-nooffload", "memopt-auto")
+
+
 def variant(args) -> dict:
     if args.name == "torchao":
         import torchao  # noqa: F401 -- fail before building the model when it is missing
     model = llama(args.size)
     nparam = sum(p.numel() for p in model.parameters())
     model, opt, extra = setup(args.name, model, args)
-    data = batches(args.steps, args.bs, args.seq, SIZES[args.size]["vocab"])
+    rec = extra.pop("record", None)
+    steps = args.steps + (4 if args.name == "memopt-auto" else 0)
+    data = batches(steps, args.bs, args.seq, SIZES[args.size]["vocab"])
     losses, times, host = [], [], []
     for x in data:
         torch.cuda.synchronize()
@@ -173,7 +190,31 @@ def variant(args) -> dict:
         times.append(time.perf_counter() - t0)
         if hasattr(opt, "host_stats"):
             host.append(opt.host_stats())
-    s = statistics.median(times[3:])
+    s = statistics.median(times[-9:] if args.name == "memopt-auto" else times[3:])
+    if rec is not None:  # the placement at the end (the automatic one's choice included)
+        from memopt.params import format_placement
+
+        opt.wait()
+        rows = rec.placement_rows() + opt.placement_rows()
+        extra["placement"] = format_placement(rows)
+        extra["host_share"] = rec.plan.host_share
+        extra["prefetch"] = rec.prefetch
+        stats = opt.host_stats()
+        extra["host_pinned_bytes"] = stats["host_pinned_bytes"]
+        extra["host_pageable_bytes"] = stats["host_pageable_bytes"]
+        if "auto" in stats:
+            extra["auto"] = stats["auto"]
+    nvme = getattr(opt, "_nvme", None)
+    if nvme is not None:  # the moment file's achieved I/O
+        st = nvme.store
+        extra["nvme"] = {
+            "path": st.path,
+            "file_bytes": nvme.nbytes,
+            "read_GBps": st.read_bytes / max(st.read_seconds, 1e-9) / 1e9,
+            "write_GBps": st.write_bytes / max(st.write_seconds, 1e-9) / 1e9,
+            "read_bytes": st.read_bytes,
+            "write_bytes": st.write_bytes,
+        }
     if hasattr(opt, "overlapped_updates"):
         extra["overlapped_updates"] = opt.overlapped_updates
         extra["worker_threads"] = opt.worker_threads
@@ -191,7 +232,7 @@ def variant(args) -> dict:
         "s_per_step": s,
         "tokens_per_s": args.bs * args.seq / s,
         "peak_gib": torch.cuda.max_memory_allocated() / GiB,
-        "cap_gib": None if args.name in ("gpu", "torchao", "memopt-half") else args.cap_gib,
+        "cap_gib": None if args.name in UNCAPPED else args.cap_gib,
         "losses": losses,
         "times": times,
         **host_rss(),
