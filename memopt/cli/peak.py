@@ -176,20 +176,11 @@ class Peak:
         }
 
     def table(self) -> str:
-        from memopt.symbolic import fmt_bytes
+        """The predicted-peak block ``memopt plan`` prints (``memopt show`` prints the same
+        from :meth:`to_dict`)."""
+        from memopt.cli.show import peak_lines
 
-        lines = [
-            f"Predicted peak of one training step: {fmt_bytes(self.bytes)} "
-            f"({self.bytes:,} B), at the {PHASE_TEXT.get(self.phase_name, self.phase_name)}"
-        ]
-        width = max(len(r[0]) for r in self.rows())
-        for name, e, note in self.rows():
-            v = evaluate(e, self.values)
-            lines.append(
-                f"  {name:<{width}}  {fmt_bytes(v):>11}  = {str(sympy.expand(e)):<40}  ({note})"
-            )
-        lines.append(f"  {'total':<{width}}  {fmt_bytes(self.bytes):>11}  = {self.total}")
-        return "\n".join(lines)
+        return "\n".join(peak_lines(self.to_dict()))
 
 
 def _gib(n: int | None) -> str:

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import sympy
+
 from memopt.cli.errors import EXIT_OK, EXIT_USAGE, CliError
 from memopt.cli.peak import PHASE_TEXT
 from memopt.config import MemoptConfig
@@ -70,13 +72,18 @@ def peak_lines(peak: Mapping[str, Any]) -> list[str]:
     for name, r in rows.items():
         lines.append(
             f"  {name:<{width}}  {fmt_bytes(r['bytes']):>11}  = "
-            f"{pretty_expr(r['symbolic']):<40}  ({r['note']})"
+            f"{_formula(r['symbolic']):<40}  ({r['note']})"
         )
     lines.append(
         f"  {'total':<{width}}  {fmt_bytes(peak['peak_bytes']):>11}  = "
-        f"{pretty_expr(peak['peak_symbolic'])}"
+        f"{_formula(peak['peak_symbolic'])}"
     )
     return lines
+
+
+def _formula(text: str) -> str:
+    """A symbolic byte count from JSON, expanded and printed readably (``ceil(seq/32)``)."""
+    return pretty_expr(sympy.expand(sympy.sympify(text)))
 
 
 def render(doc: Mapping[str, Any]) -> str:
