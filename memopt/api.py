@@ -183,6 +183,10 @@ def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> None:
             f"sync: layer(s) {', '.join(map(str, bad))} outside 0..{n - 1} (the model has "
             f"{n} layers; containers: {listed})"
         )
+    if cfg.sync and (cfg.layers is not None or len(found) == 1):
+        from memopt.offload.sync import build_schedule
+
+        build_schedule(dict(cfg.sync), n)  # SyncError names the layer that cannot be scheduled
 
 
 def _check_compile_kwargs(kwargs: dict[str, Any]) -> None:

@@ -222,7 +222,7 @@ def offload_schedule(
     last, whose backward comes right after its forward)."""
     if not (offload_layers or sync or offloaded):
         return None, None
-    if n == 0 and offload_layers and not (sync or offloaded):
+    if n == 0 and (offload_layers or sync) and not offloaded:
         # no layers inside this graph: with layers compiled one per region, the step
         # offloads whole runs (memopt.state); it says so when it cannot
         return None, None

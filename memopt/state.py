@@ -28,7 +28,7 @@ import torch.fx
 
 from memopt.config import MemoptConfig, cache_dir
 from memopt.errors import ConfigError
-from memopt.offload.step_offload import StepOffload, reload_schedule
+from memopt.offload.step_offload import StepOffload, reload_schedule, sync_schedule
 from memopt.report import RegionReport, Report, StepInfo
 from memopt.step import (
     Option,
@@ -150,6 +150,8 @@ class MemoptState:
                 self._compiled_in_step = False
             self._entry_device = device
             self._entry.append(torch.cuda.memory_allocated(device))
+        if self.offload is not None:
+            self.offload.forward_reached(len(self._seq) - 1)
         return len(self._seq) - 1
 
     def run_option(self, pos: int, index: int) -> Option | None:
@@ -224,31 +226,36 @@ class MemoptState:
         self._compiled_in_step = True
 
     def _plan_offload(self, sequence: Sequence[int]) -> None:
-        """``offload_layers=k`` when the layers are compiled regions (no region holds
-        repeated layers of its own: those offload inside their graph)."""
-        k = self.config.offload_layers
-        if not k or any(self.regions[i].extra.get("layers") for i in set(sequence)):
+        """``offload_layers=k`` or the sync dict when the layers are compiled regions (no
+        region holds repeated layers of its own: those offload inside their graph). The
+        user's sync dict wins over ``offload_layers``, as inside one graph."""
+        k, sync = self.config.offload_layers, dict(self.config.sync or {})
+        if not (k or sync) or any(self.regions[i].extra.get("layers") for i in set(sequence)):
             return
+        setting = "sync" if sync else f"offload_layers={k}"
         layers = layer_runs([self.graph_keys.get(i, i) for i in sequence])
         if len(layers) < 2:
             note = (
-                f"offload_layers={k}: no repeated layers in any compiled region and no "
+                f"{setting}: no repeated layers in any compiled region and no "
                 "repeated regions in the step (layers compiled one per region); nothing is "
                 "offloaded. If the model has layers under another path, pass layers='...'."
             )
             self.notes.append(note)
             log.warning("memopt: %s", note)
             return
-        if k >= len(layers):
+        release = None
+        if sync:
+            positions, reload, release = sync_schedule(layers, sync)  # SyncError names a layer
+        elif k >= len(layers):
             raise ConfigError(
                 f"offload_layers={k} must be below the number of layers ({len(layers)}): the "
                 "last layer's activations are needed as soon as its forward ends"
             )
-        positions = [p for layer in layers[:k] for p in layer]
-        self.offload = StepOffload(
-            positions, self.config.offload_min_bytes, reload_schedule(layers, k)
-        )
-        log.info("memopt: offloading the saved tensors of step runs %s", positions)
+        else:
+            positions = [p for layer in layers[:k] for p in layer]
+            reload = reload_schedule(layers, k)
+        self.offload = StepOffload(positions, self.config.offload_min_bytes, reload, release)
+        log.info("memopt: offloading the saved tensors of step runs %s (%s)", positions, setting)
 
     def plan_step(self, sequence: Sequence[int]) -> StepChoice | None:
         """Solve one plan for the step ``sequence`` and assign each region its part; regions

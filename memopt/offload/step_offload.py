@@ -28,6 +28,7 @@ import torch
 
 from memopt import _torch_compat as compat
 from memopt.offload import ops
+from memopt.offload.sync import SyncEntry, SyncPoint, build_schedule
 
 
 @dataclass
@@ -51,22 +52,36 @@ class StepOffloadStats:
     """Runs not offloaded because other saved-tensor hooks were active (checkpointing)."""
 
 
+Point = tuple[bool, int]
+"""A moment of the step: ``(True, p)`` the forward of run ``p`` begins, ``(False, p)`` its
+backward begins."""
+
+
 class StepOffload:
-    """The runtime of cross-region offload for one optimized model."""
+    """The runtime of cross-region offload for one optimized model.
+
+    ``reload_at``: point (or run, meaning its backward) -> the offloaded runs whose copy-back
+    starts there (default: each run's as the next run's backward begins). ``release_at``: point
+    -> offloaded runs whose device memory is released there: the compute stream waits for
+    their copies, then drops them (a sync dict's ``offload_done``); runs not named are
+    released as soon as their copy has run."""
 
     def __init__(
         self,
         positions: Sequence[int],
         min_bytes: int,
-        reload_at: Mapping[int, Sequence[int]] | None = None,
+        reload_at: Mapping[int | Point, Sequence[int]] | None = None,
+        release_at: Mapping[Point, Sequence[int]] | None = None,
     ):
         self.positions = frozenset(positions)
         self.min_bytes = min_bytes
-        # run whose backward start triggers the copy-back -> the offloaded runs it brings back
-        # (default: the run just before it, one run ahead)
-        self.reload_at = {k: tuple(v) for k, v in (reload_at or {}).items()} or {
-            p + 1: (p,) for p in self.positions
+        reload_at = reload_at or {p + 1: (p,) for p in self.positions}
+        self.reload_at: dict[Point, tuple[int, ...]] = {
+            (k if isinstance(k, tuple) else (False, k)): tuple(v) for k, v in reload_at.items()
         }
+        self.release_at = {k: tuple(v) for k, v in (release_at or {}).items()}
+        self._held = frozenset(p for v in self.release_at.values() for p in v)
+        self._d2h: dict[int, object] = {}  # held run -> the event its copies finish at
         self._groups: dict[int, list[_Saved]] = {}
         self._lock = threading.Lock()
         self.stats = StepOffloadStats()
@@ -76,6 +91,7 @@ class StepOffload:
         with self._lock:
             self.stats, self._current = self._current, StepOffloadStats()
             self._groups.clear()
+            self._d2h.clear()
 
     @contextlib.contextmanager
     def run(self, pos: int, inputs: Sequence[object]) -> Iterator[None]:
@@ -117,25 +133,52 @@ class StepOffload:
             )
             moved += t.numel() * t.element_size()
         cuda = [s for s in group if s.t.is_cuda]
+        held = pos in self._held  # kept until its release point (a sync dict's offload_done)
         if cuda:
-            _copy_all(cuda[0].device, [(s.host, s.t) for s in cuda])  # the copy-back follows it
-            side = ops.transfer_stream(cuda[0].device)  # on this stream: no event needed
-            for s in cuda:
-                s.t.record_stream(side)  # its memory is reused only after the copy ran
+            # the copy-back follows it on the same stream: no event needed for that
+            done = _copy_all(cuda[0].device, [(s.host, s.t) for s in cuda])
+            side = ops.transfer_stream(cuda[0].device)
+            if held:
+                self._d2h[pos] = done
+            else:
+                for s in cuda:
+                    s.t.record_stream(side)  # its memory is reused only after the copy ran
         for s in group:
             if not s.t.is_cuda:
                 s.host.copy_(s.t)
             ops._count("d2h", s.t.numel() * s.t.element_size(), s.device, s.t.is_cuda)
-            s.t = None
+            if not held:
+                s.t = None
         with self._lock:
             self._groups[pos] = group
             self._current.offloaded_bytes += moved
 
+    def forward_reached(self, pos: int) -> None:
+        """The forward of the run at ``pos`` begins."""
+        self._at((True, pos))
+
+    def _release(self, runs: Sequence[int]) -> None:
+        for p in runs:
+            done = self._d2h.pop(p, None)
+            group = self._groups.get(p, ())
+            if done is not None and group:
+                torch.cuda.current_stream(group[0].device).wait_event(done)
+            for s in group:
+                s.t = None  # freed on the compute stream, which has waited for the copy
+
     def backward_reached(self, pos: int) -> None:
-        """Backward of the run at ``pos`` begins: start copying back the offloaded runs whose
-        reload this run's backward triggers (see :func:`reload_schedule`)."""
+        """Backward of the run at ``pos`` begins."""
+        self._at((False, pos))
+
+    def _at(self, point: Point) -> None:
+        """Release, then start copying back, the offloaded runs scheduled at ``point``."""
+        if point in self.release_at:
+            self._release(self.release_at[point])
+        if point not in self.reload_at:
+            return
+        self._release([p for p in self.reload_at[point] if p in self._d2h])  # not yet released
         with self._lock:
-            group = [s for p in self.reload_at.get(pos, ()) for s in self._groups.pop(p, [])]
+            group = [s for p in self.reload_at[point] for s in self._groups.pop(p, [])]
         group = [s for s in group if s.host is not None and s.back is None]
         if not group:
             return
@@ -193,6 +236,36 @@ def _copy_all(device: torch.device, pairs: list[tuple[torch.Tensor, torch.Tensor
     finally:
         torch.cuda.set_stream(compute)
     return side.record_event()
+
+
+def sync_schedule(
+    layers: Sequence[Sequence[int]], sync: Mapping[int, SyncEntry]
+) -> tuple[list[int], dict[Point, list[int]], dict[Point, list[int]]]:
+    """A sync dict ``{layer: (offload_fwd, offload_num, reload_fwd, reload_num)}`` over the
+    step's layers (lists of run positions, forward order), as in one graph
+    (:mod:`memopt.offload.sync`): returns the offloaded runs, reload points and release points.
+    ``(True, c)`` is the forward of layer ``c``'s first run, ``(False, c)`` the backward of
+    layer ``n-1-c``'s last run; the end of the forward, ``(True, n)``, is the backward of the
+    last layer. Raises :class:`memopt.offload.sync.SyncError` naming a layer that cannot be
+    scheduled."""
+    n = len(layers)
+    schedule = build_schedule(sync, n)
+
+    def point(p: SyncPoint) -> Point:
+        if p.forward and p.count < n:
+            return (True, min(layers[p.count]))
+        c = 0 if p.forward else p.count
+        return (False, max(layers[n - 1 - c]))
+
+    positions: list[int] = []
+    reload: dict[Point, list[int]] = {}
+    release: dict[Point, list[int]] = {}
+    for s in schedule.layers:
+        runs = list(layers[s.layer])
+        positions += runs
+        reload.setdefault(point(s.reload_start), []).extend(runs)
+        release.setdefault(point(s.offload_done), []).extend(runs)
+    return positions, reload, release
 
 
 def reload_schedule(layers: Sequence[Sequence[int]], k: int) -> dict[int, list[int]]:
