@@ -138,7 +138,7 @@ def measure(args) -> None:
         run("eager FSDP2", lambda: model)
     run("torch.compile", lambda: torch.compile(model))
     peaks = {}
-    for b in (0.5, 0.1):
+    for b in (0.5, 0.1) if want("budgets") else ():
         torch._functorch.config.activation_memory_budget = b
         run(f"torch.compile budget={b}", lambda: torch.compile(model), {"budget": b})
         peaks[b] = rows[-1]["peak"]
@@ -193,7 +193,9 @@ def main() -> None:
     p.add_argument("--ffn", type=int, default=8192)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--only", help="comma-separated: eager,level,fraction,offload (default: all)")
+    p.add_argument(
+        "--only", help="comma-separated: eager,budgets,level,fraction,offload (default: all)"
+    )
     p.add_argument("--warmup", type=int, default=5)
     args = p.parse_args()
     if args.table:

@@ -36,14 +36,14 @@ def test_sync_schedule_maps_sync_points_to_runs():
 def test_release_point_holds_the_device_copy_until_then():
     w = torch.randn(16, 16, requires_grad=True)
     x = torch.randn(8, 16)
-    off = StepOffload([0], 0, reload_at={(False, 2): [0]}, release_at={(True, 1): [0]})
+    off = StepOffload([0], 0, reload_at={(False, 1): [0]}, release_at={(True, 1): [0]})
     with off.run(0, (w, x)):
         y = (x @ w).sin().sum()
     (saved,) = off._groups[0]
     assert saved.t is not None and saved.host is not None  # copied, still held
     off.forward_reached(1)
     assert saved.t is None  # released where the dict said
-    off.backward_reached(2)
+    off.backward_reached(1)
     assert saved.back is not None  # copied back
     (g,) = torch.autograd.grad(y, w)
     torch.testing.assert_close(g, torch.autograd.grad((x @ w).sin().sum(), w)[0])
@@ -80,3 +80,24 @@ def test_sync_dict_that_cannot_apply_says_which_layer():
     # ... and by the step, where the layers are the step's repeated runs
     with pytest.raises(SyncError, match=r"sync\[3\]: the offload can never finish"):
         sync_schedule(PAIRS, {3: (True, 3, False, 0)})
+
+
+def test_copy_back_in_the_backward_is_paced_up_to_the_first_use():
+    """A layer's copy-back started 4 runs before its first use goes in 4 shares of about equal
+    bytes, one per backward start (one long queue would hold the copy engine)."""
+    w = torch.randn(16, 16, requires_grad=True)
+    x = torch.randn(8, 16)
+    off = StepOffload([0], 0, reload_at={(False, 4): [0]})
+    with off.run(0, (w, x)):
+        y = (x @ w).sin().sin().sin().sin().sum()  # four saved (8, 16) tensors
+    group = off._groups[0]
+    assert len(group) == 4
+    back = []
+    for pos in (4, 3, 2, 1):
+        off.backward_reached(pos)
+        back.append(sum(s.back is not None for s in group))
+    assert back == [1, 2, 3, 4]
+    assert off._current.prefetched == 4
+    (g,) = torch.autograd.grad(y, w)
+    ref = torch.autograd.grad((x @ w).sin().sin().sin().sin().sum(), w)[0]
+    torch.testing.assert_close(g, ref)

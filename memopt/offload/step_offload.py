@@ -40,6 +40,7 @@ class _Saved:
     device: torch.device | None = None
     back: torch.Tensor | None = None  # the prefetched device copy
     back_done: object = None  # CUDA event: the H2D copy finished
+    used: bool = False  # the backward has read it (a share still due must not copy it again)
 
 
 @dataclass
@@ -82,6 +83,9 @@ class StepOffload:
         self.release_at = {k: tuple(v) for k, v in (release_at or {}).items()}
         self._held = frozenset(p for v in self.release_at.values() for p in v)
         self._d2h: dict[int, object] = {}  # held run -> the event its copies finish at
+        # copy-backs started in the backward are spread over the runs' backward starts up to
+        # the first use (paced): run whose backward start issues them -> the tensors
+        self._later: dict[int, list[_Saved]] = {}
         self._groups: dict[int, list[_Saved]] = {}
         self._lock = threading.Lock()
         self.stats = StepOffloadStats()
@@ -92,6 +96,7 @@ class StepOffload:
             self.stats, self._current = self._current, StepOffloadStats()
             self._groups.clear()
             self._d2h.clear()
+            self._later.clear()
 
     @contextlib.contextmanager
     def run(self, pos: int, inputs: Sequence[object]) -> Iterator[None]:
@@ -174,12 +179,34 @@ class StepOffload:
         """Release, then start copying back, the offloaded runs scheduled at ``point``."""
         if point in self.release_at:
             self._release(self.release_at[point])
+        forward, pos = point
+        if not forward:  # shares of paced copy-backs due here (or overdue: a run without hook)
+            with self._lock:
+                due = [k for k in self._later if k >= pos]
+                for k in sorted(due, reverse=True):
+                    self._reload(self._later.pop(k))
         if point not in self.reload_at:
             return
-        self._release([p for p in self.reload_at[point] if p in self._d2h])  # not yet released
+        runs = self.reload_at[point]
+        self._release([p for p in runs if p in self._d2h])  # not yet released
         with self._lock:
-            group = [s for p in self.reload_at[point] for s in self._groups.pop(p, [])]
-        group = [s for s in group if s.host is not None and s.back is None]
+            # in the order the backward needs them: later runs first
+            group = [s for p in sorted(runs, reverse=True) for s in self._groups.pop(p, [])]
+            group = [s for s in group if s.host is not None and s.back is None]
+            if forward or not group:
+                self._reload(group)
+                return
+            # spread over the backward starts from here to the first use (max(runs)), each
+            # share a slice of the bytes: one long queue of copies would hold the copy engine
+            # that other streams' device copies (FSDP2's at world size 1) wait behind
+            shares = max(1, pos - max(runs))
+            self._reload(_share(group, shares, 0))
+            for j in range(1, shares):
+                self._later.setdefault(pos - j, []).extend(_share(group, shares, j))
+
+    def _reload(self, group: list[_Saved]) -> None:
+        """Start copying ``group`` back to the device (one event for the group)."""
+        group = [s for s in group if s.back is None and not s.used]
         if not group:
             return
         for s in group:
@@ -206,8 +233,20 @@ class StepOffload:
         if s.back_done is not None:
             torch.cuda.current_stream(s.device).wait_event(s.back_done)
         # the host copy stays with the handle: a second backward (retain_graph) reads it again
-        out, s.back, s.back_done = s.back, None, None
+        out, s.back, s.back_done, s.used = s.back, None, None, True
         return out
+
+
+def _share(group: Sequence[_Saved], shares: int, j: int) -> list[_Saved]:
+    """The ``j``-th of ``shares`` consecutive slices of ``group`` with about equal bytes."""
+    sizes = [s.host.numel() * s.host.element_size() for s in group]
+    total, out, acc = max(1, sum(sizes)), [], 0
+    for s, b in zip(group, sizes):
+        mid = acc + b / 2  # a tensor goes to the share its middle byte falls in
+        if min(int(mid * shares / total), shares - 1) == j:
+            out.append(s)
+        acc += b
+    return out
 
 
 def _copy_back(s: _Saved) -> tuple[torch.Tensor, object]:
