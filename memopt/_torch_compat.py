@@ -6,6 +6,7 @@ Checked against torch 2.11 and 2.13 (see shared TORCH_NOTES).
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -62,6 +63,28 @@ def saved_tensors_hooks_active() -> bool:
     user's own): hooks installed inside them would replace theirs."""
     top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
     return top is not None and top(False) is not None
+
+
+def packing_in_compiled_region(max_depth: int = 256) -> bool:
+    """Whether a saved-tensor pack hook runs for a compiled region's save (AOTAutograd's
+    ``CompiledFunction``), not for eager autograd between graph breaks. Read from the Python
+    stack: torch <= 2.13 runs ``Function.apply`` in Python (``cls`` is the class); 2.14 calls
+    the class's ``apply`` from ``make_boxed_func``'s ``g`` (its ``f``) without a Python frame."""
+    frame = sys._getframe(2)
+    for _ in range(max_depth):
+        if frame is None:
+            return False
+        local = frame.f_locals
+        for key in ("cls", "ctx", "f"):
+            obj = local.get(key)
+            if obj is None:
+                continue
+            owner = getattr(obj, "__self__", obj)  # a bound classmethod: its class
+            owner = owner if isinstance(owner, type) else type(owner)
+            if "CompiledFunction" in getattr(owner, "__qualname__", ""):
+                return True
+        frame = frame.f_back
+    return False
 
 
 def register_backend(name: str, fn) -> None:

@@ -3,12 +3,13 @@ benchmarks to check the report's estimates)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from memopt import _torch_compat as compat
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, str]:
@@ -48,25 +49,6 @@ class SavedMeasurement:
         return self.total - self.compiled
 
 
-#: The AOTAutograd runtime's autograd Function: a tensor packed while its ``apply`` runs is
-#: saved by a compiled region (a private torch name; only measurement depends on it).
-_COMPILED_FUNCTION = "CompiledFunction"
-
-
-def _in_compiled_function(max_depth: int = 256) -> bool:
-    frame = sys._getframe(2)
-    for _ in range(max_depth):
-        if frame is None:
-            return False
-        if frame.f_code.co_name in ("apply", "forward"):
-            owner = frame.f_locals.get("cls") or frame.f_locals.get("ctx")
-            owner = owner if isinstance(owner, type) else type(owner)
-            if _COMPILED_FUNCTION in getattr(owner, "__qualname__", ""):
-                return True
-        frame = frame.f_back
-    return False
-
-
 def measure_saved(
     step: Callable[[], Any], exclude: Iterable[torch.Tensor] = ()
 ) -> tuple[Any, SavedMeasurement]:
@@ -85,7 +67,7 @@ def measure_saved(
                     t.dtype,
                     tuple(t.stride()),
                     t.untyped_storage().nbytes(),
-                    _in_compiled_function(),
+                    compat.packing_in_compiled_region(),
                 )
         return t
 

@@ -266,8 +266,13 @@ def build_planning_problem(
     cands = [
         _candidate(a, graphs, sizes, layer_index, min_offload_bytes, reads[a.root]) for a in usable
     ]
+    fwd_op_s = tuple(rates_op_s(op_cost(n, sizes)) for n in fw_ops)
+    if not fw_ops and not bw_ops:
+        # a graph without ops (torch 2.14 folds a lone ``y * 1.0`` away): one idle position,
+        # so the step it is part of still has a memory curve to plan on
+        fwd_op_s, fw_live = (0.0,), [0]
     timeline = StepTimeline(
-        fwd_op_s=tuple(rates_op_s(op_cost(n, sizes)) for n in fw_ops),
+        fwd_op_s=fwd_op_s,
         bwd_op_s=tuple(rates_op_s(op_cost(n, sizes)) for n in bw_ops),
         fwd_live_bytes=tuple(fw_live),
         bwd_live_bytes=tuple(bw_live),
