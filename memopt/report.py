@@ -108,8 +108,14 @@ class RegionReport:
         return RegionReport(**dict(d))
 
 
-def _config_text(config: MemoptConfig) -> str:
-    return ",".join(config.plan_strings()) or "not provided"
+def _config_text(config: MemoptConfig, width: int = 60) -> str:
+    """The user's plan strings, or their count and the first when they would not fit the
+    heading (a frozen plan file holds dozens; the table's ON rows list them)."""
+    plans = config.plan_strings()
+    text = ",".join(plans) or "not provided"
+    if len(text) <= width:
+        return text
+    return f"{len(plans)} plan strings (their rows are ON in the table)"
 
 
 @dataclass

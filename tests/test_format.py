@@ -13,6 +13,7 @@ from memopt.format import (
     pretty_expr,
     shorten_ids,
 )
+from memopt.plan import parse_plans
 from memopt.report import RegionReport, Report
 
 LONG = "MatMul+Reshape+Reshape+Transpose+Softmax+Dropout+MatMul+Transpose+Reshape+Gemm+Add+"
@@ -186,3 +187,14 @@ def test_the_report_prints_the_offload_section_folded():
     assert kept[0] == (
         "kept on device: 3 saved tensors, a graph input: saved[0-2] (primals_1 ... primals_5)"
     )
+
+
+def test_the_heading_counts_a_long_plan_list():
+    plans = parse_plans([f"Gemm+Reshape+Split+Reshape+Transpose+Mul{i}+:1:-1" for i in range(17)])
+    head = Report(MemoptConfig(plans=plans), []).table().split("\n")[0]
+    assert head == (
+        "Memory Optimizer : OFF : Level 0, User config: 17 plan strings (their rows are ON in "
+        "the table), probe level: 1"
+    )
+    short = Report(MemoptConfig(plans=parse_plans(["BiasGelu+:1:-1"])), []).table()
+    assert short.startswith("Memory Optimizer : OFF : Level 0, User config: BiasGelu+:1:-1,")
