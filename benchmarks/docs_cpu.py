@@ -73,9 +73,13 @@ def _verdict(text: str) -> str:
 
 
 def _answers(text: str) -> str:
-    """The largest batch of each column of ``memopt fit``'s table (first row)."""
-    nums = re.findall(r"^\s*largest batch\s*\|?(.*)$", text, re.M)
-    return nums[0].strip() if nums else "?"
+    """The largest batch of each row of ``memopt fit``'s table (``29 / 40 / 45``)."""
+    lines = text.split("\n")
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("Largest ")), None)
+    if start is None:
+        return "?"
+    rows = [re.split(r"\s{2,}", ln.strip()) for ln in lines[start + 3 :] if ln.strip()]
+    return " / ".join(r[1] for r in rows if len(r) > 1)
 
 
 def cli(out: Path) -> None:

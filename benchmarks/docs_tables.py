@@ -68,11 +68,14 @@ def cli_timings(d: dict) -> str:
             )
         )
     head = (
-        f"Measured on {d['date']} on {d['host']} (torch {d['torch']}, transformers "
+        f"Measured on {d['date']} on the {d['host']} (torch {d['torch']}, transformers "
         f"{d['transformers']}), one command after the other, load average "
         f"{d['load_min']:.1f} to {d['load_max']:.1f}:\n\n"
     )
-    return head + table(("command", "traced", "wall", "CPU (user + sys)", "max RSS"), rows)
+    phases = "\nCPU seconds per phase (the closing line of `--progress`):\n\n" + "".join(
+        f"* `{r['command']}`: {r['cpu_phases']}\n" for r in d["rows"] if r.get("cpu_phases")
+    )
+    return head + table(("command", "traced", "wall", "CPU (user + sys)", "max RSS"), rows) + phases
 
 
 # ---- docs/benchmarks.md -------------------------------------------------------------------
@@ -562,6 +565,7 @@ def _load(data: Path, name: str) -> Any:
 
 SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
+    "cli_timings": Section(("cli_timings.json",), cli_timings),
     "fsdp_step_per_run": Section(("fsdp_step_2026-11-25_per_run.json",), fsdp_step),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(

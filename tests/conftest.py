@@ -38,6 +38,7 @@ SLOW = (
     "test_step_fsdp.py",
     "test_architecture.py::test_a_disabled_rewrite_leaves_the_plan_unapplied",
     "test_integrations.py::test_hf_trainer_trains_an_optimized_model_with_the_default_columns",
+    "test_readme.py",
 )
 
 
