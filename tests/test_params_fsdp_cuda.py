@@ -116,3 +116,41 @@ def test_fsdp_cuda_threads_setting_is_the_workers_own(cuda_group):
     losses, _, _ = _memopt(overlap=True, threads=1)
     assert torch.get_num_threads() == before  # the training thread keeps torch's count
     assert len(losses) == STEPS
+
+
+def test_fsdp_cuda_auto_placement_moves_groups_mid_training(cuda_group):
+    """param_offload="auto" with rates that make every update free: all groups move to the
+    host (pinned shards, moments with them) after step 5, and training goes on as FSDP2's."""
+    from torch.distributed.fsdp import fully_shard
+
+    from memopt.params import HostAdamW, HostRates, shard_with_offload
+
+    steps = 8
+    ref = _model()
+    for layer in ref.layers:
+        fully_shard(layer)
+    fully_shard(ref)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, fused=True)
+    model = _model()
+    rec = shard_with_offload(model, "auto", rates=HostRates(1e15, 1e15, 1e15))
+    assert rec.plan.on_host == (False,) * (LAYERS + 1)
+    opt = HostAdamW(model.parameters(), lr=1e-3, offload=rec, overlap=True)
+    for s in range(steps):
+        ids = torch.randint(0, VOCAB, (8, 128), generator=torch.Generator().manual_seed(s)).cuda()
+        for m, o in ((ref, ref_opt), (model, opt)):
+            loss = m(ids)
+            loss.backward()
+            o.step()
+            o.zero_grad()
+            if m is ref:
+                want = loss.item()
+        torch.testing.assert_close(loss.item(), want, rtol=0, atol=1e-4)
+    assert rec.plan.on_host == (True,) * (LAYERS + 1)
+    assert model.layers[2].up.weight.to_local().device.type == "cpu"
+    ref_w, got_w = _weights(ref), _weights(model)
+    for name, w in ref_w.items():
+        torch.testing.assert_close(got_w[name].cpu(), w.cpu(), rtol=0, atol=1e-5)
+    stats = opt.host_stats()
+    assert stats["host_pinned_bytes"] == 8_927_744 * 4  # every shard, pinned by FSDP2's policy
+    assert stats["host_pageable_bytes"] == 2 * 8_927_744 * 4  # exp_avg, exp_avg_sq
+    opt.close()

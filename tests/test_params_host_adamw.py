@@ -163,3 +163,34 @@ def test_host_adamw_nvme_tier_is_bitwise_the_in_memory_update(tmp_path):
     disk = [r for r in rows1 if r["where"] == "disk"]
     assert [r["param_bytes"] for r in disk] == [8 * (33 * 7 + 5 + 64 * 16)]
     assert not list(tmp_path.iterdir())  # the file is deleted on close
+
+
+def test_rehome_gives_a_dtensor_parameter_a_host_shard_in_place():
+    """FSDP2 assigns host gradients to a group moved to the host: the parameter object (held
+    by the optimizer) must become a host DTensor, hooks kept. 'meta' stands in for CUDA."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor, Shard, init_device_mesh
+
+    from memopt.params._fsdp_compat import rehome
+
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        local = torch.zeros(4, 3, device="meta")
+        p = torch.nn.Parameter(DTensor.from_local(local, mesh, [Shard(0)], run_check=False))
+        seen = []
+        p.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.device.type))
+        held = {p: "optimizer state"}
+        rehome(p, torch.arange(12.0).view(4, 3))
+        assert held[p] == "optimizer state" and p.device.type == "cpu" and p.requires_grad
+        assert p.shape == (4, 3) and p.to_local().sum().item() == 66.0
+        p.grad = DTensor.from_local(torch.ones(4, 3), mesh, [Shard(0)], run_check=False)
+        assert len(p._post_accumulate_grad_hooks) == 1  # the hook came along
+        same = torch.ones(4, 3)
+        rehome(p, same)  # same device: only the local tensor changes
+        assert p._local_tensor is same
+    finally:
+        if created:
+            dist.destroy_process_group()

@@ -72,8 +72,10 @@ def group_on_host(module: nn.Module) -> bool:
 def move_group_to_host(module: nn.Module, pin_memory: bool) -> None:
     """Put a sharded group's local shards on the host, as ``CPUOffloadPolicy`` would have.
 
-    The parameter objects stay the same (optimizers built before still hold them); the local
-    tensors are replaced, so build any optimizer state after this call.
+    The parameter objects stay the same (optimizers built before still hold them): the local
+    tensors are replaced, and a parameter whose DTensor lived on the device is given a host one
+    in place (:func:`rehome`), so FSDP2 can assign it host gradients. Move optimizer state
+    with it (``HostAdamW.adopt_host``) or build the optimizer after this call.
     """
     group = param_group(module)
     if group is None or isinstance(group.offload_policy, CPUOffloadPolicy):
@@ -83,12 +85,32 @@ def move_group_to_host(module: nn.Module, pin_memory: bool) -> None:
         data = fp._sharded_param_data.detach().cpu()
         if pin_memory:
             data = data.pin_memory()
-        local = fp.sharded_param._local_tensor
+        p = fp.sharded_param
         fp._sharded_param_data = data.view(-1)
-        fp.sharded_param._local_tensor = data.view(fp.padded_sharded_param_size).narrow(
-            0, 0, local.size(0)
-        )
+        rehome(p, data.view(fp.padded_sharded_param_size).narrow(0, 0, p._local_tensor.size(0)))
         fp.offload_to_cpu, fp.pin_memory = True, pin_memory
+
+
+def rehome(p: nn.Parameter, local: torch.Tensor) -> None:
+    """Make ``local`` the local shard of the DTensor parameter ``p``, keeping the object.
+
+    A DTensor's own device is fixed when it is made, and autograd refuses a gradient on another
+    device, so across devices a new parameter with the same spec is swapped into ``p``
+    (``torch.utils.swap_tensors``); the attributes ``p`` carried (hooks) are kept.
+    """
+    if p._local_tensor.device == local.device:
+        p._local_tensor = local
+        return
+    spec = p._spec
+    new = nn.Parameter(
+        DTensor.from_local(
+            local, spec.mesh, spec.placements, run_check=False, shape=spec.shape, stride=spec.stride
+        ),
+        requires_grad=p.requires_grad,
+    )
+    kept = {k: v for k, v in p.__dict__.items() if k not in ("_local_tensor", "_spec")}
+    torch.utils.swap_tensors(p, new)
+    p.__dict__.update(kept)
 
 
 def is_dtensor(t: torch.Tensor) -> bool:
