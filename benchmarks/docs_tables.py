@@ -555,6 +555,88 @@ def offload_gaps(d: dict) -> str:
     return table((*heads, "CPU time in memopt ops per step"), rows)
 
 
+#: (run, file index, job name, batch, label) in the table's order (param_peers 2026-11-24)
+_PEERS_1124 = (
+    ("A", 0, "gpu", 2, "gpu: all on the GPU, torch AdamW(fused)"),
+    ("A", 0, "gpu", 4, "gpu"),
+    ("A", 0, "fsdp2", 2, "fsdp2: `CPUOffloadPolicy` every group, torch AdamW(fused) on the CPU"),
+    ("A", 0, "fsdp2", 4, "fsdp2"),
+    ("A", 0, "fsdp2", 8, "fsdp2"),
+    ("A", 0, "memopt", 2, "memopt f=1, bf16 host shards, HostAdamW overlap (step waits)"),
+    ("A", 0, "memopt-nooverlap", 2, "same, no overlap"),
+    ("A", 0, "memopt-fp32host", 2, "memopt f=1, fp32 host shards, overlap (step waits)"),
+    ("A", 0, "memopt", 4, "memopt f=1, bf16 host shards, overlap"),
+    ("A", 0, "memopt", 8, "memopt f=1"),
+    ("A", 0, "memopt-half", 2, "memopt f=0.5, bf16 host shards, overlap"),
+    ("A", 0, "streamer", 2, "old streamer `apply_param_offload(0.9)` + CPUAdamW (deleted since)"),
+    ("B", 1, "fsdp2", 2, "fsdp2"),
+    ("B", 1, "fsdp2", 4, "fsdp2"),
+    (
+        "B",
+        1,
+        "memopt",
+        2,
+        "**memopt f=1, fp32 host shards, overlap pipelined into the next forward (the default "
+        "now)**",
+    ),
+    ("B", 1, "memopt", 4, "same"),
+)
+
+
+def param_peers_1124(*runs: dict) -> str:
+    """Runs A and B of 2026-11-24; loss diff = max |loss - loss of run A's uncapped gpu row|
+    over the steps (same seed and data)."""
+    gpu = {r["bs"]: r["losses"] for r in runs[0]["results"] if r["name"] == "gpu"}
+    rows = []
+    for run, i, name, bs, label in _PEERS_1124:
+        r = next(x for x in runs[i]["results"] if x["name"] == name and x["bs"] == bs)
+        batch = f"{r['bs']} × {r['seq']}"
+        if "error" in r:
+            rows.append((run, label, batch, "3.5", "out of memory", "", "", "", ""))
+            continue
+        diff = max(abs(a - b) for a, b in zip(r["losses"], gpu[bs]))
+        cap = "none" if r["cap_gib"] is None else f"{r['cap_gib']:g}"
+        rows.append(
+            (
+                run,
+                label,
+                batch,
+                cap,
+                f"{r['s_per_step']:.3f}",
+                f"{r['tokens_per_s']:,.0f}",
+                f"{r['peak_gib']:.2f}",
+                f"{r['VmHWM'] / GiB:.1f}",
+                "0" if diff == 0 else f"{diff:.4f}",
+            )
+        )
+    heads = ("run", "variant", "batch", "cap GiB", "s/step", "tokens/s", "GPU peak GiB")
+    return table((*heads, "host RSS peak GiB", "loss diff"), rows)
+
+
+def cpu_adamw_1124(d: dict) -> str:
+    """``param_cpu_adamw.py`` (64 M elements, best of 5) on the device host."""
+    rows = [
+        ("torch.optim.AdamW(fused=True), fp32 param and grad", "torch_fused_fp32"),
+        (
+            "torch fused + bf16 write-back (grad cast in, step, cast out)",
+            "torch_fused_bf16_writeback",
+        ),
+        (
+            "memopt `torch_update`, bf16 grad + bf16 write-back, 1 Mi-element pieces",
+            "memopt_bf16_writeback",
+        ),
+        (
+            "memopt `torch_update`, same, whole tensors (the default)",
+            "memopt_bf16_writeback_unchunked",
+        ),
+    ]
+    body = [
+        (label, f"{1e3 * d[k + '_s']:.1f}", f"{d[k + '_vs_torch_fused_fp32']:.2f}")
+        for label, k in rows
+    ]
+    return table(("update", "ms", "vs torch fused fp32"), body)
+
+
 def _bytes(b: int) -> str:
     return f"{b / GiB:.2f} GiB" if b >= GiB else f"{b / MiB:.0f} MiB"
 
@@ -584,6 +666,10 @@ SECTIONS: dict[str, Section] = {
         param_peers,
     ),
     "param_host_adamw_2026-11-25": Section(("param_cpu_adamw_2026-11-25.json",), host_adamw),
+    "param_peers_2026-11-24": Section(
+        ("param_peers_2026-11-24.json", "param_peers_pipelined_2026-11-24.json"), param_peers_1124
+    ),
+    "param_cpu_adamw_2026-11-24": Section(("param_cpu_adamw_2026-11-24.json",), cpu_adamw_1124),
     "plan_time_llama": Section(("plan_time_llama.json",), plan_time),
     "offload_llama8_v3": Section(
         ("offload_llama8_v3.json",), lambda d: offload_sweep(d, sync=False, zero=False)
