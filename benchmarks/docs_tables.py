@@ -637,6 +637,32 @@ def cpu_adamw_1124(d: dict) -> str:
     return table(("update", "ms", "vs torch fused fp32"), body)
 
 
+def offload_first(d: dict) -> str:
+    """The first 4-layer sweep (``offload.py --model llama``): drop and copy overlap columns."""
+    base = d["rows"][0]
+    budget = d["bandwidth"]["d2h"] * 1e9 * base["fwd_ms"] / 1e3
+    rows = []
+    for r in d["rows"]:
+        off, drop = r["offloaded_bytes"], base["peak_bytes"] - r["peak_bytes"]
+        cells = [r["k"], _bytes(off) if off else "0", f"{gib(r['peak_bytes'])} GiB"]
+        cells.append(_bytes(drop) if drop else "0")
+        if not off:
+            cells += ["–", f"{r['step_ms']:.1f}", "+0.0", "–", "–", "–"]
+        else:
+            tr = r["trace"]["d2h"]
+            cells += [
+                f"{drop / off:.2f}",
+                f"{r['step_ms']:.1f}",
+                pct(r["step_ms"], base["step_ms"])[:-1],
+                "yes" if off <= budget else "no",
+                f"{tr['gbps']:.1f} ({tr['gbps'] / d['bandwidth']['d2h']:.0%})",
+                f"{tr['overlap']:.0%}",
+            ]
+        rows.append(cells)
+    heads = ("k", "offloaded", "peak", "drop", "drop/offloaded", "step ms", "step +%")
+    return table((*heads, "fits budget", "D2H GB/s (of memcpy)", "copy overlap"), rows)
+
+
 def _bytes(b: int) -> str:
     return f"{b / GiB:.2f} GiB" if b >= GiB else f"{b / MiB:.0f} MiB"
 
@@ -685,6 +711,7 @@ SECTIONS: dict[str, Section] = {
     ),
     "diag_offload_gaps": Section(("diag_offload_gaps.json",), offload_gaps),
     "offload_gpt6": Section(("offload_gpt6.json",), offload_sweep),
+    "offload_llama": Section(("offload_llama.json",), offload_first),
 }
 
 
