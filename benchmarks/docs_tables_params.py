@@ -1,0 +1,235 @@
+"""docs/benchmarks.md's parameter-offload tables, rendered from benchmarks/param_peers.py and
+param_cpu_adamw.py JSON."""
+
+from __future__ import annotations
+
+from benchmarks.docs_fmt import GiB, table
+
+_PEER_LABELS = {
+    "gpu": "gpu: all on the GPU, torch AdamW(fused)",
+    "fsdp2": "fsdp2",
+    "memopt": "**memopt f=1**",
+    "memopt+threads=auto": 'same, `threads="auto"` (15 of 16 cores)',
+    "memopt-bf16host+chunk=4194304": (
+        "memopt, bf16 host shards (`host_dtype=bf16`), 4 Mi-element pieces"
+    ),
+    "memopt+batch=param": 'memopt, one task per parameter (`batch="param"`, the old queue)',
+    "torchao": (
+        "torchao 0.18 `CPUOffloadOptimizer(offload_gradients=True)` (wheel carried to the device)"
+    ),
+}
+
+
+#: first rows of a table get the long labels
+_PEER_FIRST = {
+    "fsdp2": "fsdp2: `CPUOffloadPolicy` every group, torch AdamW(fused) on the CPU after backward",
+    "memopt": "**memopt f=1, HostAdamW overlap, per-group tasks (default)**",
+}
+
+
+def param_peers(*runs: dict) -> str:
+    """Runs B, A, C of 2026-11-25 (files in that order), each row against its run's fsdp2."""
+    rows = []
+    seen: set[str] = set()
+    for letter, d in zip("BAC", runs):
+        res = d["results"]
+        fsdp = {(r["bs"], r["seq"]): r for r in res if r["name"] == "fsdp2" and "error" not in r}
+        oom = [(r["bs"], r["seq"]) for r in res if r.get("error") == "OOM"]
+        rank = {"gpu": 0, "fsdp2": 1, "memopt": 2}
+        res = sorted(
+            res,
+            key=lambda r: (r["name"] == "torchao", r["bs"] * r["seq"], rank.get(r["name"], 3)),
+        )
+        for r in res:
+            size = (r["bs"], r["seq"])
+            if "error" in r:
+                if r["name"] == "fsdp2" and size in oom:
+                    who = " / ".join(
+                        sorted(
+                            {
+                                x["name"]
+                                for x in res
+                                if x.get("error") and (x["bs"], x["seq"]) == size
+                            }
+                        )
+                    )
+                    rows.append(
+                        (
+                            letter,
+                            who,
+                            f"{r['bs']} × {r['seq']}",
+                            f"{r.get('cap_gib', 3.5)}",
+                            "out of memory (both)",
+                            "",
+                            "",
+                            "",
+                            "",
+                            "",
+                        )
+                    )
+                continue
+            name = r["name"]
+            label = _PEER_FIRST.get(name) if name not in seen and letter == "B" else None
+            if label is None:
+                label = _PEER_LABELS.get(name, name)
+                if name == "memopt" and size == (2, 512) and letter != "B":
+                    label = "**memopt f=1 (default)**"
+            seen.add(name)
+            bold = label.startswith("**")
+            f = fsdp.get(size)
+            ratio = f"{r['tokens_per_s'] / f['tokens_per_s']:.2f}" if f and name != "gpu" else ""
+            cap = r["cap_gib"]
+            cap = "none" if cap is None else f"{cap:g}"
+            if name == "torchao":
+                cap = "none (fp32 params on the GPU)"
+            busy = (
+                f"{r['host_busy_median_s']:.3f} / {r['host_wait_median_s']:.3f}"
+                if "host_busy_median_s" in r
+                else ""
+            )
+
+            def b(x: str, bold: bool = bold) -> str:
+                return f"**{x}**" if bold and x else x
+
+            rows.append(
+                (
+                    letter,
+                    label,
+                    f"{r['bs']} × {r['seq']}",
+                    cap,
+                    b(f"{r['s_per_step']:.3f}"),
+                    b(f"{r['tokens_per_s']:,.0f}"),
+                    b(ratio) if name != "fsdp2" else "1.00",
+                    f"{r['peak_gib']:.2f}",
+                    f"{r['VmHWM'] / GiB:.1f}",
+                    busy,
+                )
+            )
+    heads = ("run", "variant", "batch", "cap GiB", "s/step", "tokens/s", "vs fsdp2")
+    return table(
+        (*heads, "GPU peak GiB", "host RSS GiB", "update worker busy / wait, s/step"), rows
+    )
+
+
+def host_adamw(d: dict) -> str:
+    """CPU AdamW over the model's parameters on the device host (``param_cpu_adamw.py host``)."""
+    h = d["host"]
+
+    def row(label: str, *keys: str, gbps: bool = True) -> tuple[str, str, str]:
+        s = " / ".join(f"{h[k + '_s']:.3f}" for k in keys)
+        g = " / ".join(f"{h[k + '_GBps']:.0f}" for k in keys) if gbps else ""
+        return label, s, g
+
+    rows = [
+        row("training thread, one call per parameter", "main_per_param"),
+        row("training thread, one call per layer group (lists)", "main_per_group"),
+        row("worker thread, one call per parameter", "worker_per_param"),
+        row("worker thread, one call per group (HostAdamW now)", "worker_per_group"),
+        row("worker, team of 15 / 8 / 4 threads", "worker_team15", "worker_team8", "worker_team4"),
+        row(
+            "2 workers x 8 threads / 4 workers x 4 threads, groups split between them",
+            "workers2_team8",
+            "workers4_team4",
+        ),
+        (
+            f"worker, 16 threads, beside pinned H2D + D2H copies "
+            f"({h['dma_GBps_during_teamdefault']:.0f} GB/s of PCIe)",
+            f"{h['worker_teamdefault_with_dma_s']:.3f}",
+            f"{h['worker_teamdefault_with_dma_GBps']:.0f}",
+        ),
+        (
+            f"worker, 15 threads, same copies ({h['dma_GBps_during_team15']:.0f} GB/s)",
+            f"{h['worker_team15_with_dma_s']:.3f}",
+            f"{h['worker_team15_with_dma_GBps']:.0f}",
+        ),
+        row(
+            "bf16 gradient in, bf16 copy out (`torch_update`): 4 Mi / 16 Mi pieces / whole tensors",
+            "bf16_writeback_chunk4194304",
+            "bf16_writeback_chunk16777216",
+            "bf16_writeback_chunk1073741824",
+            gbps=False,
+        ),
+    ]
+    return table(("how the update runs", "s", "GB/s (28 B/param)"), rows)
+
+
+#: (run, file index, job name, batch, label) in the table's order (param_peers 2026-11-24)
+_PEERS_1124 = (
+    ("A", 0, "gpu", 2, "gpu: all on the GPU, torch AdamW(fused)"),
+    ("A", 0, "gpu", 4, "gpu"),
+    ("A", 0, "fsdp2", 2, "fsdp2: `CPUOffloadPolicy` every group, torch AdamW(fused) on the CPU"),
+    ("A", 0, "fsdp2", 4, "fsdp2"),
+    ("A", 0, "fsdp2", 8, "fsdp2"),
+    ("A", 0, "memopt", 2, "memopt f=1, bf16 host shards, HostAdamW overlap (step waits)"),
+    ("A", 0, "memopt-nooverlap", 2, "same, no overlap"),
+    ("A", 0, "memopt-fp32host", 2, "memopt f=1, fp32 host shards, overlap (step waits)"),
+    ("A", 0, "memopt", 4, "memopt f=1, bf16 host shards, overlap"),
+    ("A", 0, "memopt", 8, "memopt f=1"),
+    ("A", 0, "memopt-half", 2, "memopt f=0.5, bf16 host shards, overlap"),
+    ("A", 0, "streamer", 2, "old streamer `apply_param_offload(0.9)` + CPUAdamW (deleted since)"),
+    ("B", 1, "fsdp2", 2, "fsdp2"),
+    ("B", 1, "fsdp2", 4, "fsdp2"),
+    (
+        "B",
+        1,
+        "memopt",
+        2,
+        "**memopt f=1, fp32 host shards, overlap pipelined into the next forward (the default "
+        "now)**",
+    ),
+    ("B", 1, "memopt", 4, "same"),
+)
+
+
+def param_peers_1124(*runs: dict) -> str:
+    """Runs A and B of 2026-11-24; loss diff = max |loss - loss of run A's uncapped gpu row|
+    over the steps (same seed and data)."""
+    gpu = {r["bs"]: r["losses"] for r in runs[0]["results"] if r["name"] == "gpu"}
+    rows = []
+    for run, i, name, bs, label in _PEERS_1124:
+        r = next(x for x in runs[i]["results"] if x["name"] == name and x["bs"] == bs)
+        batch = f"{r['bs']} × {r['seq']}"
+        if "error" in r:
+            rows.append((run, label, batch, "3.5", "out of memory", "", "", "", ""))
+            continue
+        diff = max(abs(a - b) for a, b in zip(r["losses"], gpu[bs]))
+        cap = "none" if r["cap_gib"] is None else f"{r['cap_gib']:g}"
+        rows.append(
+            (
+                run,
+                label,
+                batch,
+                cap,
+                f"{r['s_per_step']:.3f}",
+                f"{r['tokens_per_s']:,.0f}",
+                f"{r['peak_gib']:.2f}",
+                f"{r['VmHWM'] / GiB:.1f}",
+                "0" if diff == 0 else f"{diff:.4f}",
+            )
+        )
+    heads = ("run", "variant", "batch", "cap GiB", "s/step", "tokens/s", "GPU peak GiB")
+    return table((*heads, "host RSS peak GiB", "loss diff"), rows)
+
+
+def cpu_adamw_1124(d: dict) -> str:
+    """``param_cpu_adamw.py`` (64 M elements, best of 5) on the device host."""
+    rows = [
+        ("torch.optim.AdamW(fused=True), fp32 param and grad", "torch_fused_fp32"),
+        (
+            "torch fused + bf16 write-back (grad cast in, step, cast out)",
+            "torch_fused_bf16_writeback",
+        ),
+        (
+            "memopt `torch_update`, bf16 grad + bf16 write-back, 1 Mi-element pieces",
+            "memopt_bf16_writeback",
+        ),
+        (
+            "memopt `torch_update`, same, whole tensors (the default)",
+            "memopt_bf16_writeback_unchunked",
+        ),
+    ]
+    body = [
+        (label, f"{1e3 * d[k + '_s']:.1f}", f"{d[k + '_vs_torch_fused_fp32']:.2f}")
+        for label, k in rows
+    ]
+    return table(("update", "ms", "vs torch fused fp32"), body)
