@@ -20,7 +20,7 @@ from typing import Any
 
 from memopt._version import __version__
 from memopt.errors import ConfigError
-from memopt.plan import PlanSpec, parse_plans, plan_file_sync
+from memopt.plan import PlanSpec, parse_plans, plan_file_settings
 
 _UNSET: Any = object()
 
@@ -294,20 +294,25 @@ def resolve_config(
     pick("debug", None, "MEMOPT_DEBUG", _bool_setting)
     pick("disable_passes", others.pop("disable_passes", None), "MEMOPT_DISABLE_PASSES", _passes)
 
-    # a frozen budget plan file ({"config": [...], "sync": {...}}) brings its sync dict along,
-    # unless sync is given as an argument
+    # a frozen budget plan file ({"config": [...], "sync": {...}, "offload_layers": k}) brings
+    # its sync dict and the step plan's offload along, unless given as arguments
     plan_source = config if config is not _UNSET and config is not None else _env("MEMOPT_CONFIG")
-    file_sync = plan_file_sync(plan_source)
-    sync_from_file = None
-    if file_sync is not None and others.get("sync") is None:
-        if isinstance(file_sync, Mapping):  # JSON keys are strings
-            file_sync = {
-                int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in file_sync.items()
-            }
+    from_file: dict[str, Any] = {}
+    for name, v in plan_file_settings(plan_source).items():
+        if others.get(name) is not None:
+            continue
         try:
-            sync_from_file = _normalize_sync(file_sync)
+            if name == "sync":
+                if isinstance(v, Mapping):  # JSON keys are strings
+                    v = {
+                        int(k) if isinstance(k, str) and k.isdigit() else k: x for k, x in v.items()
+                    }
+                v = _normalize_sync(v)
+            else:
+                v = _offload_layers(v)
         except ConfigError as e:
             raise ConfigError(f"plan file {plan_source!r}: {e}") from None
+        from_file[name] = v
 
     known = {f.name for f in fields(MemoptConfig)} - {"sources"}
     for name, v in others.items():
@@ -319,8 +324,7 @@ def resolve_config(
         if name == "sync":
             v = _normalize_sync(v)
         elif name == "offload_layers":
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"offload_layers={v!r} must be an int >= 0")
+            v = _offload_layers(v)
         elif name in ("max_subgraph_nodes", "max_subgraph_matmuls", "offload_min_bytes"):
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{name}={v!r} must be an int >= 0")
@@ -330,12 +334,18 @@ def resolve_config(
             raise ConfigError(f"layers={v!r} must be a module-path prefix string")
         values[name] = v
         sources[name] = "argument"
-    if sync_from_file is not None:
-        values["sync"] = sync_from_file
-        sources["sync"] = f"plan file ({sources['plans']})"
+    for name, v in from_file.items():
+        values[name] = v
+        sources[name] = f"plan file ({sources['plans']})"
     for name in known:
         sources.setdefault(name, "default")
     return MemoptConfig(**values, sources=sources)
+
+
+def _offload_layers(v: Any) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ConfigError(f"offload_layers={v!r} must be an int >= 0")
+    return v
 
 
 def cache_dir() -> str:

@@ -179,14 +179,20 @@ def _load_plan_file(path: str) -> list[str]:
     return [x.strip() for x in data if x.strip()]
 
 
-def plan_file_sync(value: object) -> dict | None:
-    """The ``"sync"`` dict of a frozen plan file (``value`` is a plan file path), else None."""
+#: Settings a frozen plan file carries beside its plan strings.
+PLAN_FILE_SETTINGS = ("sync", "offload_layers")
+
+
+def plan_file_settings(value: object) -> dict[str, object]:
+    """What a frozen plan file (``value`` is a plan file path) sets beside its plan strings:
+    its ``"sync"`` dict and, when the step plan offloaded layers across regions,
+    ``"offload_layers"``. Empty for plan strings and plain lists."""
     if not isinstance(value, str):
-        return None
+        return {}
     value = value.strip()
     if not _is_plan_file(value):
-        return None
+        return {}
     data = _read_plan_file(value)
-    if isinstance(data, dict) and data.get("sync") is not None:
-        return data["sync"]
-    return None
+    if not isinstance(data, dict):
+        return {}
+    return {k: data[k] for k in PLAN_FILE_SETTINGS if data.get(k) not in (None, {}, 0)}

@@ -198,7 +198,8 @@ class Report:
 
     def frozen_plan(self) -> dict[str, Any]:
         """The plan file that re-applies this step's plan without planning again
-        (``{"config": [...], "sync": {...}}``; write it as JSON and pass its path as
+        (``{"config": [...], "sync": {...}}``, and ``"offload_layers": k`` when the step plan
+        offloaded layers compiled as their own regions; write it as JSON and pass its path as
         ``MEMOPT_CONFIG`` or ``config=``)."""
         config: list[str] = []
         syncs = []
@@ -214,7 +215,10 @@ class Report:
                 "the compiled regions offload on different sync dicts; one plan file holds "
                 "one: freeze the regions' plans separately (report.regions[i].extra['frozen'])"
             )
-        return {"config": config, "sync": syncs[0] if syncs else {}}
+        out: dict[str, Any] = {"config": config, "sync": syncs[0] if syncs else {}}
+        if self.step is not None and self.step.planned_offload_layers:
+            out["offload_layers"] = self.step.planned_offload_layers
+        return out
 
     def offloaded_bytes(self) -> int:
         """Activation bytes copied to host memory per step (activation offload)."""

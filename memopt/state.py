@@ -28,19 +28,22 @@ import torch.fx
 
 from memopt.config import MemoptConfig, cache_dir
 from memopt.errors import ConfigError
-from memopt.offload.step_offload import StepOffload, reload_schedule, sync_schedule
+from memopt.offload.step_offload import StepOffload, sync_schedule
 from memopt.report import RegionReport, Report, StepInfo
 from memopt.step import (
     Option,
     StepChoice,
-    choose_runs,
+    choose_with_offload,
     fraction_target,
-    layer_runs,
     region_menu,
     step_peak,
 )
+from memopt.step_layers import StepTiming, layer_runs, offload_choice
 
 log = logging.getLogger("memopt")
+
+#: Devices whose step plans may offload layers to the host.
+OFFLOAD_DEVICES = ("cuda",)
 
 #: Step plans solved again when the step's regions change (new shapes, new graphs).
 MAX_STEP_PLANS = 4
@@ -69,6 +72,10 @@ class MemoptState:
         self._planned_for: tuple[int, ...] | None = None
         self.graph_keys: dict[int, str] = {}  # region index -> its graph's code hash
         self.offload: StepOffload | None = None  # offload_layers across regions
+        self._user_offload = bool(config.offload_layers or config.sync)
+        self._offload_by = ""  # what set self.offload (the report says it)
+        self._away: dict[int, frozenset[int]] = {}  # run -> offloaded runs on the host then
+        self._away_last: dict[int, frozenset[int]] = {}  # ... in the step just done
         self.notes: list[str] = []  # what the step could not apply, and why
         self.latest_sizes: dict[str, int] = {}  # dynamic sizes of the latest call, by name
         self._entry: list[int] = []  # CUDA bytes allocated as each run of this step began
@@ -109,6 +116,8 @@ class MemoptState:
             prefetched=off.stats.prefetched if off else 0,
             measured_peak=self.measured_peak,
             offload_skipped=off.stats.skipped if off else 0,
+            offload_by=self._offload_by if off else "",
+            planned_offload_layers=c.offload.k if c and c.offload and off else 0,
             notes=tuple(self.notes),
             peak=c.peak if c else None,
             peak_at=c.peak_at if c else None,
@@ -179,6 +188,7 @@ class MemoptState:
         self.last_report_step, self._report_seq = tuple(self._report_seq), []
         self._entry_last, self._entry = tuple(self._entry), []
         self._bwd_entry_last, self._bwd_entry = self._bwd_entry, {}
+        self._away_last = self._away if self.offload is not None else {}
         if self.offload is not None:
             self.offload.new_step()
         if self._step_plans >= MAX_STEP_PLANS:
@@ -203,7 +213,7 @@ class MemoptState:
         offsets = self._offsets(self.last_step)
         if c is None or offsets is None or not isinstance(self.config.budget, int):
             return False
-        peak, _ = step_peak(range(len(self.last_step)), self.run_plan, offsets)
+        peak, _ = step_peak(range(len(self.last_step)), self.run_plan, offsets, self._away)
         measured = self._measured_peak()
         if measured is not None:
             self.measured_peak = measured
@@ -252,9 +262,10 @@ class MemoptState:
                 "last layer's activations are needed as soon as its forward ends"
             )
         else:
-            positions = [p for layer in layers[:k] for p in layer]
-            reload = reload_schedule(layers, k)
+            off = offload_choice(layers, k, len(sequence))
+            positions, reload, self._away = list(off.runs), dict(off.reload_at), dict(off.away)
         self.offload = StepOffload(positions, self.config.offload_min_bytes, reload, release)
+        self._offload_by = setting
         log.info("memopt: offloading the saved tensors of step runs %s (%s)", positions, setting)
 
     def plan_step(self, sequence: Sequence[int]) -> StepChoice | None:
@@ -270,10 +281,22 @@ class MemoptState:
             self._planned_for = tuple(sequence)
             return None
         menus = {r: self._menu(r) for r in set(sequence)}
-        choice = choose_runs(
-            sequence, menus, self._target(sequence, menus), self._offsets(sequence)
+        layers, timing = self._offload_options(sequence)
+        choice = choose_with_offload(
+            sequence, menus, self._target(sequence, menus), self._offsets(sequence), layers, timing
         )
         self.step_choice, self._planned_for = choice, tuple(sequence)
+        if not self._user_offload:  # the step plan's own offload (replaces an earlier one)
+            off = choice.offload
+            self.offload, self._away = None, {}
+            if off is not None:
+                self.offload = StepOffload(
+                    off.runs, self.config.offload_min_bytes, dict(off.reload_at)
+                )
+                self._away = dict(off.away)
+                self._offload_by = f"chosen by the step plan: {off.k} layer(s)"
+                log.info("memopt step plan: offloading the first %d layer(s): runs %s",
+                         off.k, list(off.runs))  # fmt: skip
         changed = [p for p, o in choice.chosen.items() if self.run_plan.get(p) != o]
         self.run_plan = dict(choice.chosen)
         if not choice.feasible:
@@ -291,6 +314,25 @@ class MemoptState:
         )
         return choice
 
+    def _offload_options(self, sequence: Sequence[int]) -> tuple[list[list[int]], Any]:
+        """The step's layers and the timing the step planner prices offloading them with;
+        none when the user set the offload or a region holds layers of its own."""
+        if self._user_offload or any(self.regions[i].extra.get("layers") for i in set(sequence)):
+            return [], None
+        if self.problems[sequence[0]].device_type not in OFFLOAD_DEVICES:
+            return [], None  # a CPU's saved tensors are in host memory already
+        layers = layer_runs([self.graph_keys.get(i, i) for i in sequence])
+        if len(layers) < 2:
+            return [], None
+        rates = self.problems[sequence[0]].rates
+        tensors = max(len(self.problems[r].problem.candidates) for r in set(sequence))
+        timing = StepTiming(
+            bwd_s=[sum(self.problems[r].problem.timeline.bwd_op_s) for r in sequence],
+            h2d_bytes_per_s=rates.h2d_bytes_per_s,
+            cpu_s_per_run=rates.copy_op_s * tensors,
+        )
+        return layers, timing
+
     def _offsets(self, sequence: Sequence[int]) -> list[int] | None:
         """Per run, the CUDA bytes no region's model holds (other layers' parameters, optimizer
         states, the batch), from what was allocated as each run began in the step just done:
@@ -300,13 +342,16 @@ class MemoptState:
             return None
         ran = self.last_report_step if len(self.last_report_step) == len(sequence) else sequence
         saved = [self.regions[r].final_saved_bytes or 0 for r in ran]
+        # runs offloaded in the step just done were not allocated while away: add them back
+        moved = [b - self.problems[r].saved_input_bytes for b, r in zip(saved, sequence)]
         out, held = [], 0
         for i, r in enumerate(sequence):
             static = self.problems[r].problem.timeline.static_bytes
-            fwd = self._entry_last[i] - held - static
+            held_i = held - sum(moved[j] for j in self._away_last.get(i, ()))
+            fwd = self._entry_last[i] - held_i - static
             # as its backward begins, runs up to this one hold their saved tensors; gradients
             # and the sharding engine's buffers of the backward are outside every region too
-            bwd = self._bwd_entry_last.get(i, 0) - held - saved[i] - static
+            bwd = self._bwd_entry_last.get(i, 0) - held_i - saved[i] - static
             out.append(max(0, fwd, bwd) + self._correction)
             held += saved[i]
         return out

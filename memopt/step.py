@@ -26,6 +26,16 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from memopt.step_layers import (
+    OffloadChoice,
+    StepTiming,
+    layer_runs,
+    offload_choice,
+    offload_overhead,
+)
+
+__all__ = ["layer_runs"]  # re-exported (memopt.step_layers)
+
 #: Up to this many combinations of the regions' options are all tried (exact for the models).
 EXACT_COMBINATIONS = 20_000
 
@@ -48,6 +58,9 @@ class Option:
     overhead_s: float = 0.0
     """Predicted extra seconds per invocation."""
     label: str = ""
+    saved_inputs: int = 0
+    """Of ``saved``, graph inputs that are activations of earlier regions (a step offload of
+    the run leaves them: they are the call's inputs)."""
 
     def key(self) -> tuple:
         """What a compile depends on: the plan strings and the sync dict."""
@@ -100,7 +113,7 @@ def region_menu(problem, rates, saved_inputs: int = 0) -> list[Option]:
     if every is not None:
         sol = solve(every, 2**62, rates, leads=[None])
         out.append(_option(sol, sol.predicted_peak, "recompute all"))
-    return [replace(o, saved=o.saved + saved_inputs) for o in out]
+    return [replace(o, saved=o.saved + saved_inputs, saved_inputs=saved_inputs) for o in out]
 
 
 def recompute_all(problem):
@@ -167,14 +180,19 @@ def step_peak(
     sequence: Sequence[int],
     chosen: Mapping[int, Option],
     offsets: Sequence[int] | None = None,
+    away: Mapping[int, frozenset[int]] | None = None,
 ) -> tuple[int, int | None]:
     """Predicted peak of the step and the position (in ``sequence``) of the invocation that
     holds it (None for an empty step). ``offsets``: bytes outside every region's model while
-    each run runs (parameters of other layers, optimizer states, the batch), measured."""
+    each run runs (parameters of other layers, optimizer states, the batch), measured.
+    ``away``: per run, the offloaded runs whose saved tensors are on the host meanwhile
+    (:func:`memopt.step_layers.offload_choice`; ``chosen`` is then keyed by run)."""
     held, best, where = 0, 0, None
     for i, r in enumerate(sequence):
         o = chosen[r]
-        here = held + o.peak + (offsets[i] if offsets else 0)
+        gone = away.get(i, ()) if away else ()
+        moved = sum(chosen[j].saved - chosen[j].saved_inputs for j in gone)
+        here = held - moved + o.peak + (offsets[i] if offsets else 0)
         if where is None or here > best:
             best, where = here, i
         held += o.saved
@@ -211,6 +229,8 @@ class StepChoice:
     target: int
     saved_before: int
     saved_after: int
+    offload: OffloadChoice | None = None
+    """Layers the step offloads (the planner's choice), None when none."""
 
 
 def choose(
@@ -218,6 +238,7 @@ def choose(
     menus: Mapping[int, Sequence[Option]],
     target: int,
     offsets: Sequence[int] | None = None,
+    away: Mapping[int, frozenset[int]] | None = None,
 ) -> StepChoice:
     """One option per compiled region: the least step overhead whose step peak fits
     ``target``; when none fits, the smallest step peak. Candidates: every uniform share (the
@@ -227,7 +248,7 @@ def choose(
     fronts = {r: pareto(menus[r]) for r in regions}  # same order as ``regions``
 
     def peak_of(c: Mapping[int, Option]) -> int:
-        return step_peak(sequence, c, offsets)[0]
+        return step_peak(sequence, c, offsets, away)[0]
 
     counts = Counter(sequence)
     tried = [_tighten(counts, fronts, _greedy(counts, fronts, target, peak_of), target, peak_of)]
@@ -245,7 +266,7 @@ def choose(
         return (not fits, step_overhead(sequence, c) if fits else peak, peak)
 
     best = min(tried, key=key)
-    peak, at = step_peak(sequence, best, offsets)
+    peak, at = step_peak(sequence, best, offsets, away)
     keep = {r: _keep(menus[r]) for r in regions}
     return StepChoice(
         chosen=best,
@@ -328,12 +349,22 @@ def choose_runs(
     menus: Mapping[int, Sequence[Option]],
     target: int,
     offsets: Sequence[int] | None = None,
+    away: Mapping[int, frozenset[int]] | None = None,
 ) -> StepChoice:
     """One option per *run* (position in ``sequence``): a region that runs once per layer can
     recompute more in some layers than in others, as one graph of all layers can. At most
     :data:`MAX_VARIANTS` distinct plans per region (each is compiled once); the answer is
     never worse than one plan per region. ``chosen`` maps run positions to options."""
     n = len(sequence)
+    if away:  # the peak depends on which runs are away: plan per run
+        per_region = choose(range(n), {i: menus[r] for i, r in enumerate(sequence)}, target,
+                            offsets, away)  # fmt: skip
+        chosen = _limit_variants(sequence, dict(per_region.chosen))
+        peak, at = step_peak(range(n), chosen, offsets, away)
+        return replace(per_region, chosen=chosen, peak=peak, peak_at=at,
+                       feasible=peak <= target,
+                       overhead_s=sum(o.overhead_s for o in chosen.values()),
+                       saved_after=sum(o.saved for o in chosen.values()))  # fmt: skip
     per_region = choose(sequence, menus, target, offsets)
     as_runs = {i: per_region.chosen[r] for i, r in enumerate(sequence)}
     best = replace(per_region, chosen=as_runs)
@@ -383,26 +414,33 @@ def _limit_variants(sequence: Sequence[int], chosen: dict[int, Option]) -> dict[
     return out
 
 
-def layer_runs(keys: Sequence[object]) -> list[list[int]]:
-    """The layers of a step whose layers are compiled regions: the longest stretch of runs
-    that repeats one pattern of graphs (``keys``: one graph key per run, in forward order),
-    as lists of run positions, one list per layer. ``[]`` when nothing repeats.
+#: The step planner tries offloading the first k layers for k up to this many.
+MAX_OFFLOAD_LAYERS = 8
 
-    ``(emb, L, L, L, head)`` gives ``[[1], [2], [3]]``; a block split by a graph break into
-    two graphs, ``(a, b, c, b, c, b, d)``, gives ``[[1, 2], [3, 4]]``."""
-    n = len(keys)
-    best: tuple[int, int, int, int] | None = None  # (-coverage, period, start, repeats)
-    for p in range(1, n // 2 + 1):
-        for s in range(n - 2 * p + 1):
-            pat = list(keys[s : s + p])
-            r = 1
-            while s + (r + 1) * p <= n and list(keys[s + r * p : s + (r + 1) * p]) == pat:
-                r += 1
-            if r >= 2:
-                cand = (-(r * p), p, s, r)
-                if best is None or cand < best:
-                    best = cand
-    if best is None:
-        return []
-    _, p, s, r = best
-    return [list(range(s + i * p, s + (i + 1) * p)) for i in range(r)]
+
+def choose_with_offload(
+    sequence: Sequence[int],
+    menus: Mapping[int, Sequence[Option]],
+    target: int,
+    offsets: Sequence[int] | None,
+    layers: Sequence[Sequence[int]],
+    timing: StepTiming | None,
+) -> StepChoice:
+    """:func:`choose_runs`, and the same with the first ``k`` layers offloaded (``layers``:
+    the step's layers, :func:`layer_runs`) priced by :func:`offload_overhead`: the least
+    overhead that fits (or the smallest peak). Without layers or timing, no offload."""
+    best = choose_runs(sequence, menus, target, offsets)
+    if timing is None or len(layers) < 2:
+        return best
+    n = len(sequence)
+    for k in range(1, min(len(layers), MAX_OFFLOAD_LAYERS + 1)):
+        off = offload_choice(layers, k, n)
+        c = choose_runs(sequence, menus, target, offsets, off.away)
+        moved = {j: c.chosen[j].saved - c.chosen[j].saved_inputs for j in off.runs}
+        c = replace(c, offload=off, overhead_s=c.overhead_s + offload_overhead(off, moved, timing))
+        if (not c.feasible, c.overhead_s if c.feasible else c.peak) < (
+            not best.feasible,
+            best.overhead_s if best.feasible else best.peak,
+        ):
+            best = c
+    return best

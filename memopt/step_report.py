@@ -41,6 +41,11 @@ class StepInfo:
     """CUDA peak of a step run on the step plan (byte budgets), when it set a new record."""
     offload_skipped: int = 0
     """Offload runs left alone because other saved-tensor hooks (checkpointing) were active."""
+    offload_by: str = ""
+    planned_offload_layers: int = 0
+    """Layers the step plan chose to offload (0: none, or the user's setting did)."""
+    """What set the step offload: the user's setting (``offload_layers=2``, ``sync``) or the
+    step plan (``chosen by the step plan: 2 layer(s)``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,7 +116,8 @@ def step_section(report: Report) -> str:
     lines = [head, table]
     if step.offload_runs:
         lines.append(
-            f"Step offload: runs {ranges(step.offload_runs)} keep their saved tensors in host "
+            f"Step offload{f' ({step.offload_by})' if step.offload_by else ''}: runs "
+            f"{ranges(step.offload_runs)} keep their saved tensors in host "
             f"memory from their forward to their backward ({fmt_bytes(step.offloaded_bytes)} "
             f"copied per step, {step.prefetched} tensor(s) copied back ahead of their backward)"
         )

@@ -196,7 +196,7 @@ def test_offload_layers_across_regions_offloads_whole_runs():
     assert rep.step.prefetched == 4  # both layers' tensors were copied back a layer ahead
     stats = ops.copy_stats()
     assert stats.d2h_bytes == stats.h2d_bytes == 2 * rep.step.offloaded_bytes  # steps 2, 3
-    assert "Step offload: runs 0-3" in rep.table()
+    assert "Step offload (offload_layers=2): runs 0-3" in rep.table()
 
 
 def test_offload_layers_that_cannot_apply_says_why():

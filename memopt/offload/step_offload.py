@@ -29,6 +29,9 @@ import torch
 from memopt import _torch_compat as compat
 from memopt.offload import ops
 from memopt.offload.sync import SyncEntry, SyncPoint, build_schedule
+from memopt.step_layers import reload_schedule
+
+__all__ = ["StepOffload", "reload_schedule", "sync_schedule"]
 
 
 @dataclass
@@ -305,17 +308,3 @@ def sync_schedule(
         reload.setdefault(point(s.reload_start), []).extend(runs)
         release.setdefault(point(s.offload_done), []).extend(runs)
     return positions, reload, release
-
-
-def reload_schedule(layers: Sequence[Sequence[int]], k: int) -> dict[int, list[int]]:
-    """When the first ``k`` of ``layers`` (lists of run positions, forward order) come back,
-    as :func:`memopt.offload.sync.default_sync` does inside one graph: layer ``i``'s copy-back
-    starts when the backward of layer ``n-k+i`` has ended (layer ``n-k+i-1``'s begins), so
-    at most ``n-k`` layers' tensors are on the device at any layer boundary and each copy has
-    the backward of ``n-k-1`` layers to hide behind. Returns trigger run -> runs to reload."""
-    n = len(layers)
-    out: dict[int, list[int]] = {}
-    for i in range(k):
-        t = max(n - k + i - 1, i + 1)
-        out.setdefault(max(layers[t]), []).extend(layers[i])
-    return out

@@ -1,0 +1,114 @@
+"""The layers of a step whose layers are compiled regions, and offloading them: plain data (no
+torch, no FX), read by the step planner (:mod:`memopt.step`) and the runtime
+(:mod:`memopt.offload.step_offload`).
+
+A layer is a list of run positions (a block split by a graph break is two runs). Offloading
+the first ``k`` layers follows ``default_sync``: layer ``i``'s saved tensors go to the host
+after its forward and come back, paced, from the backward of layer ``n-k+i-1`` (never later
+than one layer ahead) up to their first use. While they are on the host they are not held on
+the device: :func:`offload_choice` says, per run, which offloaded runs are away while it runs,
+and :func:`offload_overhead` what the copy-back costs when the backward between its start and
+the first use is too short to hide it (the copy to the host is not waited on by compute).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+def layer_runs(keys: Sequence[object]) -> list[list[int]]:
+    """The layers of a step whose layers are compiled regions: the longest stretch of runs
+    that repeats one pattern of graphs (``keys``: one graph key per run, in forward order),
+    as lists of run positions, one list per layer. ``[]`` when nothing repeats.
+
+    ``(emb, L, L, L, head)`` gives ``[[1], [2], [3]]``; a block split by a graph break into
+    two graphs, ``(a, b, c, b, c, b, d)``, gives ``[[1, 2], [3, 4]]``."""
+    n = len(keys)
+    best: tuple[int, int, int, int] | None = None  # (-coverage, period, start, repeats)
+    for p in range(1, n // 2 + 1):
+        for s in range(n - 2 * p + 1):
+            pat = list(keys[s : s + p])
+            r = 1
+            while s + (r + 1) * p <= n and list(keys[s + r * p : s + (r + 1) * p]) == pat:
+                r += 1
+            if r >= 2:
+                cand = (-(r * p), p, s, r)
+                if best is None or cand < best:
+                    best = cand
+    if best is None:
+        return []
+    _, p, s, r = best
+    return [list(range(s + i * p, s + (i + 1) * p)) for i in range(r)]
+
+
+def reload_schedule(layers: Sequence[Sequence[int]], k: int) -> dict[int, list[int]]:
+    """When the first ``k`` of ``layers`` (lists of run positions, forward order) come back,
+    as :func:`memopt.offload.sync.default_sync` does inside one graph: layer ``i``'s copy-back
+    starts when the backward of layer ``n-k+i`` has ended (layer ``n-k+i-1``'s begins), so
+    at most ``n-k`` layers' tensors are on the device at any layer boundary and each copy has
+    the backward of ``n-k-1`` layers to hide behind. Returns trigger run -> runs to reload."""
+    n = len(layers)
+    out: dict[int, list[int]] = {}
+    for i in range(k):
+        t = max(n - k + i - 1, i + 1)
+        out.setdefault(max(layers[t]), []).extend(layers[i])
+    return out
+
+
+@dataclass(frozen=True)
+class OffloadChoice:
+    """Offloading the first ``k`` layers of the step."""
+
+    k: int
+    runs: tuple[int, ...]
+    """The offloaded run positions."""
+    reload_at: Mapping[int, tuple[int, ...]]
+    """Run whose backward start begins the copy-back -> the runs it brings back."""
+    away: Mapping[int, frozenset[int]] = field(default_factory=dict)
+    """Run -> the offloaded runs whose saved tensors are on the host while it runs (forward
+    and backward: the copy-back has not begun when its backward runs)."""
+
+
+def offload_choice(layers: Sequence[Sequence[int]], k: int, n_runs: int) -> OffloadChoice:
+    """The first ``k`` of ``layers`` offloaded, in a step of ``n_runs`` runs."""
+    reload = reload_schedule(layers, k)
+    trigger = {j: t for t, js in reload.items() for j in js}
+    runs = tuple(j for layer in layers[:k] for j in layer)
+    away = {i: frozenset(j for j in runs if j < i and i > trigger[j]) for i in range(n_runs)}
+    return OffloadChoice(
+        k=k,
+        runs=runs,
+        reload_at={t: tuple(js) for t, js in reload.items()},
+        away={i: a for i, a in away.items() if a},
+    )
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Predicted seconds per run (forward order) and the copy rates, for the offload cost."""
+
+    bwd_s: Sequence[float]
+    h2d_bytes_per_s: float
+    cpu_s_per_run: float = 0.0
+    """CPU time an offloaded run adds (its hooks and copy launches), on the critical path."""
+
+
+def offload_overhead(choice: OffloadChoice, moved: Mapping[int, int], timing: StepTiming) -> float:
+    """Predicted seconds the step loses to ``choice``: per offloaded run its CPU time, plus the
+    backward's waits for copy-backs that the backward between their start and their first
+    use cannot hide (one transfer stream: copies run one after another, in the order the
+    backward starts them). ``moved``: bytes each offloaded run copies."""
+    n = len(timing.bwd_s)
+    start = [0.0] * n  # seconds from the start of the backward to run i's backward start
+    t = 0.0
+    for i in range(n - 1, -1, -1):
+        start[i] = t
+        t += timing.bwd_s[i]
+    free, late = 0.0, 0.0  # when the transfer stream is free; total wait
+    for trig in sorted(choice.reload_at, reverse=True):  # backward order
+        runs = choice.reload_at[trig]
+        done = max(free, start[trig]) + sum(moved.get(j, 0) for j in runs) / timing.h2d_bytes_per_s
+        free = done
+        late += max(0.0, done - start[max(runs)])
+    return late + timing.cpu_s_per_run * len(choice.runs)

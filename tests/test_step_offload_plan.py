@@ -1,0 +1,145 @@
+"""The step planner's own offload choice on plain data (memopt.step_layers, memopt.step): which
+runs are on the host while each run runs, what the copy-back costs, and when offloading the
+first layers beats recomputing. Units: MiB and seconds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memopt.step import Option, choose_with_offload, step_peak
+from memopt.step_layers import StepTiming, layer_runs, offload_choice, offload_overhead
+from tests.test_step import SEQ, opt
+
+MiB = 1 << 20
+
+# SEQ: embedding (run 0), four runs of one layer graph (runs 1-4), the head (run 5)
+LAYERS = layer_runs(SEQ)
+
+
+def test_offload_choice_says_which_runs_are_away_while_each_runs():
+    assert LAYERS == [[1], [2], [3], [4]]
+    one = offload_choice(LAYERS, 1, len(SEQ))
+    # layer 0 comes back when layer 2's backward (run 3) begins: away in runs 4 and 5 only
+    assert one.runs == (1,) and dict(one.reload_at) == {3: (1,)}
+    assert dict(one.away) == {4: frozenset({1}), 5: frozenset({1})}
+    two = offload_choice(LAYERS, 2, len(SEQ))
+    assert two.runs == (1, 2) and dict(two.reload_at) == {2: (1,), 3: (2,)}
+    assert dict(two.away) == {3: {1}, 4: {1, 2}, 5: {1, 2}}
+
+
+def test_step_peak_leaves_out_what_is_on_the_host():
+    per_run = {0: opt(10, 4), **{i: opt(30, 20) for i in range(1, 5)}, 5: opt(50, 8)}
+    assert step_peak(range(6), per_run) == (134 * MiB, 5)
+    away = offload_choice(LAYERS, 1, 6).away
+    assert step_peak(range(6), per_run, None, away) == ((134 - 20) * MiB, 5)
+    # a run's saved graph inputs (the previous layer's output) stay: they are its call's inputs
+    with_input = {
+        **per_run,
+        1: Option(plans=(), peak=30 * MiB, saved=20 * MiB, saved_inputs=5 * MiB),
+    }
+    assert step_peak(range(6), with_input, None, away) == ((134 - 15) * MiB, 5)
+    away2 = offload_choice(LAYERS, 2, 6).away
+    assert step_peak(range(6), per_run, None, away2) == ((134 - 40) * MiB, 5)
+
+
+def test_offload_overhead_is_the_copy_back_the_backward_cannot_hide():
+    one = offload_choice(LAYERS, 1, 6)
+    # backward starts (s after the backward began): run 5 at 0, 4 at 1, 3 at 2, 2 at 3, 1 at 4
+    fast = StepTiming(bwd_s=[1.0] * 6, h2d_bytes_per_s=10 * MiB, cpu_s_per_run=0.1)
+    # 20 MiB take 2 s from run 3's start (2 s): back at 4 s, just as run 1's backward needs it
+    assert offload_overhead(one, {1: 20 * MiB}, fast) == pytest.approx(0.1)
+    slow = StepTiming(bwd_s=[1.0] * 6, h2d_bytes_per_s=4 * MiB, cpu_s_per_run=0.1)
+    # 5 s: back at 7 s, 3 s late
+    assert offload_overhead(one, {1: 20 * MiB}, slow) == pytest.approx(3.1)
+    two = offload_choice(LAYERS, 2, 6)
+    # one transfer stream: layer 1's copy (from 2 s) ends at 7 s (4 s late for run 2 at 3 s);
+    # layer 0's waits for it, ends at 12 s (8 s late for run 1 at 4 s)
+    assert offload_overhead(two, {1: 20 * MiB, 2: 20 * MiB}, slow) == pytest.approx(12.2)
+
+
+MENUS = {
+    0: [opt(10, 4)],
+    1: [opt(30, 20, 0.0, "keep"), opt(26, 10, 1.0, "half")],
+    2: [opt(50, 8)],
+}
+
+
+def test_the_step_offloads_when_the_copy_hides_and_recomputes_when_it_does_not():
+    target = 114 * MiB
+    # recompute alone: two of the four layer runs at half (4 + 2*20 + 2*10 + 50 = 114), 2 s
+    fast = StepTiming(bwd_s=[1.0] * 6, h2d_bytes_per_s=10 * MiB, cpu_s_per_run=0.1)
+    c = choose_with_offload(SEQ, MENUS, target, None, LAYERS, fast)
+    assert c.feasible and c.offload is not None and c.offload.k == 1
+    assert c.peak == 114 * MiB and c.overhead_s == pytest.approx(0.1)
+    assert all(o.label == "keep" for o in c.chosen.values() if o.label)
+    slow = StepTiming(bwd_s=[1.0] * 6, h2d_bytes_per_s=4 * MiB, cpu_s_per_run=0.1)
+    c = choose_with_offload(SEQ, MENUS, target, None, LAYERS, slow)
+    assert c.feasible and c.offload is None
+    assert c.peak == 114 * MiB and c.overhead_s == pytest.approx(2.0)
+    assert sorted(o.label for o in c.chosen.values() if o.label) == ["half", "half", "keep", "keep"]
+    # no timing (a CPU step, or the user's own offload setting): never offloads
+    c = choose_with_offload(SEQ, MENUS, target, None, LAYERS, None)
+    assert c.offload is None and c.overhead_s == pytest.approx(2.0)
+
+
+def test_offload_reaches_a_peak_recompute_cannot():
+    # recompute alone bottoms out at 4 + 4*10 + 50 = 94 MiB; three layers away at the head
+    # (60 MiB) give 74 with nothing recomputed, each copy-back hidden (0.2 s in a 1 s window)
+    fast = StepTiming(bwd_s=[1.0] * 6, h2d_bytes_per_s=100 * MiB, cpu_s_per_run=0.1)
+    c = choose_with_offload(SEQ, MENUS, 84 * MiB, None, LAYERS, fast)
+    assert c.feasible and c.offload is not None and c.offload.k == 3
+    assert c.peak == 74 * MiB and c.overhead_s == pytest.approx(0.3)
+    assert not choose_with_offload(SEQ, MENUS, 84 * MiB, None, LAYERS, None).feasible
+
+
+def test_a_byte_budget_offloads_layers_across_regions_when_that_is_cheaper(monkeypatch, tmp_path):
+    """Layers compiled as their own regions under a byte budget: when the copy-back hides
+    (here: priced free, and CPU let offload as CUDA does) the step plan offloads the first
+    layers instead of recomputing, the report says so, and gradients stay torch.compile's."""
+    import torch
+
+    import memopt
+    import memopt.state
+    import memopt.step
+    from tests.test_step_regions import H, _model, _plain, _train
+
+    monkeypatch.setattr(memopt.state, "OFFLOAD_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(memopt.step, "offload_overhead", lambda choice, moved, timing: 0.0)
+    grads0, measured0 = _plain()
+    model = _model()
+    # what keeping everything needs, less one layer's two (32, H) activations
+    other = _model()
+    probe = memopt.optimize(other, budget=1 << 40)
+    _train(probe, other, measure=False)
+    full = memopt.report(probe).step.peak
+    budget = full - 2 * 32 * H * 4
+    torch._dynamo.reset()
+    opt = memopt.optimize(model, budget=budget, offload_min_bytes=0)
+    grads, _ = _train(opt, model, steps=3, measure=False)
+    for a, b in zip(grads, grads0):
+        torch.testing.assert_close(a, b)
+    rep = memopt.report(opt)
+    step = rep.step
+    assert step.feasible and step.peak <= budget
+    # one layer (block 0 and its resume: runs 0 and 1) away, nothing recomputed
+    assert step.offload_runs == (0, 1)
+    assert step.offloaded_bytes == 2 * 32 * H * 4
+    assert rep.saved_bytes()[1] == rep.saved_bytes()[0]
+    assert "chosen by the step plan" in rep.table()
+    # frozen, the step plan's offload travels in the plan file and is applied as it was
+    frozen = rep.frozen_plan()
+    assert frozen == {"config": [], "sync": {}, "offload_layers": 1}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(frozen))
+    torch._dynamo.reset()
+    model = _model()
+    again = memopt.optimize(model, config=str(path), offload_min_bytes=0)
+    grads, _ = _train(again, model, steps=3, measure=False)
+    for a, b in zip(grads, grads0):
+        torch.testing.assert_close(a, b)
+    step = memopt.report(again).step
+    assert step.offload_runs == (0, 1) and step.offloaded_bytes == 2 * 32 * H * 4
+    assert step.offload_by == "offload_layers=1" and step.planned_offload_layers == 0
+    assert memopt.report(again).config.sources["offload_layers"] == "plan file (argument)"
