@@ -71,7 +71,7 @@ def run_variant(model, init, compiled, ids, warmup=5, iters=8):
         step()
         torch.cuda.synchronize()
         times.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(times), torch.cuda.max_memory_allocated(), losses
+    return statistics.median(times), torch.cuda.max_memory_allocated(), losses, times
 
 
 def memopt_extra(compiled) -> dict:
@@ -93,6 +93,8 @@ def memopt_extra(compiled) -> dict:
         "prefetched": step.prefetched if step else 0,
         "notes": list(step.notes) if step else [],
         "measured_peak_seen": step.measured_peak if step else None,
+        "predicted_overhead_s": step.overhead_s if step else None,
+        "offload_by": step.offload_by if step else "",
     }
 
 
@@ -120,8 +122,9 @@ def measure(args) -> None:
     def run(label, make, extra=None, memopt_row=False):
         torch._dynamo.reset()
         compiled = make()
-        ms, peak, losses = run_variant(model, init, compiled, ids, warmup=args.warmup)
+        ms, peak, losses, times = run_variant(model, init, compiled, ids, warmup=args.warmup)
         row = {"variant": label, "ms": ms, "peak": peak, "losses": losses, **(extra or {})}
+        row["step_ms"] = [round(t, 2) for t in times]
         if memopt_row:
             row.update(memopt_extra(compiled))
         rows.append(row)
@@ -197,7 +200,15 @@ def main() -> None:
         "--only", help="comma-separated: eager,budgets,level,fraction,offload (default: all)"
     )
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--log", help="write memopt's INFO log (step plans, recompiles) here")
     args = p.parse_args()
+    if args.log:
+        import logging
+
+        handler = logging.FileHandler(args.log)
+        handler.setFormatter(logging.Formatter("%(relativeCreated)d ms %(message)s"))
+        logging.getLogger("memopt").addHandler(handler)
+        logging.getLogger("memopt").setLevel(logging.INFO)
     if args.table:
         print(table(args.table))
     else:

@@ -330,6 +330,8 @@ class MemoptState:
             bwd_s=[sum(self.problems[r].problem.timeline.bwd_op_s) for r in sequence],
             h2d_bytes_per_s=rates.h2d_bytes_per_s,
             cpu_s_per_run=rates.copy_op_s * tensors,
+            fwd_s=[sum(self.problems[r].problem.timeline.fwd_op_s) for r in sequence],
+            d2h_bytes_per_s=rates.d2h_bytes_per_s,
         )
         return layers, timing
 

@@ -32,6 +32,7 @@ from memopt.step_layers import (
     layer_runs,
     offload_choice,
     offload_overhead,
+    offload_times,
 )
 
 __all__ = ["layer_runs"]  # re-exported (memopt.step_layers)
@@ -435,6 +436,9 @@ def choose_with_offload(
     n = len(sequence)
     for k in range(1, min(len(layers), MAX_OFFLOAD_LAYERS + 1)):
         off = offload_choice(layers, k, n)
+        # when each run's memory is free: from the most it could copy (keeping everything)
+        most = {j: max(o.saved - o.saved_inputs for o in menus[sequence[j]]) for j in off.runs}
+        off = offload_choice(layers, k, n, offload_times(off, most, timing)[1])
         c = choose_runs(sequence, menus, target, offsets, off.away)
         moved = {j: c.chosen[j].saved - c.chosen[j].saved_inputs for j in off.runs}
         c = replace(c, offload=off, overhead_s=c.overhead_s + offload_overhead(off, moved, timing))

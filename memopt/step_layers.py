@@ -7,8 +7,8 @@ the first ``k`` layers follows ``default_sync``: layer ``i``'s saved tensors go 
 after its forward and come back, paced, from the backward of layer ``n-k+i-1`` (never later
 than one layer ahead) up to their first use. While they are on the host they are not held on
 the device: :func:`offload_choice` says, per run, which offloaded runs are away while it runs,
-and :func:`offload_overhead` what the copy-back costs when the backward between its start and
-the first use is too short to hide it (the copy to the host is not waited on by compute).
+and :func:`offload_times` what the step waits for: one transfer stream carries the copies to
+the host (not waited on by compute, but the copy-backs queue behind them) and back.
 """
 
 from __future__ import annotations
@@ -70,12 +70,22 @@ class OffloadChoice:
     and backward: the copy-back has not begun when its backward runs)."""
 
 
-def offload_choice(layers: Sequence[Sequence[int]], k: int, n_runs: int) -> OffloadChoice:
-    """The first ``k`` of ``layers`` offloaded, in a step of ``n_runs`` runs."""
+def offload_choice(
+    layers: Sequence[Sequence[int]],
+    k: int,
+    n_runs: int,
+    ready: Mapping[int, int] | None = None,
+) -> OffloadChoice:
+    """The first ``k`` of ``layers`` offloaded, in a step of ``n_runs`` runs. ``ready``: per
+    offloaded run, the first run whose forward begins after its copy to the host has ended
+    (its device memory is freed only then; :func:`offload_times`); default: the next run."""
     reload = reload_schedule(layers, k)
     trigger = {j: t for t, js in reload.items() for j in js}
     runs = tuple(j for layer in layers[:k] for j in layer)
-    away = {i: frozenset(j for j in runs if j < i and i > trigger[j]) for i in range(n_runs)}
+    first = {j: max(j + 1, (ready or {}).get(j, j + 1)) for j in runs}
+    away = {
+        i: frozenset(j for j in runs if i >= first[j] and i > trigger[j]) for i in range(n_runs)
+    }
     return OffloadChoice(
         k=k,
         runs=runs,
@@ -92,23 +102,46 @@ class StepTiming:
     h2d_bytes_per_s: float
     cpu_s_per_run: float = 0.0
     """CPU time an offloaded run adds (its hooks and copy launches), on the critical path."""
+    fwd_s: Sequence[float] = ()
+    """Forward seconds per run (empty: the copies to the host are not timed)."""
+    d2h_bytes_per_s: float = 0.0
+
+
+def offload_times(
+    choice: OffloadChoice, moved: Mapping[int, int], timing: StepTiming
+) -> tuple[float, dict[int, int]]:
+    """Predicted seconds the step loses to ``choice``, and per offloaded run the first run
+    whose forward begins after its copy to the host has ended. ``moved``: bytes each offloaded
+    run copies.
+
+    One transfer stream carries both directions, as the runtime does: the copies to the host
+    queue from the end of each offloaded run's forward (compute never waits for them, but the
+    copy-backs queue behind them); in the backward each copy-back starts at its trigger run's
+    backward start and the backward waits at the first use of a run whose copy has not ended
+    (a wait delays everything after it). Plus, per offloaded run, its CPU time."""
+    n = len(timing.bwd_s)
+    fwd = list(timing.fwd_s) or [0.0] * n
+    fwd_start, t = [0.0] * n, 0.0
+    for i in range(n):
+        fwd_start[i], t = t, t + fwd[i]
+    free, ready = 0.0, {}
+    for j in sorted(choice.runs):
+        if timing.d2h_bytes_per_s > 0 and timing.fwd_s:
+            free = max(free, fwd_start[j] + fwd[j]) + moved.get(j, 0) / timing.d2h_bytes_per_s
+        ready[j] = next((i for i in range(j + 1, n) if fwd_start[i] >= free), n)
+    back_done: dict[int, float] = {}
+    now, wait_s = t, 0.0  # the backward begins when the forward ends
+    for i in range(n - 1, -1, -1):  # run i's backward begins: issue, then wait
+        for j in sorted(choice.reload_at.get(i, ()), reverse=True):  # first-use order
+            free = max(free, now) + moved.get(j, 0) / timing.h2d_bytes_per_s
+            back_done[j] = free
+        if back_done.get(i, 0.0) > now:  # the first use of an offloaded run
+            wait_s += back_done[i] - now
+            now = back_done[i]
+        now += timing.bwd_s[i]
+    return wait_s + timing.cpu_s_per_run * len(choice.runs), ready
 
 
 def offload_overhead(choice: OffloadChoice, moved: Mapping[int, int], timing: StepTiming) -> float:
-    """Predicted seconds the step loses to ``choice``: per offloaded run its CPU time, plus the
-    backward's waits for copy-backs that the backward between their start and their first
-    use cannot hide (one transfer stream: copies run one after another, in the order the
-    backward starts them). ``moved``: bytes each offloaded run copies."""
-    n = len(timing.bwd_s)
-    start = [0.0] * n  # seconds from the start of the backward to run i's backward start
-    t = 0.0
-    for i in range(n - 1, -1, -1):
-        start[i] = t
-        t += timing.bwd_s[i]
-    free, late = 0.0, 0.0  # when the transfer stream is free; total wait
-    for trig in sorted(choice.reload_at, reverse=True):  # backward order
-        runs = choice.reload_at[trig]
-        done = max(free, start[trig]) + sum(moved.get(j, 0) for j in runs) / timing.h2d_bytes_per_s
-        free = done
-        late += max(0.0, done - start[max(runs)])
-    return late + timing.cpu_s_per_run * len(choice.runs)
+    """Predicted seconds the step loses to ``choice`` (:func:`offload_times`)."""
+    return offload_times(choice, moved, timing)[0]

@@ -9,7 +9,13 @@ import json
 import pytest
 
 from memopt.step import Option, choose_with_offload, step_peak
-from memopt.step_layers import StepTiming, layer_runs, offload_choice, offload_overhead
+from memopt.step_layers import (
+    StepTiming,
+    layer_runs,
+    offload_choice,
+    offload_overhead,
+    offload_times,
+)
 from tests.test_step import SEQ, opt
 
 MiB = 1 << 20
@@ -54,9 +60,10 @@ def test_offload_overhead_is_the_copy_back_the_backward_cannot_hide():
     # 5 s: back at 7 s, 3 s late
     assert offload_overhead(one, {1: 20 * MiB}, slow) == pytest.approx(3.1)
     two = offload_choice(LAYERS, 2, 6)
-    # one transfer stream: layer 1's copy (from 2 s) ends at 7 s (4 s late for run 2 at 3 s);
-    # layer 0's waits for it, ends at 12 s (8 s late for run 1 at 4 s)
-    assert offload_overhead(two, {1: 20 * MiB, 2: 20 * MiB}, slow) == pytest.approx(12.2)
+    # one transfer stream: layer 1's copy (from 2 s) ends at 7 s: run 2 (at 3 s) waits 4 s;
+    # layer 0's copy, issued at run 2's start, follows it and ends at 12 s: run 1, at 8 s
+    # after the first wait, waits 4 s more
+    assert offload_overhead(two, {1: 20 * MiB, 2: 20 * MiB}, slow) == pytest.approx(8.2)
 
 
 MENUS = {
@@ -143,3 +150,19 @@ def test_a_byte_budget_offloads_layers_across_regions_when_that_is_cheaper(monke
     assert step.offload_runs == (0, 1) and step.offloaded_bytes == 2 * 32 * H * 4
     assert step.offload_by == "offload_layers=1" and step.planned_offload_layers == 0
     assert memopt.report(again).config.sources["offload_layers"] == "plan file (argument)"
+
+
+def test_copies_to_the_host_share_the_stream_and_free_memory_only_when_done():
+    three = offload_choice(LAYERS, 3, 6)
+    moved = {1: 20 * MiB, 2: 20 * MiB, 3: 20 * MiB}
+    fast = StepTiming([1.0] * 6, 100 * MiB, 0.1, fwd_s=[1.0] * 6, d2h_bytes_per_s=100 * MiB)
+    # copies of 0.2 s from each forward's end (2, 3, 4 s): done by the second run after it
+    assert offload_times(three, moved, fast) == (pytest.approx(0.3), {1: 3, 2: 4, 3: 5})
+    assert offload_choice(LAYERS, 3, 6, {1: 3, 2: 4, 3: 5}).away == three.away
+    slow = StepTiming([1.0] * 6, 4 * MiB, 0.1, fwd_s=[1.0] * 6, d2h_bytes_per_s=4 * MiB)
+    # 5 s each: the copies to the host end at 7, 12 and 17 s, after the forward (6 s): nothing
+    # is away while a forward runs, and the copy-backs queue behind them: runs 3, 2 and 1
+    # wait 14, 4 and 4 s
+    wait, ready = offload_times(three, moved, slow)
+    assert (wait, ready) == (pytest.approx(22.3), {1: 6, 2: 6, 3: 6})
+    assert not offload_choice(LAYERS, 3, 6, ready).away

@@ -1,0 +1,421 @@
+"""The GPU zoo: torch.compile's ``activation_memory_budget`` points against memopt aimed at
+the same peaks, on models of benchmarks/zoo_models.py at their GPU sizes.
+
+Per model, every variant runs in its own process (fresh dynamo state, caching allocator and
+peak counters):
+
+* ``torch.compile``, and with ``activation_memory_budget`` in ``--points`` (0.8 0.5 0.3 0.1);
+* ``memopt level=1`` and ``memopt offload_layers=k`` (half the repeated layers);
+* ``memopt budget=<bytes>`` at each peak torch measured (started once those are known).
+
+Processes compile side by side (``--parallel`` at a time); a batch is timed only when all of
+it has compiled, one process after the other, so no compile runs beside a timed step. Per
+variant: median step ms over ``--iters`` steps after ``--warmup`` (benchmarks/common.py
+``step_stats``), peak ``torch.cuda.max_memory_allocated`` over those steps, the loss of the
+first step (seed 0), compile seconds; for memopt, the planner's verdict, predicted peak and
+plan. A process that runs out of memory while others compile is run again alone. ::
+
+    python benchmarks/zoo_gpu.py --models qwen2,bert --out $OUT             # the H100
+    python benchmarks/zoo_gpu.py --models vit --device cpu --size tiny --out /tmp/z   # a check
+    python benchmarks/zoo_gpu.py --plot docs/data/zoo_gpu_*_2026-11-25.json \
+        --png docs/zoo_gpu.png --markdown docs/zoo.md   # tables into docs/zoo.md, the plot
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+POINTS = (0.8, 0.5, 0.3, 0.1)
+TAG = "@@zoo_gpu "
+
+from benchmarks.zoo_gpu_report import AGAIN, write_docs  # noqa: E402
+
+# --- one variant, in its own process -------------------------------------------------------
+
+
+def _emit(kind: str, payload: dict[str, Any]) -> None:
+    print(f"{TAG}{kind} {json.dumps(payload)}", flush=True)
+
+
+def _throughput(inputs: dict[str, Any]) -> tuple[str, int]:
+    """What one step processes: tokens of ``input_ids`` for language models, else samples."""
+    ids = inputs.get("input_ids")
+    if ids is not None:
+        return "tokens", int(ids.numel())
+    first = next(v for v in inputs.values() if hasattr(v, "shape"))
+    return "samples", int(first.shape[0])
+
+
+def _compile(model, variant: dict[str, Any]):
+    import torch
+
+    import memopt
+
+    kind = variant["kind"]
+    if kind in ("compile", "torch"):
+        if kind == "torch":
+            torch._functorch.config.activation_memory_budget = variant["budget"]
+        return torch.compile(model)
+    if kind == "level1":
+        return memopt.optimize(model, level=1)
+    if kind == "offload":
+        variant["k"] = _outer_layers(model) // 2
+        return memopt.optimize(model, offload_layers=variant["k"])
+    if kind == "budget":
+        return memopt.optimize(model, budget=variant["target"])
+    raise ValueError(kind)
+
+
+def _outer_layers(model) -> int:
+    """Layers as memopt numbers them: the largest container of repeated layers that is not
+    inside another (ConvNeXt's 4 stages, not the 9 blocks of its third)."""
+    from memopt.api import _layer_containers
+
+    found = _layer_containers(model)
+    outer = [n for p, n in found.items() if not any(p.startswith(q + ".") for q in found)]
+    return max(outer, default=0)
+
+
+def _memopt_facts(compiled) -> dict[str, Any]:
+    """The report's verdict: feasible, predicted peak and overhead, plans, offloaded bytes."""
+    import memopt
+
+    rep = memopt.report(compiled)
+    plans = [r.extra["planner"] for r in rep.regions if "planner" in r.extra]
+    out: dict[str, Any] = {
+        "regions": len(rep.regions),
+        "offloaded_bytes": rep.offloaded_bytes(),
+        "plan_strings": [s for p in plans for s in p.get("plan_strings", [])]
+        or rep.config.plan_strings(),
+    }
+    step = rep.step
+    if plans:
+        out["feasible"] = all(bool(p.get("feasible")) for p in plans)
+        out["predicted_peaks"] = [p.get("predicted_peak") for p in plans]
+        out["predicted_overhead_ms"] = sum(1e3 * p.get("predicted_overhead_s", 0) for p in plans)
+        out["sync"] = [p.get("sync") for p in plans]
+        keys = ("baseline_peak", "min_feasible_peak", "peak_lower_bound", "baseline_step_s")
+        out["planner"] = [{k: p.get(k) for k in keys} | {"text": p.get("text")} for p in plans]
+    if step is not None and step.peak is not None:
+        out["predicted_peak"] = step.peak
+        out["feasible"] = bool(step.feasible) if step.feasible is not None else out.get("feasible")
+        out["step_measured_peak"] = step.measured_peak
+    elif len(plans) == 1:
+        out["predicted_peak"] = plans[0].get("predicted_peak")
+    return out
+
+
+def worker(spec: dict[str, Any]) -> None:
+    """Build, compile (the first step), say READY, wait for GO on stdin, time, say RESULT."""
+    import torch
+
+    from benchmarks.common import step_stats
+    from benchmarks.zoo import build
+    from benchmarks.zoo_models import BY_NAME, step_loss
+    from memopt import _torch_compat as compat
+
+    device, variant = spec["device"], spec["variant"]
+    with compat.no_compile_caches():  # a cache hit would skip memopt's partitioner
+        model, inputs = build(
+            BY_NAME[spec["model"]], spec["size"], device, getattr(torch, spec["dtype"])
+        )
+        compiled = _compile(model, variant)
+
+        def step():
+            model.zero_grad(set_to_none=True)
+            torch.manual_seed(0)  # the same random draws (DiT's label dropout) in every step
+            loss = step_loss(compiled(**inputs))
+            loss.backward()
+            return loss
+
+        t0 = time.perf_counter()
+        try:
+            loss = float(step().detach().float())
+        except torch.OutOfMemoryError as e:
+            _emit("OOM", {"error": str(e)[:300]})
+            return
+        compile_s = time.perf_counter() - t0
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()  # give the GPU back to the processes still compiling
+        unit, per_step = _throughput(inputs)
+        _emit("READY", {"compile_s": round(compile_s, 1)})
+        if sys.stdin.readline().strip() != "GO":
+            return
+        if device.startswith("cuda"):
+            ms, peak = step_stats(step, warmup=spec["warmup"], iters=spec["iters"])
+        else:
+            for _ in range(spec["warmup"]):
+                step()
+            times = []
+            for _ in range(spec["iters"]):
+                t = time.perf_counter()
+                step()
+                times.append(1e3 * (time.perf_counter() - t))
+            ms, peak = sorted(times)[len(times) // 2], None
+        row = {
+            **({"k": variant["k"]} if "k" in variant else {}),
+            "ms": ms,
+            "peak": peak,
+            "loss": loss,
+            "compile_s": round(compile_s, 1),
+            "unit": unit,
+            "per_s": per_step / (ms / 1e3),
+        }
+        if variant["kind"] not in ("compile", "torch"):
+            row.update(_memopt_facts(compiled))
+    _emit("RESULT", row)
+
+
+# --- the scheduler --------------------------------------------------------------------------
+
+
+class Child:
+    """One variant's process; its tagged stdout lines go to ``events``."""
+
+    def __init__(self, spec: dict[str, Any], env: dict[str, str], logs: Path, events):
+        self.spec, self.state, self.info = spec, "compiling", {}
+        self.log = logs / f"{spec['model']}_{spec['label'].replace(' ', '_').replace('=', '')}.log"
+        cmd = [sys.executable, __file__, "--worker", json.dumps(spec)]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(self.log, "w"),
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._read, args=(events,), daemon=True).start()
+
+    def _read(self, events) -> None:
+        for line in self.proc.stdout:
+            if line.startswith(TAG):
+                kind, payload = line[len(TAG) :].split(" ", 1)
+                events.put((self, kind, json.loads(payload)))
+        self.proc.wait()
+        events.put((self, "EXIT", {"rc": self.proc.returncode}))
+
+    def send(self, text: str) -> None:
+        try:
+            self.proc.stdin.write(text + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def tail(self) -> str:
+        lines = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-12:])
+
+
+def _not_run(row: dict[str, Any]) -> bool:
+    return str(row.get("error", "")).startswith("not run")
+
+
+def _variants(points) -> list[dict[str, Any]]:
+    out = [{"label": "torch.compile", "kind": "compile"}]
+    out += [{"label": f"torch budget={b}", "kind": "torch", "budget": b} for b in points]
+    out.append({"label": "memopt level=1", "kind": "level1"})
+    out.append({"label": "memopt offload half the layers", "kind": "offload"})
+    return out
+
+
+class Runner:
+    """Runs every variant of ``models``, batch by batch, and writes one JSON per model."""
+
+    def __init__(self, args):
+        import torch
+
+        self.args, self.out = args, Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.logs = Path(args.logs)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.events: queue.Queue = queue.Queue()
+        self.t0 = time.perf_counter()
+        self.env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // args.parallel)),
+        }
+        self.docs: dict[str, dict[str, Any]] = {}
+        self.todo: collections.deque = collections.deque()
+        dev = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+        for name in args.models:
+            old = Path(args.resume or "") / f"zoo_gpu_{name}{args.suffix}.json"
+            kept = []
+            if args.resume and old.exists():  # rows of an earlier run, less those not run
+                kept = [r for r in json.loads(old.read_text())["rows"] if not _not_run(r)]
+            self.docs[name] = {
+                "model": name,
+                "size": args.size,
+                "dtype": args.dtype,
+                "device": dev,
+                "torch": torch.__version__,
+                "memopt_commit": os.environ.get("MEMOPT_COMMIT"),
+                "command": " ".join(sys.argv),
+                "rows": kept,
+            }
+            done = {r["variant"] for r in kept}
+            if kept and args.again:  # a baseline timed beside the rows this run adds
+                self.todo.append(self._spec(name, {"label": AGAIN, "kind": "compile"}))
+            for v in _variants(args.points):
+                if v["label"] not in done:
+                    self.todo.append(self._spec(name, v))
+            self._queue_budgets(name)
+
+    def _spec(self, name: str, variant: dict[str, Any]) -> dict[str, Any]:
+        a = self.args
+        return {
+            "model": name,
+            "label": variant["label"],
+            "variant": variant,
+            "size": a.size,
+            "device": a.device,
+            "dtype": a.dtype,
+            "warmup": a.warmup,
+            "iters": a.iters,
+        }
+
+    def save(self, name: str) -> None:
+        path = self.out / f"zoo_gpu_{name}{self.args.suffix}.json"
+        path.write_text(json.dumps(self.docs[name], indent=1) + "\n")
+
+    def record(self, spec: dict[str, Any], row: dict[str, Any]) -> None:
+        name = spec["model"]
+        row = {"variant": spec["label"], **spec["variant"], **row}
+        if self.args.resume and self.args.again:
+            row["resumed"] = True
+        self.docs[name]["rows"].append(row)
+        print(json.dumps({"model": name, **row})[:600], flush=True)
+        self.save(name)
+        self._queue_budgets(name)
+
+    def _queue_budgets(self, name: str) -> None:
+        """memopt at each torch peak, once every torch point has its row."""
+        doc = self.docs[name]
+        torch_rows = [r for r in doc["rows"] if r["kind"] == "torch"]
+        if len(torch_rows) < len(self.args.points) or doc.get("budgets_queued"):
+            return
+        doc["budgets_queued"] = True
+        done = {r["variant"] for r in doc["rows"]}
+        for r in torch_rows:
+            if r.get("peak") is None and not self.args.device.startswith("cpu"):
+                continue  # that torch point failed: no peak to aim at
+            target = r["peak"] if r.get("peak") is not None else r["budget"]
+            label = f"memopt budget at torch {r['budget']}"
+            if label not in done:
+                v = {"label": label, "kind": "budget", "target": target, "at": r["budget"]}
+                self.todo.append(self._spec(name, v))
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def run(self) -> None:
+        longest = 0.0  # seconds the last batch took
+        while self.todo:
+            if self.args.deadline and self.elapsed() + longest > self.args.deadline:
+                for spec in self.todo:
+                    self.record(spec, {"error": "not run: --deadline reached"})
+                break
+            solo = self.todo[0].get("solo")
+            n = 1 if solo else self.args.parallel
+            batch = [self.todo.popleft() for _ in range(min(n, len(self.todo)))]
+            t = time.perf_counter()
+            self.run_batch(batch)
+            longest = time.perf_counter() - t  # the next batch: about as long as this one
+        print(f"zoo_gpu: done in {self.elapsed():.0f} s", flush=True)
+
+    def _wait(self, children: list[Child], until: set[str], timeout: float) -> None:
+        end = time.perf_counter() + timeout
+        while any(c.state not in until for c in children):
+            try:
+                child, kind, payload = self.events.get(timeout=max(0.1, end - time.perf_counter()))
+            except queue.Empty:
+                for c in children:
+                    if c.state not in until:
+                        c.kill()
+                        c.state, c.info = "error", {"error": f"timeout after {timeout:.0f} s"}
+                return
+            if kind == "READY":
+                child.state, child.info = "ready", payload
+            elif kind == "RESULT":
+                child.state, child.info = "done", payload
+            elif kind == "OOM":
+                child.state, child.info = "oom", payload
+            elif kind == "EXIT" and child.state not in ("done", "oom", "error"):
+                err = f"exit {payload['rc']} before a result:\n{child.tail()}"
+                child.state, child.info = "error", {"error": err}
+
+    def run_batch(self, batch: list[dict[str, Any]]) -> None:
+        children = [Child(s, self.env, self.logs, self.events) for s in batch]
+        self._wait(children, {"ready", "oom", "error"}, self.args.compile_timeout)
+        for c in children:
+            if c.state == "oom" and not c.spec.get("solo"):
+                self.todo.appendleft({**c.spec, "solo": True})  # again, with the GPU to itself
+                c.kill()
+            elif c.state != "ready":
+                self.record(c.spec, c.info)
+                c.kill()
+        for c in children:
+            if c.state != "ready":
+                continue
+            c.send("GO")
+            self._wait([c], {"done", "error"}, self.args.step_timeout)
+            self.record(c.spec, {**c.info, "compile_s": c.info.get("compile_s")})
+            c.kill()
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="qwen2,bert")
+    p.add_argument("--points", default=",".join(map(str, POINTS)))
+    p.add_argument("--size", default="gpu", choices=("tiny", "gpu"))
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--iters", type=int, default=8)
+    p.add_argument("--parallel", type=int, default=8, help="processes compiling at once")
+    p.add_argument("--deadline", type=float, default=0.0, help="seconds: no batch starts after")
+    p.add_argument("--compile-timeout", type=float, default=400.0)
+    p.add_argument("--step-timeout", type=float, default=180.0)
+    p.add_argument("--out", default="zoo_gpu_out")
+    p.add_argument("--logs", default="/tmp/zoo_gpu_logs")
+    p.add_argument("--resume", help="a folder of earlier JSON: run only what they lack")
+    p.add_argument("--again", action="store_true", help=f"with --resume: time {AGAIN!r}")
+    p.add_argument("--suffix", default="", help="appended to zoo_gpu_<model> in file names")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--plot", nargs="*", help="JSON files: write tables and the plot instead")
+    p.add_argument("--png", default=str(ROOT / "docs" / "zoo_gpu.png"))
+    p.add_argument("--markdown", default=str(ROOT / "docs" / "zoo.md"))
+    a = p.parse_args(argv)
+    if a.worker:
+        worker(json.loads(a.worker))
+        return
+    if a.plot:
+        write_docs(a.plot, a.png, a.markdown)
+        return
+    a.models = [m for m in a.models.split(",") if m]
+    a.points = tuple(float(x) for x in a.points.split(",") if x)
+    Runner(a).run()
+
+
+if __name__ == "__main__":
+    main()

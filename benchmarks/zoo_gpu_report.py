@@ -1,0 +1,206 @@
+"""The GPU zoo's tables, targets and plot, from the JSON files of benchmarks/zoo_gpu.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: loss of a variant against torch.compile's (bf16 weights; recompute may fuse differently)
+LOSS_RTOL = 2e-2
+#: torch.compile timed again in a resumed run (``--again``): memopt's rows of that run are
+#: compared with it, as their step times and the first baseline's come from other machines
+AGAIN = "torch.compile again"
+
+
+def _gib(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**30:.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def _rows(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["variant"]: r for r in d["rows"]}
+
+
+def compare(d: dict[str, Any]) -> dict[str, Any]:
+    """Per torch point: torch's and memopt's peak and overhead and the issue's targets."""
+    rows = _rows(d)
+    base = rows.get("torch.compile", {})
+    if "ms" not in base:
+        return {"base": base, "points": [], "others": []}
+    again = rows.get(AGAIN, {})
+
+    def over(r):
+        if "ms" not in r:
+            return None
+        ref = again if "ms" in again and r.get("resumed") else base
+        return r["ms"] / ref["ms"] - 1
+
+    def loss_ok(r):
+        if "loss" not in r:
+            return None
+        return abs(r["loss"] - base["loss"]) <= LOSS_RTOL * abs(base["loss"])
+
+    points = []
+    for r in d["rows"]:
+        if r["kind"] != "torch":
+            continue
+        m = rows.get(f"memopt budget at torch {r['budget']}", {})
+        p = {"budget": r["budget"], "torch": r, "memopt": m}
+        p["torch_over"], p["memopt_over"] = over(r), over(m)
+        if "peak" in r and m.get("peak") is not None and r.get("peak") is not None:
+            to, mo = p["torch_over"], p["memopt_over"]
+            p["peak_ok"] = m["peak"] <= r["peak"]
+            p["ratio"] = mo / to if to and to > 0 else None
+            p["time_ok"] = mo <= 0.5 * to if to is not None else None
+            p["honored"] = m["peak"] <= 1.005 * m["target"] if m.get("feasible") else None
+            pred = m.get("predicted_peak")
+            p["pred_err"] = pred / m["peak"] - 1 if pred else None
+        p["loss_ok"] = loss_ok(m)
+        points.append(p)
+    others = [
+        {**r, "over": over(r), "loss_ok": loss_ok(r)}
+        for r in d["rows"]
+        if r["kind"] in ("level1", "offload") or "error" in r
+    ]
+    return {"base": base, "points": points, "others": others}
+
+
+def _mark(ok: bool | None, text: str = "") -> str:
+    return "-" if ok is None else ("met" if ok else f"**missed**{text}")
+
+
+def model_table(d: dict[str, Any]) -> str:
+    c = compare(d)
+    base = c["base"]
+    head = f"### {d['model']}\n\n"
+    if "ms" not in base:
+        return head + f"torch.compile failed: {base.get('error', 'not run')}\n"
+    unit = base["unit"]
+    out = [
+        head + f"torch.compile: peak {_gib(base['peak'])} GiB, {base['ms']:.1f} ms/step, "
+        f"{base['per_s']:,.0f} {unit}/s, compile {base['compile_s']} s, loss {base['loss']:.4f}.",
+        "",
+        "| torch budget | torch peak GiB | torch overhead | memopt peak GiB | memopt overhead "
+        "| memopt / torch overhead | peak ≤ torch's, overhead ≤ ½ | memopt: feasible, honored "
+        "| predicted peak (error) | loss |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in c["points"]:
+        t, m = p["torch"], p["memopt"]
+        if "error" in m or "ms" not in m:
+            err = m.get("error", "not run").splitlines()[0][:120]
+            out.append(
+                f"| {p['budget']} | {_gib(t.get('peak'))} | {_pct(p['torch_over'])} "
+                f"| {err} | | | | | | |"
+            )
+            continue
+        ratio = "-" if p.get("ratio") is None else f"{p['ratio']:.2f}"
+        both = None if p.get("peak_ok") is None else p["peak_ok"] and bool(p.get("time_ok"))
+        feas = "feasible" if m.get("feasible") else "**infeasible**"
+        if m.get("feasible"):
+            feas += ", " + ("honored" if p.get("honored") else "**over budget**")
+        pred = m.get("predicted_peak")
+        pe = "-" if pred is None else f"{_gib(pred)} ({_pct(p.get('pred_err'))})"
+        out.append(
+            f"| {p['budget']} | {_gib(t['peak'])} | {_pct(p['torch_over'])} | {_gib(m['peak'])} "
+            f"| {_pct(p['memopt_over'])} | {ratio} | {_mark(both)} | {feas} | {pe} "
+            f"| {_mark(p['loss_ok'], ' (differs)')} |"
+        )
+    for r in c["others"]:
+        if "ms" in r:
+            out.append(
+                f"\n{r['variant']}"
+                + (f" (k={r['k']})" if "k" in r else "")
+                + f": peak {_gib(r['peak'])} GiB, overhead {_pct(r['over'])}, "
+                f"offloaded {_gib(r.get('offloaded_bytes'))} GiB, loss "
+                + ("close" if r["loss_ok"] else "**differs**")
+                + "."
+            )
+        else:
+            out.append(f"\n{r['variant']}: failed: `{r['error'].splitlines()[0][:200]}`")
+    return "\n".join(out) + "\n"
+
+
+def summary_table(docs: list[dict[str, Any]]) -> str:
+    out = [
+        "| model | torch points where memopt's peak ≤ torch's and overhead ≤ ½ "
+        "| memopt / torch overhead | feasible budgets honored (+0.5%) "
+        "| predicted peak vs measured |",
+        "|---|---|---|---|---|",
+    ]
+    for d in docs:
+        ps = [p for p in compare(d)["points"] if p.get("peak_ok") is not None]
+        if not ps:
+            out.append(f"| {d['model']} | no data | | | |")
+            continue
+        met = sum(bool(p["peak_ok"] and p["time_ok"]) for p in ps)
+        ratios = [f"{p['ratio']:.2f}" if p.get("ratio") is not None else "-" for p in ps]
+        feas = [p for p in ps if p["memopt"].get("feasible")]
+        hon = sum(bool(p["honored"]) for p in feas)
+        errs = [p["pred_err"] for p in ps if p.get("pred_err") is not None]
+        rng = f"{_pct(min(errs))} .. {_pct(max(errs))}" if errs else "-"
+        out.append(
+            f"| {d['model']} | {met} of {len(ps)} | {' / '.join(ratios)} "
+            f"| {hon} of {len(feas)} | {rng} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def plot(docs: list[dict[str, Any]], png: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(4, len(docs))
+    rows_n = (len(docs) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.6 * rows_n), squeeze=False)
+    for ax, d in zip(axes.flat, docs):
+        c = compare(d)
+        ax.set_title(f"{d['model']}", fontsize=9)
+        pts = [p for p in c["points"] if p.get("peak_ok") is not None]
+        for key, style, label in (
+            ("torch", "o-", "torch budget"),
+            ("memopt", "s-", "memopt at torch's peak"),
+        ):
+            xs = [p[key]["peak"] / 2**30 for p in pts]
+            ys = [100 * p[f"{key}_over"] for p in pts]
+            ax.plot(xs, ys, style, ms=4, label=label)
+            if key == "torch":
+                for x, y, p in zip(xs, ys, pts):
+                    ax.annotate(str(p["budget"]), (x, y), fontsize=6)
+        base = c["base"]
+        if "peak" in base and base["peak"] is not None:
+            ax.plot([base["peak"] / 2**30], [0], "k*", label="torch.compile")
+        for r, style in zip(c["others"], ("^", "v")):
+            if r.get("peak") is not None:
+                ax.plot([r["peak"] / 2**30], [100 * r["over"]], style, label=r["variant"])
+        ax.set_xlabel("peak GiB", fontsize=8)
+        ax.set_ylabel("overhead vs torch.compile (%)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=5)
+    for ax in list(axes.flat)[len(docs) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def write_docs(paths: list[str], png: str, markdown: str) -> None:
+    from benchmarks.zoo import write_table
+
+    docs = [json.load(open(p)) for p in paths]
+    d0 = docs[0]
+    text = (
+        f"Device {d0['device']}, torch {d0['torch']}, {d0['dtype']} weights, size {d0['size']}; "
+        f"median of the timed steps; raw JSON: {', '.join(f'`{p}`' for p in paths)}.\n\n"
+        + summary_table(docs)
+        + "\n"
+        + "\n".join(model_table(d) for d in docs)
+    )
+    write_table(Path(markdown), text, "gpu")
+    plot(docs, png)
+    print(text)
