@@ -200,12 +200,12 @@ def main() -> None:
         "--only", help="comma-separated: eager,budgets,level,fraction,offload (default: all)"
     )
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--log", help="write memopt's INFO log (step plans, recompiles) here")
+    p.add_argument("--memopt-log", help="write memopt's INFO log (step plans, recompiles) here")
     args = p.parse_args()
-    if args.log:
+    if args.memopt_log:
         import logging
 
-        handler = logging.FileHandler(args.log)
+        handler = logging.FileHandler(args.memopt_log)
         handler.setFormatter(logging.Formatter("%(relativeCreated)d ms %(message)s"))
         logging.getLogger("memopt").addHandler(handler)
         logging.getLogger("memopt").setLevel(logging.INFO)
