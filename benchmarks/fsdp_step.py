@@ -155,6 +155,15 @@ def measure(args) -> None:
             {"target": peak},
             memopt_row=True,
         )
+        if args.recompute_only_too:  # the same budget with offload switched off
+            run(
+                f"memopt budget={peak / 2**30:.2f}GiB (torch {b}), no offload",
+                lambda peak=peak: memopt.optimize(
+                    model, budget=int(peak), disable_passes=("offload",)
+                ),
+                {"target": peak},
+                memopt_row=True,
+            )
     if want("fraction"):
         run("memopt budget=0.6", lambda: memopt.optimize(model, budget=0.6), memopt_row=True)
     for k in (1, 2) if want("offload") else ():
@@ -200,6 +209,11 @@ def main() -> None:
         "--only", help="comma-separated: eager,budgets,level,fraction,offload (default: all)"
     )
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument(
+        "--recompute-only-too",
+        action="store_true",
+        help="each memopt budget also with disable_passes=('offload',) (recompute only)",
+    )
     p.add_argument("--memopt-log", help="write memopt's INFO log (step plans, recompiles) here")
     args = p.parse_args()
     if args.memopt_log:

@@ -319,6 +319,8 @@ class MemoptState:
         none when the user set the offload or a region holds layers of its own."""
         if self._user_offload or any(self.regions[i].extra.get("layers") for i in set(sequence)):
             return [], None
+        if "offload" in self.config.disable_passes:  # budget plans recompute only
+            return [], None
         if self.problems[sequence[0]].device_type not in OFFLOAD_DEVICES:
             return [], None  # a CPU's saved tensors are in host memory already
         layers = layer_runs([self.graph_keys.get(i, i) for i in sequence])

@@ -131,7 +131,8 @@ def plan_budget(
         value=lambda e: symbols.evaluate(symbols.readable(e)),
         fixed=fixed,
         rates_op_s=lambda op: roofline_s(op, rates),
-        min_offload_bytes=config.offload_min_bytes,
+        # the offload pass switched off: budget plans recompute only
+        min_offload_bytes=2**62 if "offload" in config.disable_passes else config.offload_min_bytes,
         pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),
         sizes=sizes,
     )

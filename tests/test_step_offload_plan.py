@@ -166,3 +166,33 @@ def test_copies_to_the_host_share_the_stream_and_free_memory_only_when_done():
     wait, ready = offload_times(three, moved, slow)
     assert (wait, ready) == (pytest.approx(22.3), {1: 6, 2: 6, 3: 6})
     assert not offload_choice(LAYERS, 3, 6, ready).away
+
+
+def test_budget_plans_recompute_only_when_the_offload_pass_is_off(monkeypatch):
+    """``disable_passes=("offload",)``: the same budget as above is met by recomputing, in
+    the step plan and in each region's own plan."""
+    import torch
+
+    import memopt
+    import memopt.state
+    import memopt.step
+    from tests.test_step_regions import H, _model, _plain, _train
+
+    monkeypatch.setattr(memopt.state, "OFFLOAD_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(memopt.step, "offload_overhead", lambda choice, moved, timing: 0.0)
+    grads0, _ = _plain()
+    other = _model()
+    probe = memopt.optimize(other, budget=1 << 40)
+    _train(probe, other, measure=False)
+    budget = memopt.report(probe).step.peak - 2 * 32 * H * 4
+    torch._dynamo.reset()
+    model = _model()
+    opt = memopt.optimize(model, budget=budget, disable_passes=("offload",))
+    grads, _ = _train(opt, model, steps=3, measure=False)
+    for a, b in zip(grads, grads0):
+        torch.testing.assert_close(a, b)
+    rep = memopt.report(opt)
+    assert rep.step.offload_runs == () and rep.offloaded_bytes() == 0
+    assert rep.step.feasible and rep.step.peak <= budget
+    before, after = rep.saved_bytes()
+    assert after < before
