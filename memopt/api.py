@@ -153,7 +153,7 @@ def _layer_containers(model: torch.nn.Module) -> dict[str, int]:
 def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> None:
     """What can be checked against the model's layers before anything compiles: the
     ``layers=`` path, ``offload_layers`` and the sync dict's layer indices."""
-    if cfg.layers is None and not cfg.offload_layers and not cfg.sync:
+    if cfg.layers is None and not cfg.offload_k and not cfg.sync:
         return
     from memopt.passes.detect_layers import normalize_module_path
 
@@ -171,7 +171,7 @@ def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> None:
         n = max(found.values())
     else:
         return  # no container: the step tells whether layers compile as regions
-    if cfg.offload_layers and cfg.offload_layers >= n:
+    if cfg.offload_k and cfg.offload_k >= n:
         raise ConfigError(
             f"offload_layers={cfg.offload_layers} must be below the number of layers ({n}: "
             "the last layer's activations are needed as soon as its forward ends); layer "

@@ -53,8 +53,10 @@ class MemoptConfig:
     layers: str | None = None
     """Module-path prefix of the repeated layers (e.g. ``model.layers``); None detects them."""
 
-    offload_layers: int | None = None
-    """Offload the saved activations of this many layers (activation offload)."""
+    offload_layers: int | str | None = None
+    """Offload the saved activations of this many layers (activation offload); ``"auto"``:
+    a budget's step plan may offload layers compiled as their own regions when that beats
+    recomputing (docs/steps.md)."""
 
     sync: tuple[tuple[int, tuple[bool, int, bool, int]], ...] | None = None
     """Per-layer synchronization dict as sorted items:
@@ -82,6 +84,15 @@ class MemoptConfig:
 
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
     """Where each setting came from: 'argument', 'env:NAME' or 'default'."""
+
+    @property
+    def offload_k(self) -> int:
+        """The user's fixed ``offload_layers`` (0 for none and for ``"auto"``)."""
+        return self.offload_layers if isinstance(self.offload_layers, int) else 0
+
+    @property
+    def offload_auto(self) -> bool:
+        return self.offload_layers == "auto"
 
     def plan_strings(self) -> list[str]:
         return [str(p) for p in self.plans]
@@ -339,12 +350,19 @@ def resolve_config(
         sources[name] = f"plan file ({sources['plans']})"
     for name in known:
         sources.setdefault(name, "default")
+    if values.get("offload_layers") == "auto" and values.get("budget") is None:
+        raise ConfigError(
+            "offload_layers='auto' lets a budget's step plan choose how many layers to "
+            "offload; pass budget= too (or a number of layers)"
+        )
     return MemoptConfig(**values, sources=sources)
 
 
-def _offload_layers(v: Any) -> int:
+def _offload_layers(v: Any) -> int | str:
+    if isinstance(v, str) and v.strip().lower() == "auto":
+        return "auto"
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ConfigError(f"offload_layers={v!r} must be an int >= 0")
+        raise ConfigError(f"offload_layers={v!r} must be an int >= 0 or 'auto'")
     return v
 
 

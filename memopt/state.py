@@ -72,7 +72,7 @@ class MemoptState:
         self._planned_for: tuple[int, ...] | None = None
         self.graph_keys: dict[int, str] = {}  # region index -> its graph's code hash
         self.offload: StepOffload | None = None  # offload_layers across regions
-        self._user_offload = bool(config.offload_layers or config.sync)
+        self._user_offload = bool(config.offload_k or config.sync)
         self._offload_by = ""  # what set self.offload (the report says it)
         self._away: dict[int, frozenset[int]] = {}  # run -> offloaded runs on the host then
         self._away_last: dict[int, frozenset[int]] = {}  # ... in the step just done
@@ -239,7 +239,7 @@ class MemoptState:
         """``offload_layers=k`` or the sync dict when the layers are compiled regions (no
         region holds repeated layers of its own: those offload inside their graph). The
         user's sync dict wins over ``offload_layers``, as inside one graph."""
-        k, sync = self.config.offload_layers, dict(self.config.sync or {})
+        k, sync = self.config.offload_k, dict(self.config.sync or {})
         if not (k or sync) or any(self.regions[i].extra.get("layers") for i in set(sequence)):
             return
         setting = "sync" if sync else f"offload_layers={k}"
@@ -317,9 +317,11 @@ class MemoptState:
     def _offload_options(self, sequence: Sequence[int]) -> tuple[list[list[int]], Any]:
         """The step's layers and the timing the step planner prices offloading them with;
         none when the user set the offload or a region holds layers of its own."""
-        if self._user_offload or any(self.regions[i].extra.get("layers") for i in set(sequence)):
+        if not self.config.offload_auto or "offload" in self.config.disable_passes:
             return [], None
-        if "offload" in self.config.disable_passes:  # budget plans recompute only
+        if any(
+            self.regions[i].extra.get("layers") for i in set(sequence)
+        ):  # budget plans recompute only
             return [], None
         if self.problems[sequence[0]].device_type not in OFFLOAD_DEVICES:
             return [], None  # a CPU's saved tensors are in host memory already

@@ -205,9 +205,9 @@ def decide_pass(r: Region) -> Region:
         strict=c.strict,
         value=r.symbols.evaluate,
         layer_names=r.layers,
-        offload_layers=c.offload_layers or 0,
+        offload_layers=c.offload_k,
         # the user's sync dict wins; offload_layers=k takes its default schedule
-        sync=dict(c.sync) if c.sync else (b.sync if b and not c.offload_layers else None),
+        sync=dict(c.sync) if c.sync else (b.sync if b and not c.offload_k else None),
     )
     return r
 

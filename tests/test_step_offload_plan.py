@@ -102,9 +102,10 @@ def test_offload_reaches_a_peak_recompute_cannot():
 
 
 def test_a_byte_budget_offloads_layers_across_regions_when_that_is_cheaper(monkeypatch, tmp_path):
-    """Layers compiled as their own regions under a byte budget: when the copy-back hides
-    (here: priced free, and CPU let offload as CUDA does) the step plan offloads the first
-    layers instead of recomputing, the report says so, and gradients stay torch.compile's."""
+    """Layers compiled as their own regions under a byte budget and ``offload_layers="auto"``:
+    when the copy-back hides (here: priced free, and CPU let offload as CUDA does) the step
+    plan offloads the first layers instead of recomputing, the report says so, and gradients
+    stay torch.compile's."""
     import torch
 
     import memopt
@@ -123,7 +124,7 @@ def test_a_byte_budget_offloads_layers_across_regions_when_that_is_cheaper(monke
     full = memopt.report(probe).step.peak
     budget = full - 2 * 32 * H * 4
     torch._dynamo.reset()
-    opt = memopt.optimize(model, budget=budget, offload_min_bytes=0)
+    opt = memopt.optimize(model, budget=budget, offload_min_bytes=0, offload_layers="auto")
     grads, _ = _train(opt, model, steps=3, measure=False)
     for a, b in zip(grads, grads0):
         torch.testing.assert_close(a, b)
@@ -168,9 +169,13 @@ def test_copies_to_the_host_share_the_stream_and_free_memory_only_when_done():
     assert not offload_choice(LAYERS, 3, 6, ready).away
 
 
-def test_budget_plans_recompute_only_when_the_offload_pass_is_off(monkeypatch):
-    """``disable_passes=("offload",)``: the same budget as above is met by recomputing, in
-    the step plan and in each region's own plan."""
+@pytest.mark.parametrize(
+    "setting", [{}, {"offload_layers": "auto", "disable_passes": ("offload",)}]
+)
+def test_budget_step_plans_recompute_unless_offload_is_auto(monkeypatch, setting):
+    """Without ``offload_layers="auto"`` (the default), or with the offload pass switched off,
+    the same budget as above is met by recomputing, in the step plan and in each region's
+    own plan, even where offloading is priced free."""
     import torch
 
     import memopt
@@ -187,7 +192,7 @@ def test_budget_plans_recompute_only_when_the_offload_pass_is_off(monkeypatch):
     budget = memopt.report(probe).step.peak - 2 * 32 * H * 4
     torch._dynamo.reset()
     model = _model()
-    opt = memopt.optimize(model, budget=budget, disable_passes=("offload",))
+    opt = memopt.optimize(model, budget=budget, offload_min_bytes=0, **setting)
     grads, _ = _train(opt, model, steps=3, measure=False)
     for a, b in zip(grads, grads0):
         torch.testing.assert_close(a, b)
@@ -196,3 +201,20 @@ def test_budget_plans_recompute_only_when_the_offload_pass_is_off(monkeypatch):
     assert rep.step.feasible and rep.step.peak <= budget
     before, after = rep.saved_bytes()
     assert after < before
+
+
+def test_offload_layers_auto_needs_a_budget_and_is_checked():
+    import memopt
+
+    with pytest.raises(memopt.ConfigError, match="offload_layers='auto' lets a budget"):
+        memopt.optimize(MLPish(), offload_layers="auto")
+    with pytest.raises(memopt.ConfigError, match="must be an int >= 0 or 'auto'"):
+        memopt.optimize(MLPish(), offload_layers="some", budget=0.5)
+    cfg = memopt.optimize(MLPish(), offload_layers="AUTO", budget=0.5)
+    assert memopt.report(cfg).config.offload_layers == "auto"
+
+
+def MLPish():
+    import torch.nn as nn
+
+    return nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
