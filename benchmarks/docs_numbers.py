@@ -72,7 +72,12 @@ PRODUCERS: tuple[Producer, ...] = (
     Producer("zoo_cpu.json", f"{PY}zoo.py", "cpu", "~17 min on 2 cores"),
     # GPU (the commands docs/benchmarks.md names next to each table)
     Producer("zoo_cuda.json", f"{PY}zoo.py --device cuda --size gpu --dtype bfloat16", "gpu"),
-    Producer("zoo_gpu_*.json", f"{PY}zoo_gpu.py --models MODEL --out docs/data", "gpu"),
+    Producer(
+        "zoo_gpu_*.json",
+        f"{PY}zoo_gpu.py --models MODEL --out docs/data",
+        "gpu",
+        "resumed runs: --resume docs/data --again (torch.compile timed again beside the rows added)",
+    ),
     Producer(
         "fsdp_step_2026-11-25_per_run.json", f"{PY}fsdp_step.py --out docs/data/{{file}}", "gpu"
     ),
@@ -80,6 +85,24 @@ PRODUCERS: tuple[Producer, ...] = (
         "fsdp_step_2026-11-25_budgets_warmup9.json",
         f"{PY}fsdp_step.py --warmup 9 --only budgets --out docs/data/{{file}}",
         "gpu",
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_s8.json",
+        f"{PY}fsdp_step.py --only budgets,level,offload --out docs/data/{{file}}",
+        "gpu",
+        "at 9e42eac^ (the step offload model without the copies to the host)",
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_s8_budgets.json",
+        f"{PY}fsdp_step.py --only budgets --out docs/data/{{file}}",
+        "gpu",
+        "at 43bc8a4 (step-plan offload on by default then)",
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_s8_ab.json",
+        f"{PY}fsdp_step.py --only budgets --recompute-only-too --out docs/data/{{file}}",
+        "gpu",
+        "at 0d6a697 (step-plan offload on by default then; 'no offload' rows are today's default)",
     ),
     Producer("fsdp_step*.json", f"{PY}fsdp_step.py --out docs/data/{{file}}", "gpu"),
     Producer("pareto_llama*.json", f"{PY}pareto.py llama --out docs/data/{{file}}", "gpu"),

@@ -19,6 +19,7 @@ from typing import Any
 from benchmarks.docs_fmt import table
 from benchmarks.docs_tables_fronts import (
     fsdp_step,
+    fsdp_step_s8,
     pareto_front,
     pareto_others,
     pareto_points,
@@ -69,6 +70,18 @@ def cli_timings(d: dict) -> str:
     return head + table(("command", "traced", "wall", "CPU (user + sys)", "max RSS"), rows) + phases
 
 
+#: GPU zoo models in docs/zoo.md (zoo_gpu_dit.json records DiT's failure: diffusers is not
+#: installed on the device)
+ZOO_GPU = ("qwen2", "bert", "vit", "resnet", "whisper")
+
+
+def zoo_gpu(*docs: dict) -> str:
+    """benchmarks/zoo_gpu.py's summary and per-model tables."""
+    from benchmarks.zoo_gpu_report import markdown
+
+    return markdown(list(docs))
+
+
 def _load(data: Path, name: str) -> Any:
     return json.loads((data / name).read_text())
 
@@ -77,6 +90,9 @@ SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
     "cli_timings": Section(("cli_timings.json",), cli_timings),
     "fsdp_step_per_run": Section(("fsdp_step_2026-11-25_per_run.json",), fsdp_step),
+    "fsdp_step_s8": Section(("fsdp_step_2026-11-25_s8.json",), fsdp_step_s8),
+    "fsdp_step_s8_ab": Section(("fsdp_step_2026-11-25_s8_ab.json",), fsdp_step_s8),
+    "zoo_gpu": Section(tuple(f"zoo_gpu_{m}.json" for m in ZOO_GPU), zoo_gpu),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(
         ("offload_llama8_v4.json", "offload_llama8_v3.json"), offload_rows

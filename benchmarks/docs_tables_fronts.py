@@ -17,9 +17,8 @@ def _fsdp_label(r: dict) -> str:
     if v in _FSDP_LABELS:
         return _FSDP_LABELS[v]
     if "target" in r:
-        return (
-            f"memopt `budget=` torch {v.split('(torch ')[1][:-1]}'s peak ({gib(r['target'])} GiB)"
-        )
+        point, _, rest = v.split("(torch ")[1].partition(")")
+        return f"memopt `budget=` torch {point}'s peak ({gib(r['target'])} GiB){rest}"
     if v.startswith("memopt "):
         return f"memopt `{v.split(' ', 1)[1]}`"
     return v
@@ -48,6 +47,39 @@ def fsdp_step(d: dict) -> str:
             )
         )
     heads = ("variant", "step ms", "vs compile", "peak GiB", "predicted step peak GiB")
+    return table((*heads, f"loss, step {len(d['rows'][0]['losses'])}"), rows)
+
+
+def fsdp_step_s8(d: dict) -> str:
+    """fsdp_step.py rows of the eighth session: who set the offload, bytes moved, the peak
+    against the budget."""
+    base = by_variant(d)["torch.compile"]["ms"]
+    rows = []
+    for r in d["rows"]:
+        over = pred = off = ""
+        if "target" in r:
+            over = pct(r["peak"], r["target"], 2)
+            pred = gib(r["predicted_step_peak"]) if r.get("predicted_step_peak") else ""
+            pred += "" if r.get("feasible") is not False else " (infeasible)"
+        if r.get("offloaded_bytes"):
+            by = r.get("offload_by") or (
+                f"offload_layers={r['k']}" if "k" in r else "chosen by the step plan"
+            )
+            off = f"{gib(r['offloaded_bytes'])} GiB ({by})"
+        rows.append(
+            (
+                _fsdp_label(r),
+                f"{r['ms']:.1f}",
+                "0" if r["variant"] == "torch.compile" else pct(r["ms"], base),
+                gib(r["peak"]),
+                over,
+                pred,
+                off,
+                f"{r['losses'][-1]:.4f}",
+            )
+        )
+    heads = ("variant", "step ms", "vs compile", "peak GiB", "peak vs budget")
+    heads += ("predicted step peak GiB", "offloaded per step")
     return table((*heads, f"loss, step {len(d['rows'][0]['losses'])}"), rows)
 
 

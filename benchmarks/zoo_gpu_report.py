@@ -189,18 +189,25 @@ def plot(docs: list[dict[str, Any]], png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
-def write_docs(paths: list[str], png: str, markdown: str) -> None:
-    from benchmarks.zoo import write_table
-
-    docs = [json.load(open(p)) for p in paths]
+def markdown(docs: list[dict[str, Any]]) -> str:
+    """The GPU section of docs/zoo.md (between ``<!-- zoo gpu -->`` markers): the summary and
+    each model's table (benchmarks/docs_numbers.py checks it against docs/data)."""
     d0 = docs[0]
-    text = (
+    files = ", ".join(f"`docs/data/zoo_gpu_{d['model']}.json`" for d in docs)
+    return (
         f"Device {d0['device']}, torch {d0['torch']}, {d0['dtype']} weights, size {d0['size']}; "
-        f"median of the timed steps; raw JSON: {', '.join(f'`{p}`' for p in paths)}.\n\n"
+        f"median of the timed steps; raw JSON: {files}.\n\n"
         + summary_table(docs)
         + "\n"
         + "\n".join(model_table(d) for d in docs)
     )
-    write_table(Path(markdown), text, "gpu")
+
+
+def write_docs(paths: list[str], png: str, markdown_path: str) -> None:
+    from benchmarks.zoo import write_table
+
+    docs = [json.load(open(p)) for p in paths]
+    text = markdown(docs)
+    write_table(Path(markdown_path), text, "gpu")
     plot(docs, png)
     print(text)
