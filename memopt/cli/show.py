@@ -63,10 +63,22 @@ def report_from_dict(d: Mapping[str, Any]) -> Report:
 
 def peak_lines(peak: Mapping[str, Any]) -> list[str]:
     """The predicted-peak block of ``memopt plan`` from its JSON form."""
-    lines = [
-        f"Predicted peak of one training step: {fmt_bytes(peak['peak_bytes'])} "
-        f"({peak['peak_bytes']:,} B), at the {PHASE_TEXT.get(peak['phase'], peak['phase'])}"
-    ]
+    at = PHASE_TEXT.get(peak["phase"], peak["phase"])
+    known = peak["peak_bytes"] is not None and peak["peak_bytes"] >= 0
+    if known:
+        lines = [
+            f"Predicted peak of one training step: {fmt_bytes(peak['peak_bytes'])} "
+            f"({peak['peak_bytes']:,} B), at the {at}"
+        ]
+    else:  # a size without a value (an input whose dims are not batch or seq)
+        free = sorted(
+            {str(s) for s in sympy.sympify(peak["peak_symbolic"]).free_symbols}
+            - set(peak.get("values") or {})
+        )
+        lines = [
+            f"Predicted peak of one training step: unknown at these sizes, at the {at}: "
+            f"no value for {', '.join(free) or 'a size'} (the formula below holds)"
+        ]
     rows = peak.get("components", {})
     width = max((len(k) for k in rows), default=0)
     for name, r in rows.items():
@@ -74,10 +86,8 @@ def peak_lines(peak: Mapping[str, Any]) -> list[str]:
             f"  {name:<{width}}  {fmt_bytes(r['bytes']):>11}  = "
             f"{_formula(r['symbolic']):<40}  ({r['note']})"
         )
-    lines.append(
-        f"  {'total':<{width}}  {fmt_bytes(peak['peak_bytes']):>11}  = "
-        f"{_formula(peak['peak_symbolic'])}"
-    )
+    total = fmt_bytes(peak["peak_bytes"]) if known else "?"
+    lines.append(f"  {'total':<{width}}  {total:>11}  = {_formula(peak['peak_symbolic'])}")
     return lines
 
 

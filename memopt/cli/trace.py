@@ -106,6 +106,9 @@ class _PlanPartitioner(MemoptPartitioner):
         self.runs: list[list[RegionTrace]] = [[] for _ in configs]
         self.keep_planner = keep_planner
         self.planner: list[PlannerInputs] = []
+        # every symbol of the traced graphs at its hint (the inputs' own sizes, e.g. labels of
+        # a masked LM, appear only in the inputs' bytes, not in any report)
+        self.hints: dict[str, int] = {}
 
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any):
         from memopt.passes.pipeline import run_pipeline
@@ -133,6 +136,7 @@ class _PlanPartitioner(MemoptPartitioner):
                     PlannerInputs(gm, result.fw, result.bw, result.candidates, result.symbols)
                 )
             fw, bw = result.fw, result.bw
+            self.hints.update(result.symbols.with_graph(result.fw).values)
         return fw, bw
 
 
@@ -359,6 +363,7 @@ def trace(
             symbols.setdefault(k, v)
     for p in partitioner.planner:
         symbols.update({k: v for k, v in p.symbols.values.items() if k not in symbols})
+    symbols.update({k: v for k, v in partitioner.hints.items() if k not in symbols})
     return TraceResult(
         runs=partitioner.runs,
         symbols=symbols,
