@@ -27,6 +27,7 @@ from memopt import memory_rules as rules
 from memopt import meta_keys as mk
 from memopt.candidates import SavedActivation as Analysis
 from memopt.decide import saved_id
+from memopt.offload.fx_helpers import gateless_layers
 from memopt.plan import PlanSpec, Strategy
 from memopt.planner.problem import Candidate, OpCost, PlanningProblem, StepTimeline
 
@@ -188,7 +189,9 @@ class _Graphs:
         return max(tags) if tags else None
 
 
-def _candidate(a: Analysis, g: _Graphs, sizes: Sizes, layer_index, min_offload_bytes, reads):
+def _candidate(
+    a: Analysis, g: _Graphs, sizes: Sizes, layer_index, min_offload_bytes, reads, gateless=()
+):
     members = [m for m in (a.root, *a.members) if m in g.fw_pos or m in g.bw_by_name]
     fpos = [g.fw_pos[m] for m in members if m in g.fw_pos]
     uses = [
@@ -211,7 +214,8 @@ def _candidate(a: Analysis, g: _Graphs, sizes: Sizes, layer_index, min_offload_b
         saving = sizes.expr(a.savings[Strategy.COMPROMISE])
         kept = None if saving is None else nbytes - saving
     tag = g.offload_layer(members)
-    layer = layer_index.get(tag if tag is not None else a.layer)
+    tag = tag if tag is not None else a.layer
+    layer = layer_index.get(tag)
 
     def cost(names):
         return tuple(op_cost(g.joint_by_name[x], sizes) for x in names)
@@ -230,7 +234,8 @@ def _candidate(a: Analysis, g: _Graphs, sizes: Sizes, layer_index, min_offload_b
         recompute_ops=cost(rec or comp or ()),
         compromise_kept_bytes=kept,
         compromise_ops=cost(comp) if comp else None,
-        offloadable=layer is not None and nbytes >= min_offload_bytes,
+        # a layer without a matmul to order copies by is left on the device by the rewrite
+        offloadable=layer is not None and nbytes >= min_offload_bytes and tag not in gateless,
         nbytes_expr=a.nbytes,
         recompute_reads=reads.get(Strategy.RECOMPUTE, ()),
         compromise_reads=reads.get(Strategy.COMPROMISE, ()),
@@ -263,8 +268,10 @@ def build_planning_problem(
     layer_index = {lay: k for k, lay in enumerate(layers)}
     graphs = _Graphs(joint, fw, bw, fw_ops, bw_ops)
     reads = recompute_reads(usable)
+    gateless = set(gateless_layers(fw.graph, bw.graph, 1 + max(layers, default=-1)))
     cands = [
-        _candidate(a, graphs, sizes, layer_index, min_offload_bytes, reads[a.root]) for a in usable
+        _candidate(a, graphs, sizes, layer_index, min_offload_bytes, reads[a.root], gateless)
+        for a in usable
     ]
     fwd_op_s = tuple(rates_op_s(op_cost(n, sizes)) for n in fw_ops)
     if not fw_ops and not bw_ops:

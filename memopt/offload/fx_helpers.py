@@ -116,6 +116,24 @@ class GraphIndex:
         return first_user(nodes, self.pos)
 
 
+def gateless_layers(fw: fx.Graph, bw: fx.Graph, num_layers: int) -> dict[int, list[str]]:
+    """Layers with no gate kernel (matmul) in their forward or backward region (conv-only
+    blocks): layer -> ``["forward"]``, ``["backward"]`` or both. Offload cannot order their
+    copies inside the layer, so it leaves them on the device and the planner does not offer
+    them."""
+    out: dict[int, list[str]] = {}
+    for graph, forward in ((fw, True), (bw, False)):
+        idx = GraphIndex.build(graph, num_layers, forward=forward)
+        order = sorted(idx.starts.items(), key=lambda kv: idx.pos[kv[1]])
+        kernels = sorted(idx.pos[k] for k in idx.kernels)
+        for k, (layer, node) in enumerate(order):
+            lo = idx.pos[node]
+            hi = idx.pos[order[k + 1][1]] if k + 1 < len(order) else len(idx.nodes)
+            if not any(lo <= p < hi for p in kernels):
+                out.setdefault(layer, []).append("forward" if forward else "backward")
+    return out
+
+
 def gate_input(kernel: fx.Node, banned: Callable[[fx.Node], bool]) -> fx.Node | None:
     """The input of a gate kernel to route through barriers: an activation (something
     computed, so ops following it wait for the previous layer), else any tensor input;

@@ -1,0 +1,80 @@
+"""Layers without a matmul (conv-only blocks) cannot order offload copies inside themselves:
+the rewrite keeps them on the device and says why, and the budget planner does not offer
+them (on an H100, ResNet-50's stages offloaded anyway cost +404%: every copy queued at the
+classifier's matmul)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+import memopt
+
+
+class ConvBlock(nn.Module):
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1)
+        self.norm = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return x + torch.relu(self.norm(self.conv(x)))
+
+
+class ConvNet(nn.Module):
+    def __init__(self, n: int = 3, c: int = 8):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.blocks = nn.ModuleList(ConvBlock(c) for _ in range(n))
+        self.head = nn.Linear(c, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x.mean((2, 3))).pow(2).mean()
+
+
+def _grads(compiled, model, x):
+    model.zero_grad()
+    compiled(x).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_conv_layers_stay_on_the_device_with_the_reason():
+    x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = ConvNet()
+    ref = _grads(torch.compile(model), model, x)
+    torch._dynamo.reset()
+    opt = memopt.optimize(model, offload_layers=2, offload_min_bytes=0)
+    for _ in range(2):
+        got = _grads(opt, model, x)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
+    rep = memopt.report(opt)
+    assert rep.offloaded_bytes() == 0
+    table = rep.table()
+    assert "layer 0 has no matmul in its forward and backward to order its copies by" in table
+    assert "layer 1 has no matmul" in table
+
+
+def test_the_budget_planner_does_not_offer_conv_layers_for_offload(monkeypatch):
+    import memopt.passes.plan_budget as pb
+
+    seen = {}
+    real = pb.build_planning_problem
+
+    def spy(*args, **kwargs):
+        problem = real(*args, **kwargs)
+        seen["problem"] = problem
+        return problem
+
+    monkeypatch.setattr(pb, "build_planning_problem", spy)
+    torch.manual_seed(0)
+    model = ConvNet()
+    opt = memopt.optimize(model, budget=0.5, offload_min_bytes=0)
+    opt(torch.randn(4, 3, 16, 16)).backward()
+    cands = seen["problem"].candidates
+    assert any(c.layer is not None for c in cands)
+    assert not any(c.offloadable for c in cands)
