@@ -47,5 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def console() -> int:
+    """The ``memopt`` console script: :func:`main`, quiet when its output is piped into a
+    command that stops reading (``memopt show report.json --frozen | head``)."""
+    import os
+
+    try:
+        return main()
+    except BrokenPipeError:
+        # no more output can go anywhere; point stdout at devnull so the interpreter's own
+        # flush at exit does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

@@ -104,6 +104,7 @@ def optimize(
             rates=host_rates,
         )
     compiled = torch.compile(model, backend=MemoptBackend(cfg, state), dynamic=dynamic, **kwargs)
+    _errors_first(compiled, debug=cfg.debug)
     _keep_signature(compiled, model)
     _STATES[compiled] = state
     _STATES[model] = state
@@ -122,6 +123,32 @@ _SETTING_NAMES = frozenset(
         "disable_passes",
     }
 )
+
+
+def _errors_first(compiled: torch.nn.Module, debug: bool) -> None:
+    """A memopt error that only the compile can find (an unknown cluster id under
+    ``strict``, a sync entry the graph's layers cannot take) comes out of the compiled
+    model's call as itself (a :class:`memopt.ConfigError`), not inside dynamo's
+    ``BackendCompilerFailed`` (with ``debug``, dynamo's frames stay chained to it)."""
+    fwd = getattr(compiled, "forward", None)
+    if not callable(fwd):
+        return
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fwd(*args, **kwargs)
+        except Exception as e:
+            inner = compat.unwrap_backend_error(e)
+            if inner is e or not isinstance(inner, ConfigError):
+                raise
+            if debug:
+                raise inner from e
+            raise inner from None
+
+    try:
+        compiled.forward = forward
+    except (AttributeError, TypeError):
+        pass  # a torch whose compiled module takes no attributes: dynamo's wrapper stays
 
 
 def _keep_signature(compiled: torch.nn.Module, model: torch.nn.Module) -> None:

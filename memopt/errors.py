@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 
-class PlanError(ValueError):
-    """A plan string (``ClusterId:Strategy:Count``) or a plan setting is malformed.
-
-    The message quotes the offending plan and names the bad field.
-    """
-
-
 class ConfigError(ValueError):
     """A memopt setting (argument or environment variable) has a bad value."""
+
+
+class PlanError(ConfigError):
+    """A plan string (``ClusterId:Strategy:Count``) or a plan setting is malformed.
+
+    The message quotes the offending plan and names the bad field. A :class:`ConfigError`, so
+    one ``except memopt.ConfigError`` catches every bad setting.
+    """

@@ -317,3 +317,26 @@ def _ranges(indices: Iterable[int]) -> str:
         else:
             out.append(str(i))
     return ",".join(out)
+
+
+#: Text lines of reports and planner summaries are wrapped to this many columns.
+TEXT_WIDTH = 120
+
+
+def wrap_line(line: str, width: int = TEXT_WIDTH) -> list[str]:
+    """``line`` wrapped at spaces to ``width`` columns, continuation lines indented under the
+    text after a leading label (``"Note 4: "``, ``"plan: "``); a word longer than the width
+    stays whole (an id is never split)."""
+    import textwrap
+
+    if len(line) <= width:
+        return [line]
+    m = re.match(r"(\s*(?:Note \d+: |[a-z][\w ()]*: )?)", line)
+    lead = " " * min(len(m.group(1)) if m else 0, 24)
+    return textwrap.wrap(
+        line,
+        width=width,
+        subsequent_indent=lead,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )

@@ -122,6 +122,16 @@ def parse_plans(value: str | Iterable[str] | None) -> tuple[PlanSpec, ...]:
         return ()
     if isinstance(value, str):
         items = _split_plan_text(value)
+    elif isinstance(value, Mapping):
+        raise PlanError(
+            f"config={_short(value)}: a frozen plan (a dict) goes in as its file's path, or as "
+            "config=plan['config'], sync=plan['sync']"
+        )
+    elif not isinstance(value, Iterable):
+        raise PlanError(
+            f"config={_short(value)}: expected plan strings such as 'BiasGelu+:1:-1' (one "
+            "string, comma-separated, or a list of them) or a plan file path"
+        )
     else:
         items = []
         for v in value:
@@ -149,8 +159,14 @@ def _split_plan_text(value: str) -> list[str]:
 
 
 def _is_plan_file(value: str) -> bool:
-    """Whether a plan setting names a JSON file rather than listing plans."""
-    return value.endswith(".json") or (os.path.sep in value and os.path.isfile(value))
+    """Whether a plan setting names a JSON file rather than listing plans (a plan string has
+    no path separator: a missing file is said to be missing, not parsed as plans)."""
+    return value.endswith(".json") or os.path.sep in value or os.path.isfile(value)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _read_plan_file(path: str) -> object:

@@ -334,7 +334,9 @@ class Report:
                 f"Note {len(notes) + 1}: shortened cluster ids (plan strings take the full id):"
             )
             notes += [f"  {line}" for line in legend]
-        return notes
+        from memopt.format import wrap_line
+
+        return [part for note in notes for part in wrap_line(note)]
 
     def _regions_text(self) -> str:
         n = len(self.regions)

@@ -198,3 +198,35 @@ def test_the_heading_counts_a_long_plan_list():
     )
     short = Report(MemoptConfig(plans=parse_plans(["BiasGelu+:1:-1"])), []).table()
     assert short.startswith("Memory Optimizer : OFF : Level 0, User config: BiasGelu+:1:-1,")
+
+
+def test_wrap_line_keeps_ids_whole_and_indents_under_the_label():
+    from memopt.format import wrap_line
+
+    ids = ", ".join(["Gemm+Reshape+Reshape+Transpose+Cast+:1:4"] * 3)
+    assert wrap_line("plan: " + ids, width=100) == [
+        "plan: Gemm+Reshape+Reshape+Transpose+Cast+:1:4, Gemm+Reshape+Reshape+Transpose+Cast+:1:4,",
+        "      Gemm+Reshape+Reshape+Transpose+Cast+:1:4",
+    ]
+    assert wrap_line("Note 4: " + "ab " * 30, width=40) == [
+        "Note 4: ab ab ab ab ab ab ab ab ab ab ab",
+        "        ab ab ab ab ab ab ab ab ab ab ab",
+        "        ab ab ab ab ab ab ab ab",
+    ]
+    assert wrap_line("short") == ["short"]
+
+
+def test_report_and_planner_text_fit_120_columns():
+    import torch
+
+    import memopt
+    from tests.helpers import MLP
+
+    torch.manual_seed(0)
+    model = MLP(n=3)
+    opt = memopt.optimize(model, budget=0.3)
+    for _ in range(2):
+        opt(torch.randn(8, 64)).sum().backward()
+    table = memopt.report(opt).table()
+    assert "Budget planner" in table
+    assert max(len(line) for line in table.split("\n")) <= 120

@@ -114,6 +114,10 @@ def test_arguments_win_over_environment(monkeypatch):
         ({"budget": 1.5}, "a fractional budget must be in (0, 1]"),
         ({"sync": {0: (True, 1)}}, "sync[0]=(True, 1): expected"),
         ({"bogus": 1}, "unknown memopt setting 'bogus'"),
+        ({"config": 123}, "config=123: expected plan strings such as 'BiasGelu+:1:-1'"),
+        ({"config": {"config": []}}, "a frozen plan (a dict) goes in as its file's path"),
+        ({"config": "plans/frozen"}, "plan file 'plans/frozen' does not exist"),
+        ({"offload_layers": "some", "budget": 0.5}, "must be an int >= 0 or 'auto'"),
     ],
 )
 def test_bad_settings(kwargs, message):

@@ -86,11 +86,14 @@ class Solution:
                 f"smallest peak found {fmt_bytes(self.min_feasible_peak or 0)}; no plan has a "
                 f"peak below {fmt_bytes(self.peak_lower_bound)}"
             )
-        lines.append("plan: " + (",".join(self.plan_strings) or "(keep everything)"))
+        # ", " between plan strings: the line stays a valid MEMOPT_CONFIG value and wraps
+        lines.append("plan: " + (", ".join(self.plan_strings) or "(keep everything)"))
         if self.sync:
             lines.append(f"sync (lead {self.lead}): {self.sync}")
         lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        from memopt.format import wrap_line
+
+        return "\n".join(part for line in lines for part in wrap_line(line))
 
     def to_dict(self) -> dict[str, object]:
         return {
