@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         torch._dynamo.reset()
         t0 = time.perf_counter()
+        print(f"compiling and running {title.split(' (')[0]} (torch.compile: ~10-20 s on 2 CPU cores)...", flush=True)  # fmt: skip
         compiled = memopt.optimize(model, **kwargs)
         _step(model, compiled, ids)  # compile + warm-up
         loss, nbytes, peak = _step(model, compiled, ids)
