@@ -163,7 +163,12 @@ def _draw_step(ax: Any, tl: Mapping[str, Any]) -> None:
     ax.set_ylim(0, max(base) * 1.1)
     ax.set_xlabel("op of the step (forward, then backward); thin lines: layer starts")
     ax.set_ylabel(f"predicted live bytes ({name})")
-    ax.set_title(f"one training step, predicted: {tl.get('label', '')}", fontsize=10)
+    ax.set_title(
+        f"one training step, predicted: {tl.get('label', '')}\n"
+        "the budget planner's model: parameters, inputs, live tensors; no optimizer states\n"
+        "(memopt plan's peak table adds those and estimates temporaries its own way)",
+        fontsize=8,
+    )
     ax.legend(fontsize=8, loc="upper left")
 
 
