@@ -220,6 +220,12 @@ def apply_recompute(r: Region) -> Region:
 
 
 def offload(r: Region) -> Region:
+    window = None
+    if r.plan.sync:  # of the graphs before the rewrite; advisory: it never stops the compile
+        try:
+            window = _compute_seconds(r)
+        except Exception as e:  # noqa: BLE001
+            log.debug("memopt offload: no window check (%s)", e)
     r.offload = offload_step(
         r.fw,
         r.bw,
@@ -230,7 +236,48 @@ def offload(r: Region) -> Region:
     )
     if r.offload is not None:
         r.fw, r.bw = r.offload.fw, r.offload.bw
+        if window is not None and r.offload.offloaded:
+            r.offload = _window_note(r.offload, *window)
     return r
+
+
+def _compute_seconds(r: Region):
+    """Predicted forward and backward seconds (roofline op times) and the device's copy
+    rates, for CUDA graphs; None elsewhere (CPU copies are synchronous anyway)."""
+    from memopt.passes.build_planning_problem import Sizes, op_cost
+    from memopt.passes.plan_budget import _device, device_rates
+    from memopt.planner.costs import roofline_s
+
+    device = _device([n.meta.get("val") for n in r.fw.graph.find_nodes(op="placeholder")])
+    if device.type != "cuda":
+        return None
+    rates = device_rates(device)
+    sizes = Sizes(lambda e: r.symbols.evaluate(r.symbols.readable(e)))
+
+    def seconds(gm: torch.fx.GraphModule) -> float:
+        nodes = gm.graph.find_nodes(op="call_function")
+        return sum(roofline_s(op_cost(n, sizes), rates) for n in nodes)
+
+    return seconds(r.fw), seconds(r.bw), rates
+
+
+def _window_note(result, fwd_s: float, bwd_s: float, rates):
+    """The offload result with a note when its copies cannot hide behind the step."""
+    from memopt.offload.window import OffloadWindow
+
+    window = OffloadWindow(
+        nbytes=result.total_bytes(),
+        layers=len(result.bytes_per_layer()),
+        fwd_s=fwd_s,
+        bwd_s=bwd_s,
+        d2h_bytes_per_s=rates.d2h_bytes_per_s,
+        h2d_bytes_per_s=rates.h2d_bytes_per_s,
+    )
+    note = window.note()
+    if note is None:
+        return result
+    log.warning("memopt offload: %s", note)
+    return replace(result, notes=(*result.notes, note))
 
 
 Pass = Callable[[Region], Region]
