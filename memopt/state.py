@@ -316,12 +316,12 @@ class MemoptState:
 
     def _offload_options(self, sequence: Sequence[int]) -> tuple[list[list[int]], Any]:
         """The step's layers and the timing the step planner prices offloading them with;
-        none when the user set the offload or a region holds layers of its own."""
+        none (budget plans recompute only across regions) unless ``offload_layers="auto"``
+        and the offload pass is on, and none when a region holds layers of its own (those
+        offload inside their graph)."""
         if not self.config.offload_auto or "offload" in self.config.disable_passes:
             return [], None
-        if any(
-            self.regions[i].extra.get("layers") for i in set(sequence)
-        ):  # budget plans recompute only
+        if any(self.regions[i].extra.get("layers") for i in set(sequence)):
             return [], None
         if self.problems[sequence[0]].device_type not in OFFLOAD_DEVICES:
             return [], None  # a CPU's saved tensors are in host memory already
