@@ -70,6 +70,13 @@ PRODUCERS: tuple[Producer, ...] = (
     Producer("readme_demo.json", f"{PY}docs_cpu.py demo --out docs/data/{{file}}", "cpu"),
     Producer("cli_timings.json", f"{PY}docs_cpu.py cli --out docs/data/{{file}}", "cpu"),
     Producer("zoo_cpu.json", f"{PY}zoo.py", "cpu", "~17 min on 2 cores"),
+    Producer(
+        "torch_versions_*.json",
+        "bash .ci/torch_versions 2.11.0 2.14.1 && cp /tmp/memopt-torch-versions/torch_versions.json "
+        "docs/data/{file}",
+        "cpu",
+        "~15 min on 2 cores; installs torch (PyPI's default build) in fresh venvs",
+    ),
     # GPU (the commands docs/benchmarks.md names next to each table)
     Producer("zoo_cuda.json", f"{PY}zoo.py --device cuda --size gpu --dtype bfloat16", "gpu"),
     Producer(

@@ -46,6 +46,19 @@ def readme_demo(d: dict) -> str:
     return "```\n" + "\n".join(d["table_head"]) + "\n...\n```\n"
 
 
+def torch_versions(d: dict) -> str:
+    """The README's line on other torch releases, from ``.ci/torch_versions``' JSON."""
+    parts = []
+    for r in d["rows"]:
+        failed = f"{r['failed']} failed, " if r["rc"] != 0 else ""
+        took = "" if r["test_s"] is None else f" in {r['test_s'] / 60:.1f} min"
+        parts.append(
+            f"torch {r['torch']} at {r['memopt']} ({r['date']}): {failed}{r['passed']} passed, "
+            f"{r['skipped']} skipped{took}, plus {r['install_s']} s of install"
+        )
+    return "; ".join(parts) + ".\n"
+
+
 def cli_timings(d: dict) -> str:
     rows = []
     for r in d["rows"]:
@@ -89,6 +102,7 @@ def _load(data: Path, name: str) -> Any:
 SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
     "cli_timings": Section(("cli_timings.json",), cli_timings),
+    "torch_versions": Section(("torch_versions_2026-11-25.json",), torch_versions),
     "fsdp_step_per_run": Section(("fsdp_step_2026-11-25_per_run.json",), fsdp_step),
     "fsdp_step_s8": Section(("fsdp_step_2026-11-25_s8.json",), fsdp_step_s8),
     "fsdp_step_s8_ab": Section(("fsdp_step_2026-11-25_s8_ab.json",), fsdp_step_s8),
