@@ -242,6 +242,26 @@ def _candidate(
     )
 
 
+def _add_layout_copies(copies, fw_ops, fw_live, bw_ops, bw_live, bw, sizes: Sizes) -> None:
+    """Each copy lives from its first forward use to the end of the forward and from the
+    start of the backward to its last read there (the backward reads it as the placeholder of
+    the same name)."""
+    fpos = {n: i for i, n in enumerate(fw_ops)}
+    bpos = {n: i for i, n in enumerate(bw_ops)}
+    by_name = {p.name: p for p in bw.graph.find_nodes(op="placeholder")}
+    for p in copies:
+        size = sizes.of(p)
+        first = min((fpos[u] for u in p.users if u in fpos), default=None)
+        if not size or first is None:
+            continue
+        for i in range(first, len(fw_live)):
+            fw_live[i] += size
+        q = by_name.get(p.name)
+        reads = [bpos[u] for u in facts.alias_users(q) if u in bpos] if q is not None else []
+        for i in range(max(reads, default=-1) + 1):
+            bw_live[i] += size
+
+
 def build_planning_problem(
     joint: torch.fx.GraphModule,
     fw: torch.fx.GraphModule,
@@ -254,9 +274,13 @@ def build_planning_problem(
     min_offload_bytes: int = 1 << 20,
     pad_matmuls: bool = False,
     sizes: Sizes | None = None,
+    layout_copies: Sequence[torch.fx.Node] = (),
 ) -> PlanningProblem:
     """``pad_matmuls``: charge the padded operand copies Inductor makes on CUDA. ``sizes``
-    collects the nodes whose size is unknown (pass one in to read them afterwards)."""
+    collects the nodes whose size is unknown (pass one in to read them afterwards).
+    ``layout_copies``: saved graph inputs Inductor keeps a channels-last copy of
+    (:func:`memopt.facts.layout_copied_inputs`): new memory from their first forward use to
+    their last backward read."""
     sizes = sizes if sizes is not None else Sizes(value)
     usable = [a for a in analysis if a.cluster_id is not None or a.layer is not None]
     skip = {m for a in usable for m in (a.root, *a.members)}
@@ -264,6 +288,7 @@ def build_planning_problem(
     bw_ops, bw_live = _liveness(
         bw, skip, sizes, inputs_live=_tangents(fw, bw), pad_matmuls=pad_matmuls
     )
+    _add_layout_copies(layout_copies, fw_ops, fw_live, bw_ops, bw_live, bw, sizes)
     layers, f_starts, b_starts = _layer_events(fw_ops, bw_ops)
     layer_index = {lay: k for k, lay in enumerate(layers)}
     graphs = _Graphs(joint, fw, bw, fw_ops, bw_ops)

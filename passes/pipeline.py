@@ -176,6 +176,7 @@ def plan_budget_pass(r: Region) -> Region:
             r.joint_inputs,
             r.held_bytes,
             plans=_plans(r),
+            layout_copies=facts.layout_copied_inputs(r.fw, r.num_fwd_outputs),
         )
         ins = saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
         r.budget.problem = replace(r.budget.problem, saved_input_bytes=r.symbols.evaluate(ins) or 0)

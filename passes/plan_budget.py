@@ -106,6 +106,7 @@ def plan_budget(
     joint_inputs: Sequence[Any],
     held_bytes: int = 0,
     plans: Sequence[PlanSpec] | None = None,
+    layout_copies: Sequence[torch.fx.Node] = (),
 ) -> BudgetResult:
     """Solve the region's plan. ``held_bytes``: activation bytes that regions run earlier in
     the step keep while this one runs (a byte budget is for the step: this region gets what
@@ -135,6 +136,7 @@ def plan_budget(
         min_offload_bytes=2**62 if "offload" in config.disable_passes else config.offload_min_bytes,
         pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),
         sizes=sizes,
+        layout_copies=layout_copies,
     )
     if sizes.unknown:
         log.warning(
