@@ -24,10 +24,26 @@ def _fsdp_label(r: dict) -> str:
     return v
 
 
-def fsdp_step(d: dict) -> str:
+def _fsdp_table(d: dict, heads: tuple[str, ...], cells) -> str:
+    """fsdp_step.py rows: variant, step ms, against torch.compile, ``cells(row)`` under
+    ``heads``, the last recorded loss."""
     base = by_variant(d)["torch.compile"]["ms"]
-    rows = []
-    for r in d["rows"]:
+    rows = [
+        (
+            _fsdp_label(r),
+            f"{r['ms']:.1f}",
+            "0" if r["variant"] == "torch.compile" else pct(r["ms"], base),
+            *cells(r),
+            f"{r['losses'][-1]:.4f}",
+        )
+        for r in d["rows"]
+    ]
+    loss = f"loss, step {len(d['rows'][0]['losses'])}"
+    return table(("variant", "step ms", "vs compile", *heads, loss), rows)
+
+
+def fsdp_step(d: dict) -> str:
+    def cells(r: dict) -> tuple[str, str]:
         pred = ""
         if "target" in r and r.get("predicted_step_peak"):
             pred = gib(r["predicted_step_peak"])
@@ -36,26 +52,16 @@ def fsdp_step(d: dict) -> str:
             elif r.get("feasible") is False:
                 pred += f" (infeasible: target {gib(r['step_target'])} after the 2.5% reserve)"
         peak = gib(r["peak"])
-        rows.append(
-            (
-                _fsdp_label(r),
-                f"{r['ms']:.1f}",
-                "0" if r["variant"] == "torch.compile" else pct(r["ms"], base),
-                f"**{peak}**" if r["variant"] == "memopt level=1" else peak,
-                pred,
-                f"{r['losses'][-1]:.4f}",
-            )
-        )
-    heads = ("variant", "step ms", "vs compile", "peak GiB", "predicted step peak GiB")
-    return table((*heads, f"loss, step {len(d['rows'][0]['losses'])}"), rows)
+        return (f"**{peak}**" if r["variant"] == "memopt level=1" else peak), pred
+
+    return _fsdp_table(d, ("peak GiB", "predicted step peak GiB"), cells)
 
 
 def fsdp_step_s8(d: dict) -> str:
     """fsdp_step.py rows of the eighth session: who set the offload, bytes moved, the peak
     against the budget."""
-    base = by_variant(d)["torch.compile"]["ms"]
-    rows = []
-    for r in d["rows"]:
+
+    def cells(r: dict) -> tuple[str, str, str, str]:
         over = pred = off = ""
         if "target" in r:
             over = pct(r["peak"], r["target"], 2)
@@ -66,21 +72,10 @@ def fsdp_step_s8(d: dict) -> str:
                 f"offload_layers={r['k']}" if "k" in r else "chosen by the step plan"
             )
             off = f"{gib(r['offloaded_bytes'])} GiB ({by})"
-        rows.append(
-            (
-                _fsdp_label(r),
-                f"{r['ms']:.1f}",
-                "0" if r["variant"] == "torch.compile" else pct(r["ms"], base),
-                gib(r["peak"]),
-                over,
-                pred,
-                off,
-                f"{r['losses'][-1]:.4f}",
-            )
-        )
-    heads = ("variant", "step ms", "vs compile", "peak GiB", "peak vs budget")
-    heads += ("predicted step peak GiB", "offloaded per step")
-    return table((*heads, f"loss, step {len(d['rows'][0]['losses'])}"), rows)
+        return gib(r["peak"]), over, pred, off
+
+    heads = ("peak GiB", "peak vs budget", "predicted step peak GiB", "offloaded per step")
+    return _fsdp_table(d, heads, cells)
 
 
 def pareto_front(d: dict, prev: dict) -> str:

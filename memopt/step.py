@@ -63,6 +63,11 @@ class Option:
     """Of ``saved``, graph inputs that are activations of earlier regions (a step offload of
     the run leaves them: they are the call's inputs)."""
 
+    @property
+    def movable(self) -> int:
+        """Bytes a step offload of the run moves to the host (its saved graph inputs stay)."""
+        return self.saved - self.saved_inputs
+
     def key(self) -> tuple:
         """What a compile depends on: the plan strings and the sync dict."""
         sync = tuple(sorted((int(k), tuple(v)) for k, v in self.sync.items()))
@@ -192,7 +197,7 @@ def step_peak(
     for i, r in enumerate(sequence):
         o = chosen[r]
         gone = away.get(i, ()) if away else ()
-        moved = sum(chosen[j].saved - chosen[j].saved_inputs for j in gone)
+        moved = sum(chosen[j].movable for j in gone)
         here = held - moved + o.peak + (offsets[i] if offsets else 0)
         if where is None or here > best:
             best, where = here, i
@@ -437,10 +442,10 @@ def choose_with_offload(
     for k in range(1, min(len(layers), MAX_OFFLOAD_LAYERS + 1)):
         off = offload_choice(layers, k, n)
         # when each run's memory is free: from the most it could copy (keeping everything)
-        most = {j: max(o.saved - o.saved_inputs for o in menus[sequence[j]]) for j in off.runs}
+        most = {j: max(o.movable for o in menus[sequence[j]]) for j in off.runs}
         off = offload_choice(layers, k, n, offload_times(off, most, timing)[1])
         c = choose_runs(sequence, menus, target, offsets, off.away)
-        moved = {j: c.chosen[j].saved - c.chosen[j].saved_inputs for j in off.runs}
+        moved = {j: c.chosen[j].movable for j in off.runs}
         c = replace(c, offload=off, overhead_s=c.overhead_s + offload_overhead(off, moved, timing))
         if (not c.feasible, c.overhead_s if c.feasible else c.peak) < (
             not best.feasible,

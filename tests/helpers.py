@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 
@@ -146,3 +148,20 @@ def spawn_gloo(checks, world: int = 2) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_gloo_worker, args=(world, free_port(), tmp, checks), nprocs=world, join=True)
+
+
+@contextlib.contextmanager
+def warm_compile_caches(tmp_path, monkeypatch):
+    """Inductor's FX graph cache and AOTAutograd's cache switched on (conftest switches them
+    off), in private directories, with memopt's report store beside them: a second compile of
+    the same graph is a cache hit that skips memopt's partitioner."""
+    import torch._functorch.config as fconfig
+    import torch._inductor.config as iconfig
+
+    monkeypatch.setenv("MEMOPT_CACHE_DIR", str(tmp_path / "memopt"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    with (
+        iconfig.patch(force_disable_caches=False, fx_graph_cache=True),
+        fconfig.patch(enable_autograd_cache=True),
+    ):
+        yield

@@ -101,11 +101,10 @@ def test_offload_reaches_a_peak_recompute_cannot():
     assert not choose_with_offload(SEQ, MENUS, 84 * MiB, None, LAYERS, None).feasible
 
 
-def test_a_byte_budget_offloads_layers_across_regions_when_that_is_cheaper(monkeypatch, tmp_path):
-    """Layers compiled as their own regions under a byte budget and ``offload_layers="auto"``:
-    when the copy-back hides (here: priced free, and CPU let offload as CUDA does) the step
-    plan offloads the first layers instead of recomputing, the report says so, and gradients
-    stay torch.compile's."""
+def _offload_priced_free(monkeypatch):
+    """The graph-break model of tests/test_step_regions.py on CPU with offload allowed as on
+    CUDA and priced free: torch.compile's gradients, and a byte budget one layer's two
+    (32, H) activations below what keeping everything needs."""
     import torch
 
     import memopt
@@ -115,15 +114,27 @@ def test_a_byte_budget_offloads_layers_across_regions_when_that_is_cheaper(monke
 
     monkeypatch.setattr(memopt.state, "OFFLOAD_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(memopt.step, "offload_overhead", lambda choice, moved, timing: 0.0)
-    grads0, measured0 = _plain()
-    model = _model()
-    # what keeping everything needs, less one layer's two (32, H) activations
+    grads0, _ = _plain()
     other = _model()
     probe = memopt.optimize(other, budget=1 << 40)
     _train(probe, other, measure=False)
-    full = memopt.report(probe).step.peak
-    budget = full - 2 * 32 * H * 4
+    budget = memopt.report(probe).step.peak - 2 * 32 * H * 4
     torch._dynamo.reset()
+    return grads0, budget
+
+
+def test_a_byte_budget_offloads_layers_across_regions_when_that_is_cheaper(monkeypatch, tmp_path):
+    """Layers compiled as their own regions under a byte budget and ``offload_layers="auto"``:
+    when the copy-back hides (here: priced free, and CPU let offload as CUDA does) the step
+    plan offloads the first layers instead of recomputing, the report says so, and gradients
+    stay torch.compile's."""
+    import torch
+
+    import memopt
+    from tests.test_step_regions import H, _model, _train
+
+    grads0, budget = _offload_priced_free(monkeypatch)
+    model = _model()
     opt = memopt.optimize(model, budget=budget, offload_min_bytes=0, offload_layers="auto")
     grads, _ = _train(opt, model, steps=3, measure=False)
     for a, b in zip(grads, grads0):
@@ -179,18 +190,9 @@ def test_budget_step_plans_recompute_unless_offload_is_auto(monkeypatch, setting
     import torch
 
     import memopt
-    import memopt.state
-    import memopt.step
-    from tests.test_step_regions import H, _model, _plain, _train
+    from tests.test_step_regions import _model, _train
 
-    monkeypatch.setattr(memopt.state, "OFFLOAD_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(memopt.step, "offload_overhead", lambda choice, moved, timing: 0.0)
-    grads0, _ = _plain()
-    other = _model()
-    probe = memopt.optimize(other, budget=1 << 40)
-    _train(probe, other, measure=False)
-    budget = memopt.report(probe).step.peak - 2 * 32 * H * 4
-    torch._dynamo.reset()
+    grads0, budget = _offload_priced_free(monkeypatch)
     model = _model()
     opt = memopt.optimize(model, budget=budget, offload_min_bytes=0, **setting)
     grads, _ = _train(opt, model, steps=3, measure=False)

@@ -150,16 +150,10 @@ def test_per_block_compile_shares_one_step(monkeypatch):
 
 @pytest.mark.parametrize("steps", [3])
 def test_warm_cache_reproduces_the_step_plan(tmp_path, monkeypatch, steps):
-    import torch._functorch.config as fconfig
-    import torch._inductor.config as iconfig
+    from tests.helpers import warm_compile_caches
 
-    monkeypatch.setenv("MEMOPT_CACHE_DIR", str(tmp_path / "memopt"))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     out = []
-    with (
-        iconfig.patch(force_disable_caches=False, fx_graph_cache=True),
-        fconfig.patch(enable_autograd_cache=True),
-    ):
+    with warm_compile_caches(tmp_path, monkeypatch):
         for _ in range(2):
             torch._dynamo.reset()
             model = _model()

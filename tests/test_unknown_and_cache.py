@@ -9,7 +9,7 @@ import torch
 
 import memopt
 from memopt.errors import PlanError
-from tests.helpers import MLP, run_step
+from tests.helpers import MLP, run_step, warm_compile_caches
 
 
 def test_unknown_cluster_warns_with_close_matches(caplog):
@@ -44,19 +44,11 @@ def test_unsupported_strategy_for_cluster_warns(caplog):
 
 
 def test_warm_cache_keeps_plan_and_report(tmp_path, monkeypatch):
-    import torch._functorch.config as fconfig
-    import torch._inductor.config as iconfig
-
-    monkeypatch.setenv("MEMOPT_CACHE_DIR", str(tmp_path / "memopt"))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     torch.manual_seed(0)
     model = MLP(n=2)
     x = torch.randn(4, 64)
     results = []
-    with (
-        iconfig.patch(force_disable_caches=False, fx_graph_cache=True),
-        fconfig.patch(enable_autograd_cache=True),
-    ):
+    with warm_compile_caches(tmp_path, monkeypatch):
         for cfg in ("BiasGelu+:1:-1", "BiasGelu+:1:-1", None):
             torch._dynamo.reset()
             opt = memopt.optimize(model, config=cfg)
@@ -71,19 +63,11 @@ def test_warm_cache_keeps_plan_and_report(tmp_path, monkeypatch):
 
 def test_warm_cache_repeats_the_warnings(tmp_path, monkeypatch, caplog):
     """A compile-cache hit skips the partitioner; a wrong plan string still warns."""
-    import torch._functorch.config as fconfig
-    import torch._inductor.config as iconfig
-
-    monkeypatch.setenv("MEMOPT_CACHE_DIR", str(tmp_path / "memopt"))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     torch.manual_seed(0)
     model = MLP(n=1)
     x = torch.randn(4, 64)
     said = []
-    with (
-        iconfig.patch(force_disable_caches=False, fx_graph_cache=True),
-        fconfig.patch(enable_autograd_cache=True),
-    ):
+    with warm_compile_caches(tmp_path, monkeypatch):
         for _ in range(2):
             torch._dynamo.reset()
             caplog.clear()
