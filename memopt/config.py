@@ -355,6 +355,11 @@ def resolve_config(
             "offload_layers='auto' lets a budget's step plan choose how many layers to "
             "offload; pass budget= too (or a number of layers)"
         )
+    if values.get("offload_layers") == "auto" and values.get("sync"):
+        raise ConfigError(
+            "offload_layers='auto' and a sync dict both set: the sync dict fixes which layers "
+            "offload, so the step plan could not choose; pass one of them"
+        )
     return MemoptConfig(**values, sources=sources)
 
 

@@ -210,6 +210,8 @@ def test_offload_layers_auto_needs_a_budget_and_is_checked():
 
     with pytest.raises(memopt.ConfigError, match="offload_layers='auto' lets a budget"):
         memopt.optimize(MLPish(), offload_layers="auto")
+    with pytest.raises(memopt.ConfigError, match="'auto' and a sync dict both set"):
+        memopt.optimize(MLPish(), offload_layers="auto", budget=0.5, sync={0: (True, 1, False, 1)})
     with pytest.raises(memopt.ConfigError, match="must be an int >= 0 or 'auto'"):
         memopt.optimize(MLPish(), offload_layers="some", budget=0.5)
     cfg = memopt.optimize(MLPish(), offload_layers="AUTO", budget=0.5)
