@@ -488,3 +488,54 @@ def install_alignment_lowerings(rules: dict[Any, str]) -> bool:
         setattr(lowering, _ALIGNED_LOWERING, rule)
         L.lowerings[op] = lowering
     return True
+
+
+# --- the caching allocator's event record (memopt.peak_probe) ------------------------------
+ALLOC_EVENTS_MAX = 2_000_000  # a step with more events than this is not probed
+
+
+def alloc_history_enabled() -> bool:
+    """Whether the CUDA caching allocator records its history (someone else's recording)."""
+    fn = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+    return bool(fn()) if fn is not None else True  # unknown: assume someone is recording
+
+
+def alloc_history(on: bool) -> None:
+    """Record alloc/free events without stack traces (on), or stop and drop them (off)."""
+    import inspect
+
+    record = torch.cuda.memory._record_memory_history
+    clear = "clear_history" in inspect.signature(record).parameters
+    extra = {"clear_history": True} if clear else {}
+    if on:
+        record("all", context=None, stacks="python", max_entries=ALLOC_EVENTS_MAX, **extra)
+    else:
+        record(None, **extra)
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def live_blocks(device: torch.device) -> dict[int, int]:
+    """{address: block size} of the blocks allocated on ``device`` now."""
+    idx = _device_index(device)
+    out: dict[int, int] = {}
+    for seg in torch.cuda.memory._snapshot()["segments"]:
+        if seg.get("device", idx) != idx:
+            continue
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                out[b["address"]] = b["size"]
+    return out
+
+
+def alloc_events(device: torch.device) -> list[tuple[str, int, int]] | None:
+    """The recorded (action, address, requested size) events of ``device``, oldest first;
+    None when the record is full (its oldest events were dropped)."""
+    traces = torch.cuda.memory._snapshot()["device_traces"]
+    idx = _device_index(device)
+    trace = traces[idx] if idx < len(traces) else []
+    if len(trace) >= ALLOC_EVENTS_MAX:
+        return None
+    return [(e["action"], e["addr"], e["size"]) for e in trace if "addr" in e]

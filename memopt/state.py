@@ -29,6 +29,7 @@ import torch.fx
 from memopt.config import MemoptConfig, cache_dir
 from memopt.errors import ConfigError
 from memopt.offload.step_offload import StepOffload, sync_schedule
+from memopt.peak_probe import PeakProbe
 from memopt.report import RegionReport, Report, StepInfo
 from memopt.step import (
     Option,
@@ -84,6 +85,10 @@ class MemoptState:
         self._bwd_entry_last: dict[int, int] = {}
         self._entry_device: torch.device | None = None
         self._step_max0: int | None = None  # CUDA peak record as this step began
+        self._probe: PeakProbe | None = None  # this step's allocator record (memopt.peak_probe)
+        self._probe_next = False  # probe the next step (a step plan was just made)
+        self._probed: int | None = None  # the peak the probe measured in the step just done
+        self._probes_left = MAX_STEP_PLANS + 2
         self._compiled_in_step = True
         self._correction = 0  # bytes the step model missed (measured peak - predicted)
         self.measured_peak: int | None = None
@@ -157,6 +162,8 @@ class MemoptState:
             if len(self._seq) == 1:  # the step's first run
                 self._step_max0 = torch.cuda.max_memory_allocated(device)
                 self._compiled_in_step = False
+                if self._probe_next and self._probes_left > 0:
+                    self._probe = PeakProbe.start(device)
             self._entry_device = device
             self._entry.append(torch.cuda.memory_allocated(device))
         if self.offload is not None:
@@ -184,6 +191,7 @@ class MemoptState:
             self.offload.backward_reached(pos)
 
     def _finish_step(self) -> None:
+        self._finish_probe()
         self.last_step, self._seq, self._backward_seen = tuple(self._seq), [], False
         self.last_report_step, self._report_seq = tuple(self._report_seq), []
         self._entry_last, self._entry = tuple(self._entry), []
@@ -204,19 +212,39 @@ class MemoptState:
         if self.config.budget is not None and len(self.last_step) > 1:
             self.plan_step(self.last_step)
 
+    def _finish_probe(self) -> None:
+        """The probed step's peak, kept only if nothing compiled during the step (autotuning
+        allocates too); else the next step is probed."""
+        probe, self._probe, self._probed = self._probe, None, None
+        if probe is None:
+            return
+        peak = probe.finish()
+        if self._compiled_in_step or peak is None:
+            return
+        self._probes_left -= 1
+        self._probe_next, self._probed = False, peak
+
     def _outgrown(self) -> bool:
         """Whether the step plan no longer fits: the memory outside the regions grew since it
         was made (optimizer states appear at the first optimizer step), or the step just run
-        on it set a new CUDA peak above the prediction (what no region shows: the sharding
-        engine's buffers in the backward). The excess is kept as a correction."""
+        on it peaked above the prediction (what no region shows: the sharding engine's
+        buffers in the backward), measured by the allocator's record of the first steady step
+        after each step plan (memopt.peak_probe), else by a new CUDA peak record. The excess
+        is kept as a correction."""
         c = self.step_choice
         offsets = self._offsets(self.last_step)
         if c is None or offsets is None or not isinstance(self.config.budget, int):
             return False
         peak, _ = step_peak(range(len(self.last_step)), self.run_plan, offsets, self._away)
-        measured = self._measured_peak()
+        measured = self._probed if self._probed is not None else self._measured_peak()
         if measured is not None:
             self.measured_peak = measured
+            log.info(
+                "memopt step plan: measured step peak %d bytes, predicted %d (correction %d)",
+                measured,
+                peak,
+                self._correction + max(0, measured - peak),
+            )
             if measured > peak:
                 self._correction += measured - peak
                 peak = measured
@@ -299,6 +327,7 @@ class MemoptState:
                          off.k, list(off.runs))  # fmt: skip
         changed = [p for p, o in choice.chosen.items() if self.run_plan.get(p) != o]
         self.run_plan = dict(choice.chosen)
+        self._probe_next = isinstance(self.config.budget, int)  # measure the plan's real peak
         if not choice.feasible:
             log.warning(
                 "memopt: budget %s is infeasible for this step; the smallest predicted step "

@@ -92,3 +92,26 @@ def test_step_sync_dict_cuda_keeps_gradients_and_releases_where_it_says():
     assert step.offload_runs == (0, 1, 4, 5)
     assert step.offloaded_bytes == 2 * 2 * B * H * 4 and step.prefetched == 4
     assert ops.pending_copies() == 0
+
+
+def test_step_probe_measures_the_planned_steps_peak_below_an_earlier_record():
+    """With a byte budget the first steady step after a step plan is probed through the
+    allocator's record: the probe sees the planned step's peak although the unplanned first
+    steps set a higher CUDA record, and it equals torch's counter reset around such a step
+    (within the allocator's unsplit-block slack)."""
+    from tests.test_step_regions import D
+
+    x = torch.randn(B, D, device="cuda")
+    model = _model()
+    full = _peak(torch.compile(model), model, x)
+    torch._dynamo.reset()
+    model = _model()
+    opt = memopt.optimize(model, budget=int(full * 0.8))
+    _steps(opt, model, x, 6)
+    state = memopt.report(opt).step
+    torch.cuda.reset_peak_memory_stats()
+    _steps(opt, model, x, 1)
+    counted = torch.cuda.max_memory_allocated()
+    assert state.measured_peak is not None, state
+    assert abs(state.measured_peak - counted) <= 0.01 * counted, (state.measured_peak, counted)
+    assert not torch._C._cuda_isHistoryEnabled()  # recording is off again
