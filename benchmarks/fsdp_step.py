@@ -74,6 +74,35 @@ def run_variant(model, init, compiled, ids, warmup=5, iters=8):
     return statistics.median(times), torch.cuda.max_memory_allocated(), losses, times
 
 
+def live_at_peak(model, compiled, ids, top=20) -> dict:
+    """One more step under the allocator's history (Python stacks): the replayed peak and the
+    largest groups of blocks live there, by the frame that allocated them."""
+    import collections
+
+    from diag_peak import replay
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+    opt.zero_grad(set_to_none=True)
+    compiled(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    torch.cuda.synchronize()
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    best, blocks = replay(snap, base)
+    groups: dict[str, list[int]] = collections.defaultdict(list)
+    for size, where in blocks:
+        groups[where].append(size)
+    rows = sorted(groups.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return {
+        "base": base,
+        "peak": best,
+        "groups": [[sum(v), len(v), where] for where, v in rows],
+    }
+
+
 def memopt_extra(compiled) -> dict:
     import memopt
 
@@ -127,6 +156,8 @@ def measure(args) -> None:
         row["step_ms"] = [round(t, 2) for t in times]
         if memopt_row:
             row.update(memopt_extra(compiled))
+        if args.snapshot and (memopt_row or args.snapshot == "all"):
+            row["live_at_peak"] = live_at_peak(model, compiled, ids)
         rows.append(row)
         print(json.dumps(row), flush=True)
         with open(args.out, "w") as f:
@@ -213,6 +244,11 @@ def main() -> None:
         "--recompute-only-too",
         action="store_true",
         help="each memopt budget also with disable_passes=('offload',) (recompute only)",
+    )
+    p.add_argument(
+        "--snapshot",
+        choices=("memopt", "all"),
+        help="after timing, one step under the allocator's history: what is live at its peak",
     )
     p.add_argument("--memopt-log", help="write memopt's INFO log (step plans, recompiles) here")
     args = p.parse_args()

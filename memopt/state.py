@@ -48,6 +48,9 @@ OFFLOAD_DEVICES = ("cuda",)
 
 #: Step plans solved again when the step's regions change (new shapes, new graphs).
 MAX_STEP_PLANS = 4
+MEASURED_MARGIN = 0.005
+"""Once a step's peak was measured, a byte budget's target is the budget less this share (the
+run-to-run spread of the allocator's peak), instead of the blind CUDA reserve."""
 
 
 class MemoptState:
@@ -89,6 +92,7 @@ class MemoptState:
         self._probe_next = False  # probe the next step (a step plan was just made)
         self._probed: int | None = None  # the peak the probe measured in the step just done
         self._probes_left = MAX_STEP_PLANS + 2
+        self._measured = False  # a probe measured a planned step (the target drops its reserve)
         self._compiled_in_step = True
         self._correction = 0  # bytes the step model missed (measured peak - predicted)
         self.measured_peak: int | None = None
@@ -222,7 +226,7 @@ class MemoptState:
         if self._compiled_in_step or peak is None:
             return
         self._probes_left -= 1
-        self._probe_next, self._probed = False, peak
+        self._probe_next, self._probed, self._measured = False, peak, True
 
     def _outgrown(self) -> bool:
         """Whether the step plan no longer fits: the memory outside the regions grew since it
@@ -336,10 +340,18 @@ class MemoptState:
                 choice.peak,
             )
         log.info(
-            "memopt step plan: %d run(s) of %d region(s); runs with a new plan: %s",
+            "memopt step plan: %d run(s) of %d region(s); runs with a new plan: %s; predicted "
+            "peak %d at run %s (target %d); per region: %s",
             len(sequence),
             len(menus),
             changed or "none",
+            choice.peak,
+            choice.peak_at,
+            choice.target,
+            "; ".join(
+                f"{r}: {o.label} (peak {o.peak}, saved {o.saved})"
+                for r, o in sorted({sequence[p]: o for p, o in choice.chosen.items()}.items())
+            ),
         )
         return choice
 
@@ -397,6 +409,8 @@ class MemoptState:
         b = self.config.budget
         if isinstance(b, float):
             return fraction_target(b, sequence, menus)
+        if self._measured:  # the correction holds what no graph shows: no blind reserve
+            return b - int(MEASURED_MARGIN * b)
         return step_bytes(b, self.problems[sequence[0]].device_type)
 
     def _menu(self, index: int) -> list[Option]:
