@@ -14,7 +14,9 @@ A generated section sits between two markers in a doc (README.md or docs/*.md)::
 
 ``benchmarks/zoo.py``'s own ``<!-- zoo DEVICE -->`` / ``<!-- /zoo DEVICE -->`` markers count as
 the section ``zoo_DEVICE`` (rendered by ``zoo.markdown`` from ``docs/data/zoo_DEVICE.json``).
-Prose around the markers stays hand-written. To add a table: write its renderer in
+Numbers typed in prose are wrapped in ``<!-- n:KEY -->TEXT<!-- /n -->`` (invisible in
+markdown; benchmarks/docs_prose.py computes KEY from docs/data) and checked the same way; a
+number with no data file behind it stays plain text, said so near it. To add a table: write its renderer in
 docs_tables.py (a function of the loaded JSON that returns markdown), register it in
 ``SECTIONS``, put empty markers where it goes and run this script. Every file in docs/data must
 be matched by a ``PRODUCERS`` entry (the command that writes it), or ``--check`` fails.
@@ -37,6 +39,7 @@ DATA = ROOT / "docs" / "data"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import docs_prose  # noqa: E402
 from benchmarks.docs_tables import SECTIONS, render  # noqa: E402
 
 #: ``<!-- generated: NAME -->`` ... ``<!-- end generated: NAME -->``, or zoo.py's markers.
@@ -200,7 +203,8 @@ def rewrite(text: str) -> tuple[str, list[str]]:
 
     for pattern in MARKERS:
         text = pattern.sub(sub, text)
-    return text, names
+    text, keys = docs_prose.rewrite(text)
+    return text, names + [f"n:{k}" for k in keys]
 
 
 def check(write: bool) -> list[str]:
@@ -294,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in problems:
         print(line, file=sys.stderr)
     if not problems and a.check:
-        print(f"docs agree with docs/data ({len(SECTIONS)} generated sections)")
+        n = sum(len(docs_prose.MARKER.findall(d.read_text())) for d in docs())
+        print(f"docs agree with docs/data ({len(SECTIONS)} generated sections, {n} prose numbers)")
     return 1 if problems else 0
 
 

@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import memopt
+from memopt.cli import progress
 from memopt.measure import measure_saved_activation_bytes
 from memopt.symbolic import fmt_bytes
 
@@ -63,11 +64,11 @@ def _step(model, compiled, ids):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="memopt demo", description=__doc__)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    args = p.parse_args(argv)
+    parser = argparse.ArgumentParser(prog="memopt demo", description=__doc__)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -79,25 +80,29 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.batch} x {args.seq} tokens, {dtype} on {device}\n"
     )
     results = {}
-    for title, kwargs in (
-        ("level 0 (plans listed, none applied)", {"level": 0}),
-        ("level 1 (every recompute plan applied)", {"level": 1}),
-    ):
-        torch._dynamo.reset()
-        t0 = time.perf_counter()
-        print(f"compiling and running {title.split(' (')[0]} (torch.compile: ~10-20 s on 2 CPU cores)...", flush=True)  # fmt: skip
-        compiled = memopt.optimize(model, **kwargs)
-        _step(model, compiled, ids)  # compile + warm-up
-        loss, nbytes, peak = _step(model, compiled, ids)
-        rep = memopt.report(compiled)
-        results[kwargs["level"]] = (loss, nbytes, rep, peak)
-        print(f"=== {title}: compiled and ran in {time.perf_counter() - t0:.1f} s ===")
-        print(rep.table())
-        peak_txt = f"; peak GPU memory {fmt_bytes(peak)}" if peak is not None else ""
-        print(
-            f"measured activation bytes saved for backward: {nbytes:,} ({fmt_bytes(nbytes)}); "
-            f"loss {loss:.6f}{peak_txt}\n"
-        )
+    with progress.reporting("demo", None) as shown:  # on stderr, on a terminal only
+        for title, kwargs in (
+            ("level 0 (plans listed, none applied)", {"level": 0}),
+            ("level 1 (every recompute plan applied)", {"level": 1}),
+        ):
+            torch._dynamo.reset()
+            t0 = time.perf_counter()
+            name = title.split(" (")[0]
+            print(f"compiling and running {name} (torch.compile: ~10-20 s on 2 CPU cores)...", flush=True)  # fmt: skip
+            shown.phase(f"compiling and running {name}")
+            compiled = memopt.optimize(model, **kwargs)
+            _step(model, compiled, ids)  # compile + warm-up
+            loss, nbytes, peak = _step(model, compiled, ids)
+            shown.phase(None)  # the bar is closed before stdout gets the table
+            rep = memopt.report(compiled)
+            results[kwargs["level"]] = (loss, nbytes, rep, peak)
+            print(f"=== {title}: compiled and ran in {time.perf_counter() - t0:.1f} s ===")
+            print(rep.table())
+            peak_txt = f"; peak GPU memory {fmt_bytes(peak)}" if peak is not None else ""
+            print(
+                f"measured activation bytes saved for backward: {nbytes:,} ({fmt_bytes(nbytes)}); "
+                f"loss {loss:.6f}{peak_txt}\n"
+            )
     (l0, b0, r0, p0), (l1, b1, r1, p1) = results[0], results[1]
     pred = r0.saved_bytes()[0] - r1.saved_bytes()[1]
     print("=== summary ===")

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import docs_numbers, docs_tables  # noqa: E402
+from benchmarks import docs_numbers, docs_prose, docs_tables  # noqa: E402
 
 
 def test_docs_agree_with_their_data(capsys):
@@ -53,3 +53,42 @@ def test_rendered_numbers_come_from_the_json():
         "| memopt `budget=` torch 0.5's peak (8.72 GiB) | 77.8 | +7.9% | 8.75 "
         "| 8.47 (with a measured correction) | 2.0353 |"
     )
+
+
+def _copy_docs(tmp_path: Path) -> Path:
+    (tmp_path / "docs").mkdir()
+    for doc in docs_numbers.docs():
+        (tmp_path / doc.relative_to(ROOT)).write_text(doc.read_text())
+    return tmp_path
+
+
+def test_a_changed_prose_number_fails_the_check_and_is_rewritten(tmp_path, monkeypatch):
+    root = _copy_docs(tmp_path)
+    readme = root / "README.md"
+    marked = "<!-- n:fsdp:s8:k1:over -->-1.2%<!-- /n -->"
+    text = readme.read_text()
+    assert marked in text
+    readme.write_text(text.replace(marked, marked.replace("-1.2%", "-2.1%")))
+    monkeypatch.setattr(docs_numbers, "ROOT", root)
+    problems = docs_numbers.check(write=False)
+    assert len(problems) == 1 and problems[0].startswith("README.md disagrees with docs/data")
+    assert "-2.1%" in problems[0] and "-1.2%" in problems[0]
+    assert docs_numbers.check(write=True) == []
+    assert readme.read_text() == text
+
+
+def test_prose_numbers_come_from_the_json():
+    assert docs_prose.value("fsdp:s8:k1:over") == "-1.2%"  # 71.8 ms against 72.7
+    assert docs_prose.value("fsdp:s8ab:b0.5n:overbudget") == "0.35%"
+    assert docs_prose.value("fsdp_vs:s8ab:b0.1n:t0.1:share") == "0.41"
+    assert docs_prose.value("zoo:met") == "4" and docs_prose.value("zoo:points") == "15"
+    assert docs_prose.value("peers_range:memopt:2") == "0.360\u20130.377"
+    _, keys = docs_numbers.rewrite("a <!-- n:cli:0:wall -->99<!-- /n --> s")
+    assert keys == ["n:cli:0:wall"]
+
+
+def test_an_unknown_prose_key_names_the_registry():
+    with pytest.raises(KeyError, match="add it to docs_prose.VALUES"):
+        docs_numbers.rewrite("<!-- n:nope:1 -->3<!-- /n -->")
+    with pytest.raises(KeyError, match="no row alias"):
+        docs_numbers.rewrite("<!-- n:fsdp:s8:zz:over -->3<!-- /n -->")

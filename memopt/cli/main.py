@@ -165,7 +165,8 @@ def _parser(cmd: str) -> argparse.ArgumentParser:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="phase lines on stderr for steps over 2 s (default: when stderr is a terminal)",
+        help="progress on stderr for steps over 2 s: bars on a terminal with tqdm installed, "
+        "else lines (default: when stderr is a terminal)",
     )
     p.add_argument("--debug", action="store_true", help="show tracebacks and torch warnings")
     return p
@@ -388,7 +389,7 @@ def _run_fit(args: argparse.Namespace, p: progress.Progress) -> int:
         fit_model(f"level {args.level}", a.peaks[1], memory, a.values, what),
     ]
     if a.planner and len(a.planner) == 1:
-        p.phase(f"building the planner's problem at each {what}")
+        p.phase(f"planning at each {what} size", unit="sizes", solves=True)
         rows.append(
             fit_planner(
                 a.planner[0],
@@ -404,6 +405,7 @@ def _run_fit(args: argparse.Namespace, p: progress.Progress) -> int:
     else:
         why = "needs --depth full" if a.extrapolated else "needs a single compiled graph"
         rows.append(FitRow("planner", None, None, why))
+    p.phase("reporting")
     if args.json:
         out = {
             **_base_dict("fit", a),

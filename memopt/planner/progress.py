@@ -1,8 +1,9 @@
-"""Progress of a long solve, for whoever wants to show it (the CLI prints it to stderr).
+"""Progress of a long solve, for whoever wants to show it (the CLI draws it on stderr).
 
-The solver calls :func:`note` at each stage; nothing happens unless a caller installed a
-listener with :func:`listening`. A context variable, so the lead's passes need no argument to
-pass it through.
+The solver calls :func:`note` at each stage, and code that does a counted piece of work (a
+region traced, a size tried) may call :func:`advance`; nothing happens unless a caller
+installed a listener with :func:`listening`. A context variable, so the lead's passes need no
+argument to pass it through.
 """
 
 from __future__ import annotations
@@ -10,8 +11,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 
-Listener = Callable[[str], None]
+
+@dataclass(frozen=True)
+class Step:
+    """``n`` more of what the current phase counts (the listener knows what it counts)."""
+
+    n: int = 1
+
+
+Listener = Callable[[str | Step], None]
 
 _listener: ContextVar[Listener | None] = ContextVar("memopt_planner_progress", default=None)
 
@@ -21,6 +31,13 @@ def note(message: str) -> None:
     listener = _listener.get()
     if listener is not None:
         listener(message)
+
+
+def advance(n: int = 1) -> None:
+    """Tell the listener, if any, that ``n`` more counted things are done."""
+    listener = _listener.get()
+    if listener is not None:
+        listener(Step(n))
 
 
 @contextlib.contextmanager

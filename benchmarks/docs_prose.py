@@ -1,0 +1,302 @@
+"""Numbers in the docs' prose, checked against docs/data like the generated tables.
+
+A measured number typed in a sentence is wrapped in an inline marker that markdown does not
+show::
+
+    at <!-- n:fsdp:s8:k1:over -->-1.2%<!-- /n --> step time
+
+The key is ``NAME:ARG:ARG...``: ``VALUES[NAME]`` is called with the arguments (strings) and
+returns the text; ``benchmarks/docs_numbers.py`` writes it between the markers and ``--check``
+fails when the text differs. Arguments name a data file by its alias in ``FILES`` and, for
+the FSDP2 step files, a row by its alias (:func:`row`). Every value is derived from the JSON
+as the tables are (``benchmarks/docs_fmt.py``), so a re-measurement rewrites the prose too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+from benchmarks.docs_fmt import GiB, gib, pct
+from benchmarks.zoo_gpu_report import compare
+
+DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
+
+#: ``<!-- n:KEY -->TEXT<!-- /n -->`` (KEY: no spaces; TEXT: one line); not after a backtick,
+#: so the docs can show the marker in inline code.
+MARKER = re.compile(r"(?<!`)<!-- n:(?P<key>[^\s>]+) -->(?P<text>[^\n]*?)<!-- /n -->")
+
+#: Short names of the data files the prose cites.
+FILES = {
+    "s8": "fsdp_step_2026-11-25_s8.json",
+    "s8ab": "fsdp_step_2026-11-25_s8_ab.json",
+    "s8b": "fsdp_step_2026-11-25_s8_budgets.json",
+    "per_run": "fsdp_step_2026-11-25_per_run.json",
+    "per_region": "fsdp_step_2026-11-25.json",
+    "warmup9": "fsdp_step_2026-11-25_budgets_warmup9.json",
+    "cli": "cli_timings.json",
+    "p24": "param_peers_2026-11-24.json",
+    "p25": "param_peers_2026-11-25.json",
+    "batching": "param_peers_batching_2026-11-25.json",
+    "repeat": "param_peers_repeat_2026-11-25.json",
+    "adamw25": "param_cpu_adamw_2026-11-25.json",
+}
+#: The three param_peers.py runs of 2026-11-25 (one model, three machines).
+PEER_RUNS = ("p25", "batching", "repeat")
+ZOO = ("qwen2", "bert", "vit", "resnet", "whisper")
+
+
+@cache
+def load(name: str) -> dict:
+    return json.loads((DATA / FILES.get(name, name)).read_text())
+
+
+def row(name: str, alias: str) -> dict:
+    """A row of an fsdp_step.py file: ``compile``, ``eager``, ``l1`` (level 1), ``t0.5``
+    (torch's budget 0.5), ``b0.5`` (memopt's budget at torch 0.5's peak; ``b0.5n``: its no
+    offload variant), ``b0.6`` (``budget=0.6``), ``k1`` (``offload_layers=1``)."""
+    rows = load(name)["rows"]
+    fixed = {"compile": "torch.compile", "eager": "eager FSDP2", "l1": "memopt level=1"}
+    if alias in fixed:
+        want = fixed[alias]
+    elif alias.startswith("t"):
+        want = f"torch.compile budget={alias[1:]}"
+    elif alias.startswith("k"):
+        want = f"memopt offload_layers={alias[1:]}"
+    elif alias.startswith("b") and alias[1:] == "0.6":
+        want = "memopt budget=0.6"
+    elif alias.startswith("b"):
+        point, no = alias[1:].removesuffix("n"), alias.endswith("n")
+        want = next(
+            r["variant"]
+            for r in rows
+            if r["variant"].endswith(f"(torch {point})" + (", no offload" if no else ""))
+        )
+    else:
+        raise KeyError(f"no row alias {alias!r} (see docs_prose.row)")
+    return next(r for r in rows if r["variant"] == want)
+
+
+def _over(name: str, alias: str) -> float:
+    return 100 * (row(name, alias)["ms"] / row(name, "compile")["ms"] - 1)
+
+
+def fsdp(name: str, alias: str, field: str) -> str:
+    """One number of a row: ``ms`` (1 decimal), ``ms2`` (2), ``over`` (step time against
+    torch.compile, signed), ``peak``/``pred``/``target``/``moved`` (GiB: measured peak,
+    predicted step peak, budget, the step's target after its reserve, bytes offloaded), ``movedGB`` (GB), ``movedMB`` (MB),
+    ``overbudget`` (peak over the budget, %, 2 decimals, unsigned), ``kept`` (share of the
+    saved bytes kept, %), ``savedGB``/``beforeGB`` (saved bytes after/before, GB)."""
+    r = row(name, alias)
+    out = {
+        "ms": lambda: f"{r['ms']:.1f}",
+        "ms2": lambda: f"{r['ms']:.2f}",
+        "over": lambda: pct(r["ms"], row(name, "compile")["ms"]),
+        "peak": lambda: gib(r["peak"]),
+        "pred": lambda: gib(r["predicted_step_peak"]),
+        "target": lambda: gib(r["target"]),
+        "steptarget": lambda: gib(r["step_target"]),
+        "moved": lambda: gib(r["offloaded_bytes"]),
+        "movedGB": lambda: f"{r['offloaded_bytes'] / 1e9:.2f}",
+        "movedMB": lambda: f"{r['offloaded_bytes'] / 1e6:.0f}",
+        "overbudget": lambda: f"{abs(100 * (r['peak'] / r['target'] - 1)):.2f}%",
+        "kept": lambda: f"{100 * r['saved_after'] / r['saved_before']:.0f}%",
+        "savedGB": lambda: f"{r['saved_after'] / 1e9:.2f}",
+        "beforeGB": lambda: f"{r['saved_before'] / 1e9:.2f}",
+    }
+    if field not in out:
+        raise KeyError(f"no field {field!r} (see docs_prose.fsdp)")
+    return out[field]()
+
+
+def fsdp_vs(name: str, alias: str, other: str, what: str) -> str:
+    """Two rows: ``share`` (this row's overhead over the other's, 2 decimals), ``peakpct``
+    (this peak over the other's, %, 1 decimal, unsigned), ``peakdiff`` (GiB between the
+    peaks), ``predgap`` (this measured peak minus the other's predicted step peak, GiB)."""
+    a, b = row(name, alias), row(name, other)
+    out = {
+        "share": lambda: f"{_over(name, alias) / _over(name, other):.2f}",
+        "peakpct": lambda: f"{abs(100 * (a['peak'] / b['peak'] - 1)):.1f}%",
+        "peakdiff": lambda: gib(abs(a["peak"] - b["peak"])),
+        "predgap": lambda: gib(a["peak"] - b["predicted_step_peak"]),
+    }
+    return out[what]()
+
+
+def losses(name: str, which: str) -> str:
+    """``min`` / ``max`` of the last recorded loss over every row."""
+    last = [r["losses"][-1] for r in load(name)["rows"]]
+    return f"{(min if which == 'min' else max)(last):.4f}"
+
+
+def cli(index: str, field: str) -> str:
+    """``docs_cpu.py cli`` rows: ``wall`` (s) or ``rss`` (GiB) of row ``index``."""
+    r = load("cli")["rows"][int(index)]
+    if field == "wall":
+        return f"{r['wall_s']:.0f}"
+    return f"{r['max_rss_kib'] * 1024 / GiB:.2f}"
+
+
+def _peer(name: str, variant: str, bs: str) -> dict:
+    return next(r for r in load(name)["results"] if r["name"] == variant and r["bs"] == int(bs))
+
+
+def peers(name: str, variant: str, bs: str, field: str) -> str:
+    """A param_peers.py row at batch ``bs``: ``s`` (s/step), ``peak`` (GPU GiB), ``rss``
+    (host high-water mark, GiB)."""
+    r = _peer(name, variant, bs)
+    if field == "s":
+        return f"{r['s_per_step']:.3f}"
+    if field == "peak":
+        return f"{r['peak_gib']:.2f}"
+    return f"{r['VmHWM'] / GiB:.1f}"
+
+
+def peers_range(variant: str, bs: str) -> str:
+    """s/step of ``variant`` over the three runs of 2026-11-25, lowest–highest."""
+    vals = sorted(_peer(n, variant, bs)["s_per_step"] for n in PEER_RUNS)
+    return f"{vals[0]:.3f}–{vals[-1]:.3f}"
+
+
+def peers_speedup(bs: str) -> str:
+    """memopt's tokens/s over FSDP2's at batch ``bs``, over the runs that have both."""
+    ratios = []
+    for n in PEER_RUNS:
+        try:
+            a, b = _peer(n, "memopt", bs), _peer(n, "fsdp2", bs)
+        except StopIteration:
+            continue
+        ratios.append(b["s_per_step"] / a["s_per_step"])
+    lo, hi = f"{min(ratios):.2f}", f"{max(ratios):.2f}"
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def peers_slower(name: str, variant: str, other: str, bs: str) -> str:
+    """How much slower per step ``variant`` is than ``other``, whole %."""
+    a, b = _peer(name, variant, bs), _peer(name, other, bs)
+    return f"{100 * (a['s_per_step'] / b['s_per_step'] - 1):.0f}"
+
+
+def host_floor(field: str) -> str:
+    """param_cpu_adamw.py's host floor of 2026-11-25: ``h2d`` (GB/s), ``inplace`` (GB/s),
+    ``adamw`` (s per fp32 AdamW step), ``params`` (billions)."""
+    f = load("adamw25")["floor"]
+    out = {
+        "h2d": lambda: f"{f['h2d_GBps']:.1f}",
+        "inplace": lambda: f"{f['inplace_GBps']:.0f}",
+        "adamw": lambda: f"{f['adamw_fp32_floor_s']:.3f}",
+        "params": lambda: f"{f['params'] / 1e9:.3f}",
+    }
+    return out[field]()
+
+
+def _zoo_points() -> list[tuple[str, dict]]:
+    out = []
+    for m in ZOO:
+        for p in compare(load(f"zoo_gpu_{m}.json"))["points"]:
+            if p.get("peak_ok") is not None:
+                out.append((m, p))
+    return out
+
+
+def zoo(what: str, model: str = "") -> str:
+    """The GPU zoo's summary: ``met`` / ``points`` / ``cheaper`` (torch points where memopt
+    met both targets / run / had the lower overhead), ``metwhere`` (which), ``prederr`` (range
+    of the predicted peak's error of ``model``, whole %; ``prederr1``: 1 decimal),
+    ``peaks`` / ``targets`` (range of memopt's budget peaks / of the budgets, GiB, of
+    ``model``)."""
+    ps = _zoo_points()
+    if what == "met":
+        return str(sum(bool(p["peak_ok"] and p["time_ok"]) for _, p in ps))
+    if what == "points":
+        return str(len(ps))
+    if what == "cheaper":
+        return str(sum(p["memopt_over"] < p["torch_over"] for _, p in ps))
+    if what == "metwhere":
+        met: dict[str, list[str]] = {}
+        for m, p in ps:
+            if p["peak_ok"] and p["time_ok"]:
+                met.setdefault(m, []).append(str(p["budget"]))
+        names = {"bert": "BERT", "vit": "ViT", "qwen2": "Qwen2", "resnet": "ResNet"}
+        return ", ".join(f"{names.get(m, m)} {'/'.join(b)}" for m, b in met.items())
+    mine = [p for m, p in ps if m == model]
+    if what in ("prederr", "prederr1"):
+        errs = sorted(100 * p["pred_err"] for p in mine if p.get("pred_err") is not None)
+        nd = 1 if what == "prederr1" else 0
+        return _range([f"{e:+.{nd}f}%" for e in errs], what, " to ")
+    if what in ("peaks", "targets"):
+        key = "peak" if what == "peaks" else "target"
+        vals = sorted(p["memopt"][key] for p in mine)
+        return _range([gib(v) for v in vals], what, "-")
+    raise KeyError(f"no zoo value {what!r} (see docs_prose.zoo)")
+
+
+def _range(texts: list[str], what: str, sep: str) -> str:
+    """Lowest to highest, one value when they read alike."""
+    if not texts:
+        raise KeyError(f"zoo {what}: no data")
+    return texts[0] if texts[0] == texts[-1] else f"{texts[0]}{sep}{texts[-1]}"
+
+
+def zoo_row(model: str, variant: str, field: str) -> str:
+    """A GPU zoo row: ``peak`` (GiB), ``over`` (step time against torch.compile, 1 decimal)
+    or ``over0`` (whole %), ``pred`` (predicted peak, GiB). ``variant``: ``level1``,
+    ``offload``, ``t0.5`` (torch's budget), ``b0.5`` (memopt's budget at torch's peak)."""
+    d = load(f"zoo_gpu_{model}.json")
+    kinds = {"level1": "memopt level=1", "offload": "memopt offload half the layers"}
+    if variant in kinds:
+        want = kinds[variant]
+    elif variant.startswith("t"):
+        want = f"torch budget={variant[1:]}"
+    else:
+        want = f"memopt budget at torch {variant[1:]}"
+    rows = {r["variant"]: r for r in d["rows"]}
+    r = rows[want]
+    again = rows.get("torch.compile again")
+    base = again if again and r.get("resumed") else rows["torch.compile"]
+    if field == "peak":
+        return gib(r["peak"])
+    if field == "pred":
+        return gib(r["predicted_peak"])
+    nd = 0 if field == "over0" else 1
+    return f"{100 * (r['ms'] / base['ms'] - 1):+.{nd}f}%"
+
+
+VALUES: dict[str, Callable[..., str]] = {
+    "fsdp": fsdp,
+    "fsdp_vs": fsdp_vs,
+    "losses": losses,
+    "cli": cli,
+    "zoo": zoo,
+    "zoo_row": zoo_row,
+    "peers": peers,
+    "peers_range": peers_range,
+    "peers_speedup": peers_speedup,
+    "peers_slower": peers_slower,
+    "host_floor": host_floor,
+}
+
+
+def value(key: str) -> str:
+    """The text of ``key`` (``NAME:ARG:...``)."""
+    name, *args = key.split(":")
+    if name not in VALUES:
+        raise KeyError(f"prose number {key!r}: unknown name; add it to docs_prose.VALUES")
+    try:
+        return VALUES[name](*args)
+    except (KeyError, StopIteration, TypeError, FileNotFoundError) as e:
+        raise KeyError(f"prose number {key!r}: {e}") from None
+
+
+def rewrite(text: str) -> tuple[str, list[str]]:
+    """``text`` with every prose number rendered afresh, and the keys found."""
+    keys: list[str] = []
+
+    def sub(m: re.Match) -> str:
+        keys.append(m["key"])
+        return f"<!-- n:{m['key']} -->{value(m['key'])}<!-- /n -->"
+
+    return MARKER.sub(sub, text), keys
