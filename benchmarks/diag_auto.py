@@ -11,7 +11,6 @@ import argparse
 import os
 import sys
 
-import torch
 from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
 
 sys.path.insert(0, os.path.dirname(__file__))
