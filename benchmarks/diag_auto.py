@@ -60,6 +60,27 @@ def main() -> None:
         return moved
 
     FsdpOffload.grow = grow_logged
+    from memopt.params import _fsdp_compat as fc
+
+    rehome, seen = fc.rehome, []
+
+    def rehome_logged(p, local):
+        if not seen:
+            import weakref
+
+            seen.append(1)
+            print(
+                f"rehome: {type(p).__name__} local {p._local_tensor.device} -> {local.device}; "
+                f"use_count {p._use_count()} leaf {p.is_leaf} weakrefs {len(weakref.getweakrefs(p))} "
+                f"dict {sorted(p.__dict__)} slots {getattr(type(p), '__slots__', None)}",
+                flush=True,
+            )
+        rehome(p, local)
+        if len(seen) == 1:
+            seen.append(1)
+            print(f"after: {p.device} {p._local_tensor.device} {id(p)}", flush=True)
+
+    fc.rehome = rehome_logged
     if a.no_mp:
         param_peers._mp = lambda: None
     args = argparse.Namespace(
