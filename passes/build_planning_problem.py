@@ -81,6 +81,20 @@ def op_cost(node: torch.fx.Node, sizes: Sizes) -> OpCost:
     return OpCost(flops=flops, bytes=moved)
 
 
+@dataclass(frozen=True)
+class Live:
+    """One value a graph holds that is not a candidate: live at op positions ``start..end``
+    (inclusive) of its graph."""
+
+    name: str
+    start: int
+    end: int
+    nbytes: int
+    kind: str
+    """``output`` (a graph output: a gradient, the loss, logits), ``temporary``, ``tangent``,
+    ``padded copy`` (of ``name``) or ``layout copy`` (of ``name``)."""
+
+
 def _liveness(
     gm: torch.fx.GraphModule,
     skip: set[str],
@@ -88,8 +102,8 @@ def _liveness(
     *,
     inputs_live: Collection[str] = (),
     pad_matmuls: bool = False,
-) -> tuple[list[torch.fx.Node], list[int]]:
-    """Bytes live while each call_function node runs, by :mod:`memopt.memory_rules` (the
+) -> tuple[list[torch.fx.Node], list[Live]]:
+    """The values live while each call_function node runs, by :mod:`memopt.memory_rules` (the
     rules of ``memopt plan``'s liveness model): aliases own nothing, temporaries that Inductor
     fuses away take no memory, a value lives until the last kernel that reads it, graph
     outputs live to the end, padded matmul operands are copies. ``skip``: storages the planner
@@ -100,33 +114,60 @@ def _liveness(
     reads = rules.ReadPoints(pos)
     out_node = gm.graph.output_node()
     last_pos = len(ops) - 1
-    delta = [0] * (len(ops) + 1)
+    items: list[Live] = []
 
-    def add(start: int, end: int, size: int) -> None:  # inclusive positions
-        if last_pos < 0:
-            return
-        delta[min(start, last_pos)] += size
-        delta[min(max(start, end), last_pos) + 1] -= size
+    def add(node: torch.fx.Node, start: int, end: int, kind: str, size: int | None = None):
+        if last_pos >= 0:
+            size = sizes.of(node) if size is None else size
+            items.append(
+                Live(node.name, min(start, last_pos), min(max(start, end), last_pos), size, kind)
+            )
 
     for n in ops:
         if facts.aliased_input(n) is not None or n.name in skip:
             continue
         users = facts.alias_users(n)
         if any(u is out_node for u in users):
-            add(pos[n], last_pos, sizes.of(n))
+            add(n, pos[n], last_pos, "output")
         elif rules.must_exist(n, users):
-            add(rules.start(n, pos), reads.last(users, pos[n]), sizes.of(n))
+            add(n, rules.start(n, pos), reads.last(users, pos[n]), "temporary")
     for p in gm.graph.nodes:
         if p.op == "placeholder" and p.name in inputs_live:
-            add(0, reads.last(facts.alias_users(p), 0), sizes.of(p))
+            add(p, 0, reads.last(facts.alias_users(p), 0), "tangent")
     if pad_matmuls:
         for operand, factor, first, last in rules.padded_copies(ops, pos):
-            add(first, last, int(sizes.of(operand) * factor))
+            add(operand, first, last, "padded copy", int(sizes.of(operand) * factor))
+    return ops, items
+
+
+def _curve(items: Sequence[Live], n: int) -> list[int]:
+    """Bytes live at each of ``n`` positions."""
+    delta = [0] * (n + 1)
+    for it in items:
+        delta[it.start] += it.nbytes
+        delta[it.end + 1] -= it.nbytes
     live, acc = [], 0
-    for i in range(len(ops)):
+    for i in range(n):
         acc += delta[i]
         live.append(acc)
-    return ops, live
+    return live
+
+
+#: devices whose matmuls Inductor's joint-graph ``pad_mm`` pass pads (``can_pad``'s device check)
+_PADDING_DEVICES = frozenset({"cuda", "xpu"})
+
+
+def pads_in_graph(gm: torch.fx.GraphModule) -> bool:
+    """Whether Inductor's ``pad_mm`` already ran on this graph: on CUDA it runs among the
+    joint-graph passes, before the partitioner, so the padded operands it chose are
+    ``constant_pad_nd`` nodes of the graph (the matmuls left unaligned are those its benchmark
+    kept as they are). Only a graph traced on another device (``memopt plan`` emulating a GPU
+    on CPU tensors) needs :func:`memopt.memory_rules.padded_copies` to predict them."""
+    for n in gm.graph.nodes:
+        v = facts.tensor_val(n)
+        if v is not None and v.device.type in _PADDING_DEVICES:
+            return True
+    return False
 
 
 def _layer_events(fw_ops, bw_ops) -> tuple[list[int], list[int], list[int]]:
@@ -174,6 +215,7 @@ class _Graphs:
         self.bw_by_name = {n.name: n for n in bw.graph.nodes}
         self.bw_node_pos = {n: i for i, n in enumerate(bw.graph.nodes)}
         self.bw_reads = rules.ReadPoints({n: i for i, n in enumerate(bw_ops)})
+        self.fw_reads = rules.ReadPoints({n: i for i, n in enumerate(fw_ops)})
         self.joint_by_name = {n.name: n for n in joint.graph.nodes}
 
     def offload_layer(self, members: Sequence[str]) -> int | None:
@@ -194,6 +236,16 @@ def _candidate(
 ):
     members = [m for m in (a.root, *a.members) if m in g.fw_pos or m in g.bw_by_name]
     fpos = [g.fw_pos[m] for m in members if m in g.fw_pos]
+    # alive in the forward until the last kernel that reads the storage through any alias;
+    # making a view reads nothing, and a view made only to be saved is not made when the
+    # tensor is recomputed or offloaded instead
+    freads = [min(fpos)] if fpos else []
+    for m in members:
+        if m not in g.fw_pos:
+            continue
+        for u in facts.alias_users(g.fw_by_name[m]):
+            if u.op != "output" and facts.aliased_input(u) is None:
+                freads.extend(p for p in [g.fw_reads.at(u)] if p is not None)
     uses = [
         p
         for m in members
@@ -227,7 +279,7 @@ def _candidate(
         layer=layer,
         nbytes=nbytes,
         produce_pos=min(fpos),
-        last_fwd_use_pos=max(fpos),
+        last_fwd_use_pos=max(freads),
         first_bwd_use_pos=min(uses),
         last_bwd_use_pos=max(uses),
         recomputable=Strategy.RECOMPUTE in a.savings or Strategy.COMPROMISE in a.savings,
@@ -239,27 +291,64 @@ def _candidate(
         nbytes_expr=a.nbytes,
         recompute_reads=reads.get(Strategy.RECOMPUTE, ()),
         compromise_reads=reads.get(Strategy.COMPROMISE, ()),
+        fused_unless_saved=not any(
+            _exists_unsaved(g.fw_by_name[m]) for m in members if m in g.fw_pos
+        ),
     )
 
 
-def _add_layout_copies(copies, fw_ops, fw_live, bw_ops, bw_live, bw, sizes: Sizes) -> None:
+def _exists_unsaved(node: torch.fx.Node) -> bool:
+    """Whether the forward still writes ``node`` to memory once it is not a graph output (by
+    the fusion rules of :mod:`memopt.memory_rules`)."""
+    if facts.aliased_input(node) is not None:
+        return False
+    if torch.Tag.reduction in getattr(node.target, "tags", ()):
+        return True
+    return rules.must_exist(node, [u for u in facts.alias_users(node) if u.op != "output"])
+
+
+def _layout_copies(copies, fw_ops, bw_ops, bw, sizes: Sizes) -> tuple[list[Live], list[Live]]:
     """Each copy lives from its first forward use to the end of the forward and from the
     start of the backward to its last read there (the backward reads it as the placeholder of
     the same name)."""
     fpos = {n: i for i, n in enumerate(fw_ops)}
     bpos = {n: i for i, n in enumerate(bw_ops)}
     by_name = {p.name: p for p in bw.graph.find_nodes(op="placeholder")}
+    fw_items, bw_items = [], []
     for p in copies:
         size = sizes.of(p)
         first = min((fpos[u] for u in p.users if u in fpos), default=None)
         if not size or first is None:
             continue
-        for i in range(first, len(fw_live)):
-            fw_live[i] += size
+        fw_items.append(Live(p.name, first, len(fw_ops) - 1, size, "layout copy"))
         q = by_name.get(p.name)
         reads = [bpos[u] for u in facts.alias_users(q) if u in bpos] if q is not None else []
-        for i in range(max(reads, default=-1) + 1):
-            bw_live[i] += size
+        if reads and bw_ops:
+            bw_items.append(Live(p.name, 0, max(reads), size, "layout copy"))
+    return fw_items, bw_items
+
+
+def base_items(
+    fw: torch.fx.GraphModule,
+    bw: torch.fx.GraphModule,
+    analysis: Sequence[Analysis],
+    sizes: Sizes,
+    *,
+    pad_matmuls: bool = False,
+    layout_copies: Sequence[torch.fx.Node] = (),
+) -> tuple[list[torch.fx.Node], list[Live], list[torch.fx.Node], list[Live]]:
+    """The forward's and the backward's ops and the non-candidate values live over them (what
+    :class:`StepTimeline`'s ``fwd_live_bytes`` / ``bwd_live_bytes`` sum): for reports and
+    tests, which can name what is live at a position."""
+    usable = [a for a in analysis if a.cluster_id is not None or a.layer is not None]
+    skip = {m for a in usable for m in (a.root, *a.members)}
+    pad_matmuls = pad_matmuls and not pads_in_graph(fw)
+    fw_ops, fw_items = _liveness(fw, skip, sizes, pad_matmuls=pad_matmuls)
+    bw_ops, bw_items = _liveness(
+        bw, skip, sizes, inputs_live=_tangents(fw, bw), pad_matmuls=pad_matmuls
+    )
+    f_copies, b_copies = _layout_copies(layout_copies, fw_ops, bw_ops, bw, sizes)
+    return fw_ops, fw_items + f_copies, bw_ops, bw_items + b_copies
 
 
 def build_planning_problem(
@@ -276,19 +365,18 @@ def build_planning_problem(
     sizes: Sizes | None = None,
     layout_copies: Sequence[torch.fx.Node] = (),
 ) -> PlanningProblem:
-    """``pad_matmuls``: charge the padded operand copies Inductor makes on CUDA. ``sizes``
+    """``pad_matmuls``: charge the padded operand copies Inductor makes on CUDA (when the
+    graph does not hold them already: :func:`pads_in_graph`). ``sizes``
     collects the nodes whose size is unknown (pass one in to read them afterwards).
     ``layout_copies``: saved graph inputs Inductor keeps a channels-last copy of
     (:func:`memopt.facts.layout_copied_inputs`): new memory from their first forward use to
     their last backward read."""
     sizes = sizes if sizes is not None else Sizes(value)
     usable = [a for a in analysis if a.cluster_id is not None or a.layer is not None]
-    skip = {m for a in usable for m in (a.root, *a.members)}
-    fw_ops, fw_live = _liveness(fw, skip, sizes, pad_matmuls=pad_matmuls)
-    bw_ops, bw_live = _liveness(
-        bw, skip, sizes, inputs_live=_tangents(fw, bw), pad_matmuls=pad_matmuls
+    fw_ops, fw_items, bw_ops, bw_items = base_items(
+        fw, bw, usable, sizes, pad_matmuls=pad_matmuls, layout_copies=layout_copies
     )
-    _add_layout_copies(layout_copies, fw_ops, fw_live, bw_ops, bw_live, bw, sizes)
+    fw_live, bw_live = _curve(fw_items, len(fw_ops)), _curve(bw_items, len(bw_ops))
     layers, f_starts, b_starts = _layer_events(fw_ops, bw_ops)
     layer_index = {lay: k for k, lay in enumerate(layers)}
     graphs = _Graphs(joint, fw, bw, fw_ops, bw_ops)

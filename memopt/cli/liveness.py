@@ -24,7 +24,9 @@ value read by a temporary that Inductor fuses away is read where that temporary'
   of 8 (16-bit) or 4 (fp32) elements (``shape_padding``, ``fx_passes/pad_mm.py``): each padded
   operand is a copy, live from the op that makes the operand to the matmul. A 50,257-token
   vocabulary makes two logits-sized copies in the backward of the LM head (measured on an
-  H100: the backward allocates the logits gradient and both padded copies at once).
+  H100: the backward allocates the logits gradient and both padded copies at once). Traced
+  on CUDA tensors the graph holds them already (Inductor's ``pad_mm`` runs among the
+  joint-graph passes, before the partitioner), and nothing is added.
 
 Each phase reports its peak split into saved activations, gradients and temporaries, as sympy
 expressions of the readable shape symbols, chosen at the compile-time sizes. The phases: the
@@ -55,6 +57,7 @@ from memopt.facts import storage_root as _root
 from memopt.memory_rules import ReadPoints, padded_copies, padded_operands  # noqa: F401 (re-export)
 from memopt.memory_rules import must_exist as _must_exist
 from memopt.memory_rules import start as _start
+from memopt.passes.build_planning_problem import pads_in_graph
 from memopt.symbolic import SymbolTable, tensor_bytes_expr
 
 PHASES = ("forward", "backward_start", "backward_end")
@@ -241,7 +244,7 @@ def step_profile(
     sweep = _Sweep(symbols)
     saved = _sweep_forward(fw, bw, num_fwd_outputs, at, sweep, device)
     grads = _sweep_backward(bw, at, sweep, device)
-    if pad_matmuls:
+    if pad_matmuls and not pads_in_graph(fw):  # on CUDA the pads are nodes of the graph
         for ops, pos in ((at.fw_ops, at.fpos), (at.bw_ops, at.bpos)):
             for operand, factor, first, last in padded_copies(ops, pos):
                 sweep.add_scaled(first, last, "temporaries", operand.meta["val"], factor)

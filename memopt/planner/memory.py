@@ -6,6 +6,7 @@ number of forward ops) is live at::
 
     keep        [p, F+lb]
     recompute   [p, lf]  and  [F+f, F+lb]   (+ recompute_temp_bytes at F+f)
+                (not [p, lf] when Inductor fuses it into its readers once unsaved)
     compromise  [p, lf]  and  [F+f, F+lb],  plus compromise_kept_bytes over [p, F+f-1]
     offload     [p, R-1] and  [Q, F+lb]     (R, Q: its layer's release and reload positions)
 
@@ -64,13 +65,13 @@ def intervals(
     nb = c.nbytes
     if strategy == Strategy.KEEP:
         out = [(p, lb + 1, nb)]
-    elif strategy == Strategy.RECOMPUTE:
-        out = [(p, lf + 1, nb), (f, lb + 1, nb), (f, f + 1, c.recompute_temp_bytes)]
-    elif strategy == Strategy.COMPROMISE:
+    elif strategy in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
+        fwd = 0 if c.fused_unless_saved else nb
+        out = [(p, lf + 1, fwd), (f, lb + 1, nb), (f, f + 1, c.recompute_temp_bytes)]
+    if strategy == Strategy.COMPROMISE:
         kept = c.compromise_kept_bytes or 0
-        out = [(p, lf + 1, nb), (f, lb + 1, nb), (f, f + 1, c.recompute_temp_bytes)]
         out.append((p, f, kept))
-    else:
+    elif strategy == Strategy.OFFLOAD:
         if window is None:
             raise ValueError(f"{c.name}: offload needs its layer's window")
         out = [(p, window.release_pos, nb), (window.reload_pos, lb + 1, nb)]

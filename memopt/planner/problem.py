@@ -75,6 +75,9 @@ class Candidate:
     rule of :mod:`memopt.planner.chains` counts those that are recomputed too)."""
     compromise_reads: tuple[str, ...] = ()
     """The same for the compromise's subgraph."""
+    fused_unless_saved: bool = False
+    """Inductor fuses it into its forward readers when it is not saved (every reader is a
+    pointwise kernel): recomputed or compromised, it takes no memory in the forward."""
     kept_by_chain: bool = False
     """The plan strings cannot recompute it: :func:`memopt.decide.decide` keeps it even when
     its cluster's plan covers it (a recompute chain would be too deep). Recompute and
