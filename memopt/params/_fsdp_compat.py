@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule
+from torch.distributed.fsdp._fully_shard._fsdp_common import _from_local_no_grad
 from torch.distributed.tensor import DTensor
 
 
@@ -96,18 +97,16 @@ def rehome(p: nn.Parameter, local: torch.Tensor) -> None:
 
     A DTensor's own device is fixed when it is made, and autograd refuses a gradient on another
     device, so across devices a new parameter with the same spec is swapped into ``p``
-    (``torch.utils.swap_tensors``); the attributes ``p`` carried (hooks) are kept.
+    (``torch.utils.swap_tensors``); the attributes ``p`` carried (hooks) are kept. The new
+    DTensor is made as FSDP2 makes its host shards (``_from_local_no_grad``): the public
+    ``DTensor.from_local`` would copy a host shard back to the mesh's device.
     """
     if p._local_tensor.device == local.device:
         p._local_tensor = local
         return
-    spec = p._spec
-    new = nn.Parameter(
-        DTensor.from_local(
-            local, spec.mesh, spec.placements, run_check=False, shape=spec.shape, stride=spec.stride
-        ),
-        requires_grad=p.requires_grad,
-    )
+    new = nn.Parameter(_from_local_no_grad(local, p._spec), requires_grad=p.requires_grad)
+    if new._local_tensor.device != local.device:
+        raise RuntimeError(f"memopt: a host shard landed on {new._local_tensor.device}")
     kept = {k: v for k, v in p.__dict__.items() if k not in ("_local_tensor", "_spec")}
     torch.utils.swap_tensors(p, new)
     p.__dict__.update(kept)
