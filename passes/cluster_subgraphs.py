@@ -3,6 +3,12 @@
 Reads the subgraphs find_recompute_subgraphs_pass returned; writes nothing on the graph and
 returns plain :class:`memopt.candidates.SavedActivation` objects with symbolic byte sizes and
 savings.
+
+A tensor outside the repeated layers whose cluster id also names tensors inside them gets its
+own id, the module it was made in appended (``MatMul+In_lm_head+``): plans count a cluster's
+occurrences in forward order, so a vocabulary projection sharing ``MatMul+`` with the layers'
+projections could only be recomputed after all of them (torch's min-cut with a memory budget
+recomputes the logits and keeps the layers' matmuls; memopt's planner could not).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import torch.fx
 
 from memopt import meta_keys as mk
 from memopt.candidates import RootName, SavedActivation
-from memopt.naming import cluster_id, saved_ids
+from memopt.naming import _NON_WORD, _module_path, cluster_id, saved_ids
 from memopt.passes.find_recompute_subgraphs import Subgraph
 from memopt.plan import Strategy
 from memopt.symbolic import SymbolTable, tensor_bytes_expr
@@ -44,37 +50,65 @@ def _from_random_op(node: torch.fx.Node) -> bool:
     return orig is not None and getattr(orig, "__name__", "").split(".")[0] in _RANDOM_SOURCES
 
 
+def _own_ids(subgraphs: Sequence[Subgraph], ids: list[str | None]) -> list[str | None]:
+    """``ids`` with each id of a root outside the layers that is also an id inside them made
+    its own: ``<id>In_<module path>+`` (roots made outside any module keep theirs)."""
+    in_layers = {
+        cid
+        for sg, cid in zip(subgraphs, ids)
+        if cid and sg.group.root.meta.get(mk.LAYER) is not None
+    }
+    out = []
+    for sg, cid in zip(subgraphs, ids):
+        root = sg.group.root
+        module = "_".join(p for p in _NON_WORD.split(_module_path(root)) if p)
+        if cid in in_layers and root.meta.get(mk.LAYER) is None and module:
+            cid = f"{cid}In_{module}+"
+        out.append(cid)
+    return out
+
+
+Strategies = tuple[dict, dict, dict, tuple]
+
+
+def _strategies(sg: Subgraph, nbytes: sympy.Expr, symbols: SymbolTable) -> Strategies:
+    """Savings, recompute nodes and boundary per available strategy, and the nodes the
+    cluster id is made of (empty when no strategy applies)."""
+    savings: dict[Strategy, sympy.Expr] = {}
+    nodes: dict[Strategy, tuple[str, ...]] = {}
+    boundary: dict[Strategy, tuple[str, ...]] = {}
+    name_from: tuple[torch.fx.Node, ...] = ()
+    if sg.full.reason is None and sg.full.nodes:
+        savings[Strategy.RECOMPUTE] = nbytes
+        nodes[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.nodes)
+        boundary[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.inputs)
+        name_from = sg.full.nodes
+    if sg.compromise is not None and sg.compromise_stash is not None:
+        saving = sympy.expand(nbytes - _bytes(sg.compromise_stash, symbols))
+        if not (saving.is_number and saving <= 0):
+            savings[Strategy.COMPROMISE] = saving
+            nodes[Strategy.COMPROMISE] = tuple(n.name for n in sg.compromise.nodes)
+            boundary[Strategy.COMPROMISE] = tuple(n.name for n in sg.compromise.inputs)
+            name_from = name_from or sg.compromise.nodes
+    return savings, nodes, boundary, name_from
+
+
 def cluster_subgraphs_pass(
     gm: torch.fx.GraphModule, subgraphs: Sequence[Subgraph], symbols: SymbolTable
 ) -> tuple[torch.fx.GraphModule, list[SavedActivation]]:
     counts: dict[str, int] = {}
     out: list[SavedActivation] = []
     stable = saved_ids([sg.group.root for sg in subgraphs])
-    for sg, sid in zip(subgraphs, stable):
+    sizes = [_bytes(sg.group.root, symbols) for sg in subgraphs]
+    found = [_strategies(sg, nb, symbols) for sg, nb in zip(subgraphs, sizes)]
+    ids = _own_ids(subgraphs, [(cluster_id(f[3]) or None) if f[3] else None for f in found])
+    for sg, sid, nbytes, (savings, nodes, boundary, name_from), cid in zip(
+        subgraphs, stable, sizes, found, ids
+    ):
         root = sg.group.root
-        nbytes = _bytes(root, symbols)
-        savings: dict[Strategy, sympy.Expr] = {}
-        nodes: dict[Strategy, tuple[str, ...]] = {}
-        boundary: dict[Strategy, tuple[str, ...]] = {}
-        name_from = None
-        if sg.full.reason is None and sg.full.nodes:
-            savings[Strategy.RECOMPUTE] = nbytes
-            nodes[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.nodes)
-            boundary[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.inputs)
-            name_from = sg.full.nodes
-        if sg.compromise is not None and sg.compromise_stash is not None:
-            saving = sympy.expand(nbytes - _bytes(sg.compromise_stash, symbols))
-            if not (saving.is_number and saving <= 0):
-                savings[Strategy.COMPROMISE] = saving
-                nodes[Strategy.COMPROMISE] = tuple(n.name for n in sg.compromise.nodes)
-                boundary[Strategy.COMPROMISE] = tuple(n.name for n in sg.compromise.inputs)
-                name_from = name_from or sg.compromise.nodes
-        cid = cluster_id(name_from) if name_from else None
         note = None
         if name_from and any(_from_random_op(n) for n in name_from):
             note = "recomputes dropout from its saved mask (same random numbers)"
-        if cid == "":
-            cid = None
         occ = -1
         if cid is not None:
             occ = counts.get(cid, 0)
