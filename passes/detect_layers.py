@@ -7,10 +7,17 @@ backward graph) or else ``node.meta["fwd_nn_module_stack"]`` (backward nodes). W
 A layer is a child of a ``ModuleList``/``Sequential``: a module path whose last component is
 an integer (``model.layers.3``, ``transformer.h.3``). Without a ``prefix`` the container with
 the most children seen in the graph wins (for nested lists, only the outermost integer path
-of each node counts, so MoE experts inside ``model.layers.i`` never beat the layers).
-``prefix="model.layers"`` forces the container. Layers are numbered by their integer index,
-which is their execution order in sequential models, so a forward graph and its backward
-graph tagged separately agree.
+of each node counts, so MoE experts inside ``model.layers.i`` never beat the layers), and
+every other container of the same attribute name joins it: an encoder-decoder's two stacks
+(``model.encoder.layers`` and ``model.decoder.layers``; T5's ``encoder.block`` and
+``decoder.block``), not a convolutional front end's ``conv_layers``. ``prefix="model.layers"``
+forces one container.
+
+Layers are numbered in forward order: the containers in the order the forward runs them
+(an encoder's layers, then the decoder's), each one's children by their integer index, so
+``offload_layers=k`` and a sync dict's layer indices count over both stacks
+(``model.encoder.layers.0`` is 0, ``model.decoder.layers.0`` is the encoder's layer count). A
+forward graph and its backward graph tagged separately agree.
 """
 
 from __future__ import annotations
@@ -81,28 +88,57 @@ def _layer_of(paths: list[str], prefix: str | None) -> tuple[str, int] | None:
     return None
 
 
-def detect_layers_pass(gm: torch.fx.GraphModule, prefix: str | None = None) -> list[str]:
-    """Tag ``node.meta[LAYER]`` and return the layer names (``model.layers.0``, ...) in order.
+def _forward_order(nodes: list[torch.fx.Node], found: dict) -> dict[str, tuple]:
+    """A sort key per container: where its first forward node sits (nodes with
+    ``nn_module_stack``); in a backward graph alone, the reverse of where its last node sits
+    (the backward runs the stacks in reverse)."""
+    key: dict[str, tuple] = {}
+    for i, node in enumerate(nodes):
+        hit = found.get(node)
+        if hit is None:
+            continue
+        if node.meta.get(mk.TORCH_MODULE_STACK):
+            key.setdefault(hit[0], (0, i))
+        elif key.get(hit[0], (1,))[0] == 1:
+            key[hit[0]] = (1, -i)
+    return key
 
-    ``prefix`` (e.g. ``"model.layers"``) selects the container; otherwise the container with
-    the most distinct children wins (ties: the first seen). Returns [] when there is none.
+
+def _containers(children: dict[str, set[int]], order: dict[str, tuple]) -> list[str]:
+    """The container with the most children (ties: the first run) and every container of the
+    same attribute name, in forward order."""
+    ranked = sorted(children, key=lambda c: (-len(children[c]), order[c]))
+    if not ranked:
+        return []
+    name = ranked[0].rpartition(".")[2]
+    return sorted((c for c in ranked if c.rpartition(".")[2] == name), key=order.__getitem__)
+
+
+def detect_layers_pass(gm: torch.fx.GraphModule, prefix: str | None = None) -> list[str]:
+    """Tag ``node.meta[LAYER]`` and return the layer names (``model.layers.0``, ...) in forward
+    order (see the module docstring).
+
+    ``prefix`` (e.g. ``"model.encoder.layers"``) selects one container; otherwise the
+    container with the most distinct children and those of its attribute name. Returns []
+    when there is none.
     """
     if prefix is not None:
         prefix = normalize_module_path(prefix)
+    nodes = list(gm.graph.nodes)
     found: dict[torch.fx.Node, tuple[str, int]] = {}
     children: dict[str, set[int]] = {}
-    for node in gm.graph.nodes:
+    for node in nodes:
         hit = _layer_of(_stack_paths(node), prefix)
         if hit is not None:
             found[node] = hit
             children.setdefault(hit[0], set()).add(hit[1])
     if prefix is not None:
-        container = prefix if prefix in children else None
+        containers = [prefix] if prefix in children else []
     else:
-        container = max(children, key=lambda c: len(children[c]), default=None)
-    indices = sorted(children.get(container, ())) if container is not None else []
-    position = {idx: k for k, idx in enumerate(indices)}
-    for node in gm.graph.nodes:
+        containers = _containers(children, _forward_order(nodes, found))
+    names = [(c, i) for c in containers for i in sorted(children[c])]
+    position = {layer: k for k, layer in enumerate(names)}
+    for node in nodes:
         hit = found.get(node)
-        node.meta[mk.LAYER] = position[hit[1]] if hit and hit[0] == container else None
-    return [f"{container}.{i}" for i in indices]
+        node.meta[mk.LAYER] = position.get(hit) if hit is not None else None
+    return [f"{c}.{i}" for c, i in names]
