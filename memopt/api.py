@@ -194,8 +194,10 @@ def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> None:
                 f"model; its layer containers (with their sizes): {listed}"
             )
         n = found[path]
-    elif found:
-        n = max(found.values())
+    elif found:  # the largest container and those of its attribute name (detect_layers)
+        name = max(found, key=found.get).rsplit(".", 1)[-1]
+        stacks = [k for k in found if k.rsplit(".", 1)[-1] == name]
+        n = sum(found[k] for k in stacks)
     else:
         return  # no container: the step tells whether layers compile as regions
     if cfg.offload_k and cfg.offload_k >= n:
@@ -210,7 +212,7 @@ def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> None:
             f"sync: layer(s) {', '.join(map(str, bad))} outside 0..{n - 1} (the model has "
             f"{n} layers; containers: {listed})"
         )
-    if cfg.sync and (cfg.layers is not None or len(found) == 1):
+    if cfg.sync and (cfg.layers is not None or len(stacks) == len(found)):
         from memopt.offload.sync import build_schedule
 
         build_schedule(dict(cfg.sync), n)  # SyncError names the layer that cannot be scheduled

@@ -58,3 +58,26 @@ def test_a_sync_entry_for_a_missing_layer_is_named_once():
     text = str(e.value)
     assert "sync: layer(s) 99 outside 0..2 (the model has 3 layers" in text
     assert "sync: sync" not in text
+
+
+def test_offload_layers_count_both_stacks_of_an_encoder_decoder():
+    """The check at optimize() counts the layers as detect_layers does: the largest container
+    and every container of its attribute name (encoder.layers + decoder.layers), not a conv
+    front end's conv_layers."""
+
+    class Stack(torch.nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(n))
+
+    class EncDec(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv_layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))
+            self.encoder, self.decoder = Stack(2), Stack(3)
+
+    memopt.optimize(EncDec(), offload_layers=4)  # 5 layers over both stacks
+    memopt.optimize(EncDec(), sync={3: (True, 1, False, 1)})
+    with pytest.raises(memopt.ConfigError) as e:
+        memopt.optimize(EncDec(), offload_layers=5)
+    assert "offload_layers=5 must be below the number of layers (5" in str(e.value)
