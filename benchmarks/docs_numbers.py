@@ -114,6 +114,19 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
         "at 0d6a697 (step-plan offload on by default then; 'no offload' rows are today's default)",
     ),
+    Producer(
+        "fsdp_step_2026-11-25_s9.json",
+        f"{PY}fsdp_step.py --only budgets,level --warmup 9 --snapshot memopt "
+        "--out docs/data/{file}",
+        "gpu",
+        "at 51a4071 (the peak probe, the 0.5% margin)",
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_s9_first.json",
+        f"{PY}fsdp_step.py --only budgets --warmup 9 --out docs/data/{{file}}",
+        "gpu",
+        "at e2e8fdc (the peak probe, the 2.5% reserve)",
+    ),
     Producer("fsdp_step*.json", f"{PY}fsdp_step.py --out docs/data/{{file}}", "gpu"),
     Producer("pareto_llama*.json", f"{PY}pareto.py llama --out docs/data/{{file}}", "gpu"),
     Producer(

@@ -33,6 +33,7 @@ from benchmarks.docs_tables_params import (
     host_adamw,
     param_peers,
     param_peers_1124,
+    param_peers_s9,
 )
 
 
@@ -106,6 +107,7 @@ SECTIONS: dict[str, Section] = {
     "fsdp_step_per_run": Section(("fsdp_step_2026-11-25_per_run.json",), fsdp_step),
     "fsdp_step_s8": Section(("fsdp_step_2026-11-25_s8.json",), fsdp_step_s8),
     "fsdp_step_s8_ab": Section(("fsdp_step_2026-11-25_s8_ab.json",), fsdp_step_s8),
+    "fsdp_step_s9": Section(("fsdp_step_2026-11-25_s9.json",), fsdp_step_s8),
     "zoo_gpu": Section(tuple(f"zoo_gpu_{m}.json" for m in ZOO_GPU), zoo_gpu),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(
@@ -124,6 +126,9 @@ SECTIONS: dict[str, Section] = {
         param_peers,
     ),
     "param_host_adamw_2026-11-25": Section(("param_cpu_adamw_2026-11-25.json",), host_adamw),
+    "param_peers_s9": Section(
+        ("param_peers_2026-11-25_s9.json", "param_peers_2026-11-25_s9_auto.json"), param_peers_s9
+    ),
     "param_peers_2026-11-24": Section(
         ("param_peers_2026-11-24.json", "param_peers_pipelined_2026-11-24.json"), param_peers_1124
     ),

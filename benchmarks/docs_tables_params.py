@@ -233,3 +233,41 @@ def cpu_adamw_1124(d: dict) -> str:
         for label, k in rows
     ]
     return table(("update", "ms", "vs torch fused fp32"), body)
+
+
+_S9_LABELS = {
+    "gpu": "gpu: all on the GPU, torch AdamW(fused)",
+    "fsdp2": "fsdp2: `CPUOffloadPolicy` every group",
+    "fsdp2-nooffload": "fsdp2, no offload (the reference of f=0.5)",
+    "memopt": "memopt f=1 (default)",
+    "memopt-half": "memopt `param_offload=0.5`",
+    "memopt-auto": "memopt `param_offload='auto'` (chosen after step 5)",
+    "torchao": "torchao 0.18 `CPUOffloadOptimizer(offload_gradients=True)`",
+}
+
+
+def param_peers_s9(*runs: dict) -> str:
+    """The ninth session's runs D (the first auto attempt failed) and E (after the fix)."""
+    out = [
+        "| run | variant | batch | cap GiB | s/step | tokens/s | vs reference | GPU peak GiB "
+        "| host share | host RSS GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for letter, d in zip("DE", runs):
+        ok = {r["name"]: r for r in d["results"] if "error" not in r}
+        ref = {"memopt": "fsdp2", "memopt-half": "fsdp2-nooffload", "memopt-auto": "gpu"}
+        for r in d["results"]:
+            name = _S9_LABELS.get(r["name"], r["name"])
+            batch = f"{r['bs']} × {r['seq']}"
+            if "error" in r:
+                out.append(f"| {letter} | {name} | {batch} | | failed (see text) | | | | | |")
+                continue
+            base = ok.get(ref.get(r["name"], ""))
+            vs = f"{base['s_per_step'] / r['s_per_step']:.2f}× {ref[r['name']]}" if base else ""
+            share = r.get("host_share")
+            out.append(
+                f"| {letter} | {name} | {batch} | {r['cap_gib'] or 'none'} | "
+                f"{r['s_per_step']:.3f} | {r['tokens_per_s']:,.0f} | {vs} | {r['peak_gib']:.2f} | "
+                f"{'' if share is None else f'{share:.2f}'} | {r['VmHWM'] / 2**30:.1f} |"
+            )
+    return "\n".join(out) + "\n"
