@@ -86,7 +86,7 @@ def cli_timings(d: dict) -> str:
 
 #: GPU zoo models in docs/zoo.md (zoo_gpu_dit.json records DiT's failure: diffusers is not
 #: installed on the device)
-ZOO_GPU = ("qwen2", "bert", "vit", "resnet", "whisper")
+ZOO_GPU = ("qwen2", "bert", "vit", "resnet", "whisper", "dit")
 
 
 def zoo_gpu(*docs: dict) -> str:
