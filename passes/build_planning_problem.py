@@ -217,6 +217,8 @@ class _Graphs:
         self.bw_reads = rules.ReadPoints({n: i for i, n in enumerate(bw_ops)})
         self.fw_reads = rules.ReadPoints({n: i for i, n in enumerate(fw_ops)})
         self.joint_by_name = {n.name: n for n in joint.graph.nodes}
+        self.bw_ops = bw_ops
+        self.donated = donated_saved(fw, bw)
 
     def offload_layer(self, members: Sequence[str]) -> int | None:
         """The offload rewrite's layer of a storage: the latest of its saved members'."""
@@ -272,6 +274,8 @@ def _candidate(
     def cost(names):
         return tuple(op_cost(g.joint_by_name[x], sizes) for x in names)
 
+    reused = writes_in_place(g.bw_ops[max(uses)], g.fw_by_name[a.root], sizes)
+
     return Candidate(
         name=a.root,
         cluster_id=a.cluster_id or saved_id(a.root),
@@ -294,7 +298,52 @@ def _candidate(
         fused_unless_saved=not any(
             _exists_unsaved(g.fw_by_name[m]) for m in members if m in g.fw_pos
         ),
+        # recomputed by a kernel Inductor generates, it is fused into its readers (no buffer)
+        reused_when_recomputed=reused and not rules.fusible(g.fw_by_name[a.root]),
+        reused_when_kept=reused and facts.storage_root(g.fw_by_name[a.root]).name in g.donated,
     )
+
+
+def _dense(v: torch.Tensor) -> bool:
+    return v.is_contiguous() and v.storage_offset() == 0
+
+
+def writes_in_place(reader: torch.fx.Node, buffer: torch.fx.Node, sizes: Sizes) -> bool:
+    """Whether Inductor writes ``reader``'s output into ``buffer``, which ``reader`` reads last
+    (``Scheduler.decide_inplace_update``): only a kernel Inductor generates (an extern kernel's
+    output is always new), into a buffer of the same device and dtype and the same storage size
+    (``codegen/wrapper.py: can_match_buffer_size``), read at the index it writes
+    (``SchedulerNode.can_inplace``: both dense, row-major). Whether the graph owns ``buffer``
+    (``PythonWrapperCodegen.can_reuse``) is the caller's: a recomputed tensor always, a saved
+    one only when donated (:func:`donated_saved`)."""
+    out, buf = facts.tensor_val(reader), facts.tensor_val(facts.storage_root(buffer))
+    if out is None or buf is None or facts.aliased_input(reader) is not None:
+        return False
+    if not (rules.fusible(reader) and rules.materialized(reader)):
+        return False
+    if (out.device, out.dtype) != (buf.device, buf.dtype) or not (_dense(out) and _dense(buf)):
+        return False
+    return sizes.of(reader) == sizes.of(facts.storage_root(buffer)) > 0
+
+
+def donated_saved(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule) -> set[str]:
+    """The storages of the saved tensors AOTAutograd donates to the backward (``torch._functorch.config.
+    donated_buffer``, on by default; ``graph_compile.collect_fw_donated_buffer_idxs``): those
+    whose storage is no forward input's, no user forward output's and no backward output's.
+    Only these graph inputs may Inductor's backward reuse (``ir.DonatedBuffer``)."""
+    if not getattr(torch._functorch.config, "donated_buffer", False):
+        return set()
+    outs = [a for a in fw.graph.output_node().args[0] if isinstance(a, torch.fx.Node)]
+    tangents = _tangents(fw, bw)
+    bw_in = [p.name for p in bw.graph.find_nodes(op="placeholder") if p.name not in tangents]
+    n_user = len(fw.graph.output_node().args[0]) - len(bw_in)
+    taken = {facts.storage_root(a).name for a in outs[: max(n_user, 0)]}
+    fw_by_name = {n.name: n for n in fw.graph.nodes}
+    bw_outs = [a for a in bw.graph.output_node().args[0] if isinstance(a, torch.fx.Node)]
+    taken |= {facts.storage_root(fw_by_name[r]).name for a in bw_outs
+              if (r := facts.storage_root(a).name) in fw_by_name}  # fmt: skip
+    roots = [facts.storage_root(fw_by_name[x]) for x in bw_in if x in fw_by_name]
+    return {r.name for r in roots if r.op != "placeholder" and r.name not in taken}
 
 
 def _exists_unsaved(node: torch.fx.Node) -> bool:

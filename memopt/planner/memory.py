@@ -7,6 +7,8 @@ number of forward ops) is live at::
     keep        [p, F+lb]
     recompute   [p, lf]  and  [F+f, F+lb]   (+ recompute_temp_bytes at F+f)
                 (not [p, lf] when Inductor fuses it into its readers once unsaved)
+                (to F+lb-1 when the reader at lb writes its output in place: keep too, for a
+                donated saved tensor)
     compromise  [p, lf]  and  [F+f, F+lb],  plus compromise_kept_bytes over [p, F+f-1]
     offload     [p, R-1] and  [Q, F+lb]     (R, Q: its layer's release and reload positions)
 
@@ -64,10 +66,11 @@ def intervals(
     f, lb = n_fwd + c.first_bwd_use_pos, n_fwd + c.bwd_last
     nb = c.nbytes
     if strategy == Strategy.KEEP:
-        out = [(p, lb + 1, nb)]
+        out = [(p, lb + (0 if c.reused_when_kept else 1), nb)]
     elif strategy in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
         fwd = 0 if c.fused_unless_saved else nb
-        out = [(p, lf + 1, fwd), (f, lb + 1, nb), (f, f + 1, c.recompute_temp_bytes)]
+        end = lb + (0 if c.reused_when_recomputed else 1)
+        out = [(p, lf + 1, fwd), (f, end, nb), (f, f + 1, c.recompute_temp_bytes)]
     if strategy == Strategy.COMPROMISE:
         kept = c.compromise_kept_bytes or 0
         out.append((p, f, kept))

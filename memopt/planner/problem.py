@@ -78,6 +78,13 @@ class Candidate:
     fused_unless_saved: bool = False
     """Inductor fuses it into its forward readers when it is not saved (every reader is a
     pointwise kernel): recomputed or compromised, it takes no memory in the forward."""
+    reused_when_recomputed: bool = False
+    """Recomputed (or compromised), its last backward reader is an Inductor kernel that writes
+    its output into the recomputed buffer (same dtype, bytes and layout; the graph owns it): it
+    is gone at that reader, whose output takes its place."""
+    reused_when_kept: bool = False
+    """The same when kept: only a *donated* saved tensor (one whose storage is no forward input,
+    user forward output or backward output) may be reused by the backward."""
     kept_by_chain: bool = False
     """The plan strings cannot recompute it: :func:`memopt.decide.decide` keeps it even when
     its cluster's plan covers it (a recompute chain would be too deep). Recompute and
