@@ -46,6 +46,8 @@ FILES = {
 }
 #: The three param_peers.py runs of 2026-11-25 (one model, three machines).
 PEER_RUNS = ("p25", "batching", "repeat")
+#: The GPU zoo models docs/zoo.md's summary bullets count (the eighth session's run; DiT, run
+#: in the ninth, is described beside them).
 ZOO = ("qwen2", "bert", "vit", "resnet", "whisper")
 
 
@@ -193,6 +195,12 @@ def host_floor(field: str) -> str:
     return out[field]()
 
 
+def host_adamw(field: str) -> str:
+    """param_cpu_adamw.py's in-process AdamW timings of 2026-11-25: ``FIELD`` of its ``host``
+    record, in s with 2 decimals (e.g. ``worker_team15_with_dma_s``)."""
+    return f"{load('adamw25')['host'][field]:.2f}"
+
+
 def _zoo_points() -> list[tuple[str, dict]]:
     out = []
     for m in ZOO:
@@ -207,7 +215,8 @@ def zoo(what: str, model: str = "") -> str:
     met both targets / run / had the lower overhead), ``metwhere`` (which), ``prederr`` (range
     of the predicted peak's error of ``model``, whole %; ``prederr1``: 1 decimal),
     ``peaks`` / ``targets`` (range of memopt's budget peaks / of the budgets, GiB, of
-    ``model``)."""
+    ``model``), ``below`` (range of torch's peak minus memopt's, GiB, 1 decimal, of the
+    ``+``-joined models)."""
     ps = _zoo_points()
     if what == "met":
         return str(sum(bool(p["peak_ok"] and p["time_ok"]) for _, p in ps))
@@ -222,6 +231,10 @@ def zoo(what: str, model: str = "") -> str:
                 met.setdefault(m, []).append(str(p["budget"]))
         names = {"bert": "BERT", "vit": "ViT", "qwen2": "Qwen2", "resnet": "ResNet"}
         return ", ".join(f"{names.get(m, m)} {'/'.join(b)}" for m, b in met.items())
+    if what == "below":  # how far memopt's budget peaks land under torch's, GiB
+        models = model.split("+")
+        gaps = sorted(p["torch"]["peak"] - p["memopt"]["peak"] for m, p in ps if m in models)
+        return _range([f"{g / GiB:.1f}" for g in gaps], what, "-")
     mine = [p for m, p in ps if m == model]
     if what in ("prederr", "prederr1"):
         errs = sorted(100 * p["pred_err"] for p in mine if p.get("pred_err") is not None)
@@ -243,7 +256,7 @@ def _range(texts: list[str], what: str, sep: str) -> str:
 
 def zoo_row(model: str, variant: str, field: str) -> str:
     """A GPU zoo row: ``peak`` (GiB), ``over`` (step time against torch.compile, 1 decimal)
-    or ``over0`` (whole %), ``pred`` (predicted peak, GiB). ``variant``: ``level1``,
+    or ``over0`` (whole %), ``ms`` (step time added, ms), ``pred`` (predicted peak, GiB). ``variant``: ``level1``,
     ``offload``, ``t0.5`` (torch's budget), ``b0.5`` (memopt's budget at torch's peak)."""
     d = load(f"zoo_gpu_{model}.json")
     kinds = {"level1": "memopt level=1", "offload": "memopt offload half the layers"}
@@ -261,6 +274,8 @@ def zoo_row(model: str, variant: str, field: str) -> str:
         return gib(r["peak"])
     if field == "pred":
         return gib(r["predicted_peak"])
+    if field == "ms":  # step time added, ms
+        return f"{r['ms'] - base['ms']:+.0f}"
     nd = 0 if field == "over0" else 1
     return f"{100 * (r['ms'] / base['ms'] - 1):+.{nd}f}%"
 
@@ -277,6 +292,7 @@ VALUES: dict[str, Callable[..., str]] = {
     "peers_speedup": peers_speedup,
     "peers_slower": peers_slower,
     "host_floor": host_floor,
+    "host_adamw": host_adamw,
 }
 
 
