@@ -127,6 +127,12 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
         "at e2e8fdc (the peak probe, the 2.5% reserve)",
     ),
+    Producer(
+        "fsdp_step_2026-11-25_s9_reuse.json",
+        f"{PY}fsdp_step.py --only budgets --warmup 9 --out docs/data/{{file}}",
+        "gpu",
+        "at 6c37006 (the logits' own cluster, the planner's in-place reuse)",
+    ),
     Producer("fsdp_step*.json", f"{PY}fsdp_step.py --out docs/data/{{file}}", "gpu"),
     Producer("pareto_llama*.json", f"{PY}pareto.py llama --out docs/data/{{file}}", "gpu"),
     Producer(

@@ -108,6 +108,7 @@ SECTIONS: dict[str, Section] = {
     "fsdp_step_s8": Section(("fsdp_step_2026-11-25_s8.json",), fsdp_step_s8),
     "fsdp_step_s8_ab": Section(("fsdp_step_2026-11-25_s8_ab.json",), fsdp_step_s8),
     "fsdp_step_s9": Section(("fsdp_step_2026-11-25_s9.json",), fsdp_step_s8),
+    "fsdp_step_s9_reuse": Section(("fsdp_step_2026-11-25_s9_reuse.json",), fsdp_step_s8),
     "zoo_gpu": Section(tuple(f"zoo_gpu_{m}.json" for m in ZOO_GPU), zoo_gpu),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(

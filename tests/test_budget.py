@@ -62,10 +62,9 @@ def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch, tmp_path
     )
     region = rep.regions[0]
     planner, off = region.extra["planner"], region.extra["offload"]
-    assert planner["feasible"] and planner["sync"] == {
-        "0": [True, 1, False, 2],
-        "1": [True, 2, False, 1],
-    }
+    # (one layer since the planner models Inductor's in-place reuse in the backward: with
+    # that, offloading layer 0 meets the budget; before, it offloaded layers 0 and 1)
+    assert planner["feasible"] and planner["sync"] == {"0": [True, 2, False, 1]}
     offloads = [p for p in planner["plan_strings"] if ":3:" in p]
     assert offloads, planner["plan_strings"]
     assert set(off["bytes_per_layer"]) == set(planner["sync"])  # the planner's layers only
@@ -128,5 +127,8 @@ def test_planner_peak_is_the_applied_plans_peak(monkeypatch):
     planner = d["report"]["regions"][0]["extra"]["planner"]
     assert planner["feasible"]
     assert any(":3:" in p for p in planner["plan_strings"])  # offload is part of the plan
-    # equal up to one 128-byte value that the planner's base bytes hold and the sweep does not
-    assert planner["predicted_peak"] - d["peak"]["peak_bytes"] == 128
+    # equal up to one 128-byte value that the planner's base bytes hold and the sweep does not,
+    # less one 8 MiB buffer that a backward kernel writes in place (Inductor's in-place reuse,
+    # modelled by the planner since 0e834ef; the sweep of the applied graphs does not model it
+    # yet: when it does, this is 128 again)
+    assert planner["predicted_peak"] - d["peak"]["peak_bytes"] == 128 - 8 * 2**20
