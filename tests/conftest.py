@@ -56,6 +56,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_collection_finish(session):
+    # a test module may start work in the background now (tests/test_zoo.py: start_early)
+    for module in dict.fromkeys(getattr(item, "module", None) for item in session.items):
+        if hasattr(module, "start_early"):
+            module.start_early(session.items)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()
