@@ -240,10 +240,13 @@ def check_auto_placement(rank):
     from memopt.params import HostAdamW, shard_with_offload
     from memopt.params.rates import HostRates
 
-    ref = _reference(rank, 7)
-    # auto: nothing on the host at first; rates so fast that every group's update is free
-    # budget: at most 45,000 B of this rank's 75,648 B of shards on the device -> share 0.405
-    # needed (layers 0 and 2: 0.445); an AdamW of 1 B/s frees nothing more
+    ref = _reference(rank, 10)
+    # auto: nothing on the host at first; timed alone, an AdamW so fast that every group's
+    # update is free: a probe moves half the bytes after step 5, steps 6-8 time the AdamW
+    # under training (a real CPU rate, still far faster than these tiny updates need), then
+    # the rest move. budget: at most 45,000 B of this rank's 75,648 B of shards on the device
+    # -> share 0.405 needed (layers 0 and 2: 0.445); an AdamW of 1 B/s frees nothing more, so
+    # the choice is made at once (nothing to probe)
     for mode, rates, first, final in [
         ("auto", HostRates(1e15), (False,) * 5, (True,) * 5),
         (45_000, HostRates(1.0), (True, False, True, False, False), None),
@@ -255,9 +258,22 @@ def check_auto_placement(rank):
         got = _train(model, opt, 4, rank)
         assert rec.auto.choice is None and rec.auto.status == "measuring"
         got += _train(model, opt, 3, rank, first=4)
-        assert rec.plan.on_host == (final or first) and len(rec.auto.step_s) == 3
-        moved = sum(final or first) - sum(first)
-        assert rec.auto.status == f"chosen after step 5: {moved} group(s) moved to the host"
+        assert len(rec.auto.step_s) == 3
+        if final:
+            probe = rec.auto.probe
+            assert rec.auto.status == "probing" and rec.plan.on_host == probe.on_host
+            assert 0 < sum(probe.on_host) < 5 and probe.host_share >= 0.5
+            got += _train(model, opt, 3, rank, first=7)
+            assert rec.plan.on_host == final and len(rec.auto.probe_busy_s) == 3
+            moved = sum(final) - sum(probe.on_host)
+            assert rec.auto.status.startswith(
+                f"chosen after step 8 (probe of {sum(probe.on_host)} group(s) after step 5; "
+                "host AdamW "
+            ) and rec.auto.status.endswith(f"{moved} more group(s) moved to the host")
+        else:
+            got += _train(model, opt, 3, rank, first=7)
+            assert rec.plan.on_host == first and rec.auto.probe is None
+            assert rec.auto.status == "chosen after step 5: 0 group(s) moved to the host"
         w = model.layers[1].up.weight
         assert opt.state[w]["exp_avg"].to_local().device.type == "cpu"
         stats = opt.host_stats()
