@@ -43,6 +43,10 @@ FILES = {
     "batching": "param_peers_batching_2026-11-25.json",
     "repeat": "param_peers_repeat_2026-11-25.json",
     "adamw25": "param_cpu_adamw_2026-11-25.json",
+    "s9": "fsdp_step_2026-11-25_s9.json",
+    "s9r": "fsdp_step_2026-11-25_s9_reuse.json",
+    "p9": "param_peers_2026-11-25_s9.json",
+    "p9auto": "param_peers_2026-11-25_s9_auto.json",
 }
 #: The three param_peers.py runs of 2026-11-25 (one model, three machines).
 PEER_RUNS = ("p25", "batching", "repeat")
