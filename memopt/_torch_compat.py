@@ -539,3 +539,54 @@ def alloc_events(device: torch.device) -> list[tuple[str, int, int]] | None:
     if len(trace) >= ALLOC_EVENTS_MAX:
         return None
     return [(e["action"], e["addr"], e["size"]) for e in trace if "addr" in e]
+
+
+# --------------------------------------------------- memopt plan: eager ops on fake tensors
+
+
+def fake_value_errors() -> tuple[type[BaseException], ...]:
+    """What a fake-tensor op raises when it needs the values it does not have: its output
+    shape depends on them (``nonzero``, ``masked_select``, ``_ctc_loss``; torch tags such ops
+    ``dynamic_output_shape``), or it returns one (``_local_scalar_dense``: ``.item()``)."""
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+    )
+
+    return (DynamicOutputShapeException, DataDependentOutputException)
+
+
+def fake_unsupported_errors() -> tuple[type[BaseException], ...]:
+    """What a fake-tensor op raises when it has no fake or meta kernel at all."""
+    from torch._subclasses.fake_tensor import (
+        UnsupportedFakeTensorException,
+        UnsupportedOperatorException,
+    )
+
+    return (UnsupportedOperatorException, UnsupportedFakeTensorException)
+
+
+def fake_tensor_mode_with_stand_ins(stand_in: Any):
+    """A fresh FakeTensorMode (as :func:`fake_tensor_mode`) in which an op that needs values
+    (:func:`fake_value_errors`) asks ``stand_in(op, args, kwargs)`` for its result instead,
+    inside the mode (``torch.empty`` there makes fake tensors); ``None`` keeps torch's error.
+
+    Only ops dispatched to this mode are affected: eager code on the fake parameters and
+    inputs, between compiled regions. Dynamo traces in a mode of its own, where these ops still
+    break the graph as in training; nothing global is registered, so nothing is left behind."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    errors = fake_value_errors()
+
+    class StandInFakeTensorMode(FakeTensorMode):
+        def dispatch(self, func, types, args=(), kwargs=None):
+            try:
+                return super().dispatch(func, types, args, kwargs)
+            except errors:
+                with self:
+                    out = stand_in(func, args, kwargs or {})
+                if out is None:
+                    raise
+                return out
+
+    return StandInFakeTensorMode(allow_non_fake_inputs=True)

@@ -208,5 +208,19 @@ def analyze(
         emulated=traces[-1].emulated,
         model_class=model_class,
         planner=traces[-1].planner,
-        notes=([note] if note else []) + list(dict.fromkeys(b for t in traces for b in t.breaks)),
+        notes=([note] if note else []) + _trace_notes(traces, len(reports[0].regions)),
     )
+
+
+def _trace_notes(traces: Sequence[TraceResult], regions: int) -> list[str]:
+    """The region count when the step compiled to several, then the graph breaks, stand-ins
+    and where the trace stopped (each once, across the traced depths)."""
+    notes = list(dict.fromkeys(b for t in traces for b in t.breaks))
+    if regions > 1 or any(t.stopped for t in traces):
+        split = ", split at the graph breaks below" if len(notes) else ""
+        notes.insert(
+            0,
+            f"{regions} compiled region{'s' if regions != 1 else ''}{split}; "
+            "each is planned as training compiles it",
+        )
+    return notes

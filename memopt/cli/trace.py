@@ -10,13 +10,15 @@ inputs are ``FakeTensor``s: nothing is allocated, a 70B model traces on a laptop
 dimensions whose size is the batch or the sequence length are marked dynamic, so sizes come
 out as expressions of them (other sizes and Python floats stay static, which is faster).
 
-A model whose Python code needs a tensor's value (``.item()``, ``if x.any():``) graph-breaks
-there in training, and the eager code between the compiled regions runs with real values.
-Traced with fake tensors that code has no values: :func:`stand_in_values` gives it a stand-in
-(1, 1.0, or False for a truth value), each use named with its source line, and every region is planned as
-training would plan it. The breaks and the stand-ins are listed in the output
-(:attr:`TraceResult.breaks`); a size that came from a stand-in is only as right as the
-stand-in.
+A model whose Python code needs a tensor's value (``.item()``, ``if x.any():``) or calls an op
+whose output size depends on values (``nonzero``, ``x[mask]``, ``unique``, ``ctc_loss``)
+graph-breaks there in training, and the eager code between the compiled regions runs with real
+values. Traced with fake tensors that code has no values: :mod:`memopt.cli.eager` gives it
+stand-ins (a value of 1, or an op's largest output), each named with its source line, and every
+region is planned as training would plan it. An eager op with no stand-in stops the trace; the
+regions before it are planned (:attr:`TraceResult.stopped` says where). The breaks, stand-ins
+and the stop are listed in the output (:attr:`TraceResult.breaks`); a size that came from a
+stand-in is only as right as the stand-in.
 
 Planning for ``cuda`` on a machine without CUDA traces on fake CPU tensors (autograd needs a
 real device backend) and replaces ``F.scaled_dot_product_attention`` by the kernel a GPU would
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ import torch.nn as nn
 
 from memopt import _torch_compat as compat
 from memopt.cli.attention import emulate_cuda_attention
+from memopt.cli.eager import stand_in_op, stand_in_values, stopped_at
 from memopt.cli.errors import EXIT_TRACE, CliError, one_line
 from memopt.cli.liveness import StepProfile, step_profile
 from memopt.cli.models import Built
@@ -86,6 +88,9 @@ class TraceResult:
     planner: list[PlannerInputs] = field(default_factory=list)
     breaks: list[str] = field(default_factory=list)
     """Graph breaks (dynamo's reasons, with the user line) and stand-in values, in order."""
+    stopped: str | None = None
+    """Where and why the trace stopped early (an eager op fake tensors cannot run), if it did:
+    the regions before it are in ``runs``, nothing after it."""
 
 
 class _PlanPartitioner(MemoptPartitioner):
@@ -145,9 +150,17 @@ def _fake_tensor(mode, t: torch.Tensor, device: torch.device) -> torch.Tensor:
         return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
 
 
-def fakeify(built: Built, device: torch.device) -> tuple[nn.Module, tuple, dict]:
-    """Replace every parameter, buffer and input tensor by a FakeTensor on ``device``."""
-    mode = compat.fake_tensor_mode()
+def fakeify(
+    built: Built, device: torch.device, stand_ins: list[str] | None = None
+) -> tuple[nn.Module, tuple, dict]:
+    """Replace every parameter, buffer and input tensor by a FakeTensor on ``device``.
+
+    With ``stand_ins``, eager ops on them that need values get stand-ins
+    (:func:`memopt.cli.eager.stand_in_op`), each noted there."""
+    if stand_ins is None:
+        mode = compat.fake_tensor_mode()
+    else:
+        mode = compat.fake_tensor_mode_with_stand_ins(stand_in_op(stand_ins))
     for module in built.model.modules():
         for name, p in list(module._parameters.items()):
             if p is not None:
@@ -208,66 +221,6 @@ def _emulate_cuda() -> Iterator[None]:
         plan_budget.device_rates = original
 
 
-#: Tensor methods that read a value; on a fake tensor in eager code they return a stand-in.
-_VALUE_METHODS = ("item", "__bool__", "__int__", "__float__")
-_OWN_FILES = (os.sep + "torch" + os.sep, os.sep + "memopt" + os.sep, "contextlib.py")
-
-
-def _stand_in(t: torch.Tensor) -> bool | int | float:
-    # False for a truth value: data checks (``if (labels >= vocab).any(): raise``) pass
-    if t.dtype == torch.bool:
-        return False
-    return 1.0 if t.is_floating_point() or t.is_complex() else 1
-
-
-def _user_line() -> str:
-    """``file:line`` of the innermost caller outside torch and memopt."""
-    frame = sys._getframe(2)
-    while frame is not None and any(s in frame.f_code.co_filename for s in _OWN_FILES):
-        frame = frame.f_back
-    if frame is None:
-        return "?"
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
-
-
-@contextlib.contextmanager
-def stand_in_values(used: list[str]) -> Iterator[None]:
-    """In eager code (between compiled regions), reading a fake tensor's value (``.item()``,
-    ``bool()``, ``int()``, ``float()``) returns a stand-in and appends a note to ``used``;
-    compiled code and real tensors are untouched."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    originals = {name: getattr(torch.Tensor, name) for name in _VALUE_METHODS}
-
-    def patched(name: str):
-        original = originals[name]
-
-        def read(self: torch.Tensor, *args: Any, **kwargs: Any):
-            if not isinstance(self, FakeTensor) or torch.compiler.is_compiling():
-                return original(self, *args, **kwargs)
-            value = _stand_in(self) if name != "__bool__" else False
-            convert = {"__int__": int, "__float__": float, "__bool__": bool}.get(name)
-            value = convert(value) if convert else value
-            method = "." + name + "()" if not name.startswith("__") else name.strip("_") + "()"
-            used.append(
-                f"{method} at {_user_line()}: eager code between graphs; its value is not "
-                f"known when planning (traced with {value!r})"
-            )
-            return value
-
-        # dynamo must not trace into the stand-in: a call to it breaks the graph, as the
-        # method it replaces would, and runs eagerly
-        return torch.compiler.disable(read, recursive=True)
-
-    try:
-        for name in _VALUE_METHODS:
-            setattr(torch.Tensor, name, patched(name))
-        yield
-    finally:
-        for name, fn in originals.items():
-            setattr(torch.Tensor, name, fn)
-
-
 def graph_breaks() -> list[str]:
     """Dynamo's graph-break reasons since its last reset, each with the user's line.
     (A private dynamo list: read here only, for the CLI's notes.)"""
@@ -306,7 +259,8 @@ def trace(
     emulated = device_kind == "cuda" and emulate_cuda
     device = torch.device("cpu" if emulated else device_kind)
     t0 = time.perf_counter()
-    model, args, kwargs = fakeify(built, device)
+    stand_ins: list[str] = []
+    model, args, kwargs = fakeify(built, device, stand_ins)
     partitioner = _PlanPartitioner(
         configs,
         keep_planner,
@@ -327,29 +281,23 @@ def trace(
         _mark_sizes((*args, *kwargs.values()), sizes)
     compiled = torch.compile(model, backend=backend)
     emulation = _emulate_cuda() if emulated else contextlib.nullcontext()
-    stand_ins: list[str] = []
     breaks: list[str] = []
+    stopped = None
     try:
         with _quiet_compile(), emulation, stand_in_values(stand_ins):
             compiled(*args, **kwargs)
-        breaks = graph_breaks()
     except (PlanError, CliError):
         raise
     except Exception as e:
         cause = compat.unwrap_backend_error(e)
         if isinstance(cause, PlanError):
             raise cause from None
-        hint = ""
-        if type(cause).__name__ in _DATA_DEPENDENT:
-            hint = (
-                " (the model's Python code needs a tensor's value, e.g. `if x.sum() > 0:` or "
-                "`.item()`; fake tensors have shapes but no values)"
-            )
-        done = "; ".join(graph_breaks() + stand_ins)
-        if done:
-            hint += f" (after: {done})"
-        raise CliError(f"tracing failed: {one_line(cause)}{hint}", EXIT_TRACE) from None
+        where = stopped_at(cause, cause.__traceback__)
+        if where is None or not partitioner.runs[0]:
+            _raise_trace_error(cause, where, graph_breaks() + stand_ins)
+        stopped = _stopped_note(cause, where, len(partitioner.runs[0]))
     finally:
+        breaks = graph_breaks()
         compat.dynamo_reset()
     if not partitioner.runs[0]:
         raise CliError(
@@ -371,5 +319,33 @@ def trace(
         emulated=emulated,
         seconds=time.perf_counter() - t0,
         planner=partitioner.planner,
-        breaks=breaks + stand_ins,
+        breaks=breaks + stand_ins + ([stopped] if stopped else []),
+        stopped=stopped,
     )
+
+
+def _stopped_note(cause: BaseException, where: str, regions: int) -> str:
+    return (
+        f"trace stopped at {where}: eager code between graphs that fake tensors cannot run "
+        f"({type(cause).__name__}: no stand-in for this op); planned: the {regions} "
+        f"region{'s' if regions != 1 else ''} before it; not planned: everything after it, "
+        "its own backward included (the predicted peak leaves them out)"
+    )
+
+
+def _raise_trace_error(cause: BaseException, where: str | None, done: list[str]) -> None:
+    after = f" (after: {'; '.join(done)})" if done else ""
+    if where is not None:  # an eager op before any region: nothing to plan
+        raise CliError(
+            f"tracing failed at {where}: eager code before any compiled region needs values "
+            f"(fake tensors have shapes but no values) and this op has no stand-in "
+            f"({one_line(cause)}){after}",
+            EXIT_TRACE,
+        ) from None
+    hint = ""
+    if type(cause).__name__ in _DATA_DEPENDENT:
+        hint = (
+            " (the model's Python code needs a tensor's value, e.g. `if x.sum() > 0:` or "
+            "`.item()`; fake tensors have shapes but no values)"
+        )
+    raise CliError(f"tracing failed: {one_line(cause)}{hint}{after}", EXIT_TRACE) from None
