@@ -17,15 +17,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Branchy(nn.Module):
-    """A data-dependent shape in eager code: fake tensors have shapes but no values."""
+    """A size that depends on values, with no stand-in (``memopt.cli.eager``), in eager code
+    before any compiled region: fake tensors have shapes but no values."""
 
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(16, 16)
 
     def forward(self, x):
-        y = self.fc(x)
-        return y[y > 0].sum()
+        rows = torch.repeat_interleave(x, (x[:, 0] > 0).long(), dim=0)
+        return self.fc(rows).sum()
 
 
 def branchy(batch: int = 4):
