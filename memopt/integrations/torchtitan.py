@@ -15,6 +15,8 @@ environment. So the recipe is two config keys and the environment :func:`memopt_
 the model is built (float8, LoRA), so they are not the hook for a compiler backend.
 Each block is its own compiled graph: plans, budgets and the report are per block
 (``memopt.report()`` with no argument gives the environment backend's report).
+torchtitan 0.3 refuses every backend but inductor/aot_eager for a FlexAttention model;
+:func:`check_attention` says so in memopt's words before the launch.
 """
 
 from __future__ import annotations
@@ -67,6 +69,30 @@ def _env_value(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
+
+
+def check_attention(model_config: Any) -> None:
+    """Raise :class:`memopt.ConfigError` when a torchtitan model config (``Llama3Model.Config``,
+    ``model_spec.model``) has a FlexAttention layer: torchtitan 0.3's ``apply_compile`` refuses
+    the ``"memopt"`` backend for it. Needs torchtitan (imported here, not at module import)."""
+    from torchtitan.models.common.attention import FlexAttention
+
+    flex = [
+        i
+        for i, layer in enumerate(getattr(model_config, "layers", None) or [])
+        if isinstance(
+            getattr(getattr(layer, "attention", None), "inner_attention", None),
+            FlexAttention.Config,
+        )
+    ]
+    if flex:
+        raise ConfigError(
+            f"torchtitan model layers {flex} use FlexAttention: torchtitan's apply_compile "
+            "accepts only the 'inductor' and 'aot_eager' backends for it, so "
+            "--compile.backend memopt fails there. Build the model with "
+            "attn_backend='varlen' (CUDA; e.g. --config llama3_debugmodel_varlen_attn). "
+            "See docs/integrations.md, torchtitan"
+        )
 
 
 def toml_section(extra: Mapping[str, Any] | None = None) -> str:
