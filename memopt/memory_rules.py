@@ -12,6 +12,7 @@ attention, convolution, an unknown op), or when two padded matmul operands copy 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable, Mapping
 
 import sympy
 import torch
@@ -19,7 +20,15 @@ import torch.fx
 
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
-from memopt.facts import MATMUL_OPERANDS, alias_users, aliased_input, is_view, packet, storage_root
+from memopt.facts import (
+    MATMUL_OPERANDS,
+    alias_users,
+    aliased_input,
+    is_view,
+    packet,
+    storage_root,
+    tensor_val,
+)
 
 _FUSIBLE_NAMES = frozenset(
     {
@@ -219,3 +228,119 @@ def padded_copies(
         for operand, factor in padded_operands(n):
             out.append((operand, factor, pos.get(storage_root(operand), pos[n]), pos[n]))
     return out
+
+
+# --- Inductor's in-place reuse of a buffer by the kernel that reads it last ----------------
+
+#: views that keep a dense tensor's linear index (a kernel reading through them reads the
+#: element it writes)
+_RESHAPES = frozenset({"view", "_unsafe_view", "reshape", "squeeze", "unsqueeze"})
+
+
+def _dense(v: torch.Tensor) -> bool:
+    return v.is_contiguous() and v.storage_offset() == 0
+
+
+def _same_index(node: torch.fx.Node, numel: object) -> bool:
+    """Whether ``node`` reads its inputs at the index it writes, for inputs of ``numel``
+    elements: a pointwise op of that many elements, or a reshape of a dense tensor."""
+    v = tensor_val(node)
+    if v is None or v.numel() != numel:
+        return False
+    if packet(node.target) in _RESHAPES:
+        return _dense(v)
+    return torch.Tag.pointwise in getattr(node.target, "tags", ())
+
+
+def kernel_readers(
+    buffer: torch.fx.Node, pos: Mapping[torch.fx.Node, int]
+) -> dict[torch.fx.Node, bool]:
+    """The values whose kernels read ``buffer`` (its users, through views and through the
+    temporaries Inductor fuses into them), each with whether every read is at the index the
+    kernel writes (``SchedulerNode.can_inplace``: the same index and size)."""
+    v = tensor_val(buffer)
+    numel = v.numel() if v is not None else None
+    out: dict[torch.fx.Node, bool] = {}
+    stack = [(u, True) for u in buffer.users]
+    seen: set[tuple[torch.fx.Node, bool]] = set()
+    while stack:
+        u, same = stack.pop()
+        if (u, same) in seen or (u.op != "output" and u not in pos):
+            continue
+        seen.add((u, same))
+        same = same and u.op != "output" and _same_index(u, numel)
+        if u.op == "output" or (aliased_input(u) is None and materialized(u)):
+            out[u] = out.get(u, True) and same
+        else:  # a view or a fused-away temporary: read where its users' kernels run
+            stack.extend((w, same) for w in u.users)
+    return out
+
+
+def _ancestors(node: torch.fx.Node, floor: int, pos: Mapping[torch.fx.Node, int]) -> set:
+    """The nodes ``node`` depends on, down to position ``floor``."""
+    out: set[torch.fx.Node] = set()
+    stack = list(node.all_input_nodes)
+    while stack:
+        n = stack.pop()
+        if n in out or pos.get(n, -1) < floor:
+            continue
+        out.add(n)
+        stack.extend(n.all_input_nodes)
+    return out
+
+
+def in_place_reader(
+    buffer: torch.fx.Node, pos: Mapping[torch.fx.Node, int], nbytes: Callable[[torch.fx.Node], int]
+) -> torch.fx.Node | None:
+    """The kernel that writes its output into ``buffer`` (``Scheduler.decide_inplace_update``),
+    or None: the last kernel that reads it, when it is a kernel Inductor generates (an extern
+    kernel's output is always new) of a dense output of ``buffer``'s device, dtype and storage
+    size (``codegen/wrapper.py: can_match_buffer_size``), that reads ``buffer`` only at the
+    index it writes (``can_inplace``, ``single_index_in_fused_node``), and when every other
+    reader is one it depends on (the rest are remaining uses: a second reader fused into the
+    same kernel, the SiLU backward's three outputs reading the gate and up projections, keeps
+    the buffer). Whether the graph owns ``buffer`` (``PythonWrapperCodegen.can_reuse``: no
+    graph output, no graph input but a donated saved tensor) is the caller's; ``nbytes`` sizes
+    a node's value."""
+    readers = kernel_readers(buffer, pos)
+    if not readers or any(r.op == "output" for r in readers):
+        return None
+    last = max(readers, key=pos.__getitem__)
+    out, buf = tensor_val(last), tensor_val(storage_root(buffer))
+    if out is None or buf is None or not readers[last] or aliased_input(last) is not None:
+        return None
+    if not (fusible(last) and materialized(last)):
+        return None
+    if (out.device, out.dtype) != (buf.device, buf.dtype) or not (_dense(out) and _dense(buf)):
+        return None
+    if not nbytes(last) == nbytes(storage_root(buffer)) > 0:
+        return None
+    others = [r for r in readers if r is not last]
+    if others:
+        up = _ancestors(last, min(pos[r] for r in others), pos)
+        # an earlier reader Inductor generates may fuse into this kernel: same index only
+        if any(r not in up or (fusible(r) and not readers[r]) for r in others):
+            return None
+    return last
+
+
+def donated_saved(
+    fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, num_user_outputs: int
+) -> set[str]:
+    """The storages of the saved tensors AOTAutograd donates to the backward
+    (``torch._functorch.config.donated_buffer``, on by default;
+    ``graph_compile.collect_fw_donated_buffer_idxs``): those whose storage is no forward
+    input's, no user forward output's and no backward output's. Only these graph inputs may
+    Inductor's backward reuse (``ir.DonatedBuffer``)."""
+    if not getattr(torch._functorch.config, "donated_buffer", False):
+        return set()
+    outs = list(fw.graph.output_node().args[0])
+    taken = {storage_root(a).name for a in outs[:num_user_outputs] if isinstance(a, torch.fx.Node)}
+    fw_by_name = {n.name: n for n in fw.graph.nodes}
+    for a in bw.graph.output_node().args[0]:
+        if isinstance(a, torch.fx.Node) and storage_root(a).name in fw_by_name:
+            taken.add(storage_root(fw_by_name[storage_root(a).name]).name)
+    bw_in = {p.name for p in bw.graph.find_nodes(op="placeholder")}
+    saved = [a for a in outs[num_user_outputs:] if isinstance(a, torch.fx.Node) and a.name in bw_in]
+    roots = [storage_root(a) for a in saved]
+    return {r.name for r in roots if r.op != "placeholder" and r.name not in taken}

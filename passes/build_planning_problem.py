@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sympy
 import torch
@@ -217,8 +217,29 @@ class _Graphs:
         self.bw_reads = rules.ReadPoints({n: i for i, n in enumerate(bw_ops)})
         self.fw_reads = rules.ReadPoints({n: i for i, n in enumerate(fw_ops)})
         self.joint_by_name = {n.name: n for n in joint.graph.nodes}
-        self.bw_ops = bw_ops
+        self.bw_pos = {n: i for i, n in enumerate(bw_ops)}
         self.donated = donated_saved(fw, bw)
+        self.in_place_claimed: set[torch.fx.Node] = set()  # one buffer per writing kernel
+
+    def in_place(self, members: Sequence[str], root: str, last_use: int, sizes: Sizes) -> bool:
+        """Whether the backward kernel that reads ``root``'s storage last (at ``last_use``)
+        writes its output into it (:func:`memopt.memory_rules.in_place_reader`): the storage
+        read through one saved member, and no other candidate claimed that kernel."""
+        fw_root = self.fw_by_name.get(root)
+        read = [
+            b
+            for m in dict.fromkeys(members)
+            if (b := self.bw_by_name.get(m)) is not None and b.op == "placeholder"
+        ]
+        read = [b for b in read if b.users]
+        if fw_root is None or facts.aliased_input(fw_root) is not None or len(read) != 1:
+            return False
+        buf = read[0]
+        reader = rules.in_place_reader(buf, self.bw_pos, sizes.of)
+        if reader is None or self.bw_pos[reader] != last_use or reader in self.in_place_claimed:
+            return False
+        self.in_place_claimed.add(reader)
+        return True
 
     def offload_layer(self, members: Sequence[str]) -> int | None:
         """The offload rewrite's layer of a storage: the latest of its saved members'."""
@@ -274,7 +295,7 @@ def _candidate(
     def cost(names):
         return tuple(op_cost(g.joint_by_name[x], sizes) for x in names)
 
-    reused = writes_in_place(g.bw_ops[max(uses)], g.fw_by_name[a.root], sizes)
+    reused = g.in_place(members, a.root, max(uses), sizes)
 
     return Candidate(
         name=a.root,
@@ -304,46 +325,31 @@ def _candidate(
     )
 
 
-def _dense(v: torch.Tensor) -> bool:
-    return v.is_contiguous() and v.storage_offset() == 0
+def _undo_reuse(cands: list[Candidate]) -> tuple[Candidate, ...]:
+    """Each candidate with ``reuse_undone``: the reused candidates its subgraphs read."""
+    reused = {c.name: c for c in cands if c.reused_when_recomputed or c.reused_when_kept}
+    out = []
+    for c in cands:
+        read = sorted(set(c.recompute_reads) | set(c.compromise_reads))
+        undone = tuple((r.bwd_last, r.nbytes) for x in read if (r := reused.get(x)) is not None)
+        out.append(replace(c, reuse_undone=undone) if undone else c)
+    return tuple(out)
 
 
 def writes_in_place(reader: torch.fx.Node, buffer: torch.fx.Node, sizes: Sizes) -> bool:
-    """Whether Inductor writes ``reader``'s output into ``buffer``, which ``reader`` reads last
-    (``Scheduler.decide_inplace_update``): only a kernel Inductor generates (an extern kernel's
-    output is always new), into a buffer of the same device and dtype and the same storage size
-    (``codegen/wrapper.py: can_match_buffer_size``), read at the index it writes
-    (``SchedulerNode.can_inplace``: both dense, row-major). Whether the graph owns ``buffer``
-    (``PythonWrapperCodegen.can_reuse``) is the caller's: a recomputed tensor always, a saved
-    one only when donated (:func:`donated_saved`)."""
-    out, buf = facts.tensor_val(reader), facts.tensor_val(facts.storage_root(buffer))
-    if out is None or buf is None or facts.aliased_input(reader) is not None:
-        return False
-    if not (rules.fusible(reader) and rules.materialized(reader)):
-        return False
-    if (out.device, out.dtype) != (buf.device, buf.dtype) or not (_dense(out) and _dense(buf)):
-        return False
-    return sizes.of(reader) == sizes.of(facts.storage_root(buffer)) > 0
+    """Whether Inductor writes ``reader``'s output into ``buffer`` (a node of ``reader``'s
+    graph): :func:`memopt.memory_rules.in_place_reader`."""
+    ops = [n for n in reader.graph.nodes if n.op == "call_function"]
+    return rules.in_place_reader(buffer, {n: i for i, n in enumerate(ops)}, sizes.of) is reader
 
 
 def donated_saved(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule) -> set[str]:
-    """The storages of the saved tensors AOTAutograd donates to the backward (``torch._functorch.config.
-    donated_buffer``, on by default; ``graph_compile.collect_fw_donated_buffer_idxs``): those
-    whose storage is no forward input's, no user forward output's and no backward output's.
-    Only these graph inputs may Inductor's backward reuse (``ir.DonatedBuffer``)."""
-    if not getattr(torch._functorch.config, "donated_buffer", False):
-        return set()
-    outs = [a for a in fw.graph.output_node().args[0] if isinstance(a, torch.fx.Node)]
+    """:func:`memopt.memory_rules.donated_saved` of the baseline partition (its user outputs
+    are the forward outputs that are no backward input)."""
     tangents = _tangents(fw, bw)
-    bw_in = [p.name for p in bw.graph.find_nodes(op="placeholder") if p.name not in tangents]
-    n_user = len(fw.graph.output_node().args[0]) - len(bw_in)
-    taken = {facts.storage_root(a).name for a in outs[: max(n_user, 0)]}
-    fw_by_name = {n.name: n for n in fw.graph.nodes}
-    bw_outs = [a for a in bw.graph.output_node().args[0] if isinstance(a, torch.fx.Node)]
-    taken |= {facts.storage_root(fw_by_name[r]).name for a in bw_outs
-              if (r := facts.storage_root(a).name) in fw_by_name}  # fmt: skip
-    roots = [facts.storage_root(fw_by_name[x]) for x in bw_in if x in fw_by_name]
-    return {r.name for r in roots if r.op != "placeholder" and r.name not in taken}
+    bw_in = [p for p in bw.graph.find_nodes(op="placeholder") if p.name not in tangents]
+    n_user = max(len(fw.graph.output_node().args[0]) - len(bw_in), 0)
+    return rules.donated_saved(fw, bw, n_user)
 
 
 def _exists_unsaved(node: torch.fx.Node) -> bool:
@@ -450,7 +456,7 @@ def build_planning_problem(
         layer_bwd_start=tuple(b_starts),
     )
     return PlanningProblem(
-        candidates=tuple(c for c in cands if c is not None),
+        candidates=_undo_reuse([c for c in cands if c is not None]),
         timeline=timeline,
         fixed={p.cluster_id: (int(p.strategy), p.count) for p in fixed},
     )

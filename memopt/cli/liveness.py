@@ -10,6 +10,9 @@ value read by a temporary that Inductor fuses away is read where that temporary'
 
 * a saved activation (a forward output the backward reads) lives until its last backward
   reader; parameters and inputs are not charged here (they are static);
+* a recomputed tensor made by an extern kernel, or a saved one AOTAutograd donates, is gone
+  at its last reader when that kernel writes its output into it (Inductor's in-place reuse,
+  :func:`memopt.memory_rules.in_place_reader`, the budget planner's rule too);
 * the forward's user outputs (logits next to the loss) live to the end of the forward (a
   training loop that keeps only ``.loss`` frees them then);
 * the backward's outputs (parameter gradients) live to the optimizer step;
@@ -54,7 +57,14 @@ from memopt.facts import alias_users as _alias_users
 from memopt.facts import aliased_input as _aliased_input
 from memopt.facts import layout_copied_inputs
 from memopt.facts import storage_root as _root
-from memopt.memory_rules import ReadPoints, padded_copies, padded_operands  # noqa: F401 (re-export)
+from memopt.memory_rules import (  # noqa: F401 (re-export)
+    ReadPoints,
+    donated_saved,
+    fusible,
+    in_place_reader,
+    padded_copies,
+    padded_operands,
+)
 from memopt.memory_rules import must_exist as _must_exist
 from memopt.memory_rules import start as _start
 from memopt.passes.build_planning_problem import pads_in_graph
@@ -159,6 +169,16 @@ class _Positions:
         self.bpos = {n: self.nf + i for i, n in enumerate(self.bw_ops)}
         self.fread, self.bread = ReadPoints(self.fpos), ReadPoints(self.bpos)
         self.bw_inputs = {n.name: n for n in bw.graph.nodes if n.op == "placeholder"}
+        self.claimed: set[torch.fx.Node] = set()
+
+    def reused_at(self, buffer: torch.fx.Node, last: int) -> bool:
+        """Whether the backward kernel at ``last`` writes its output into ``buffer``
+        (:func:`memopt.memory_rules.in_place_reader`; one buffer per kernel)."""
+        reader = in_place_reader(buffer, self.bpos, _nbytes)
+        if reader is None or reader in self.claimed or self.bpos[reader] != last:
+            return False
+        self.claimed.add(reader)
+        return True
 
     def last_bw_use(self, names: list[str]) -> int | None:
         uses = [
@@ -177,6 +197,7 @@ def _sweep_forward(fw, bw, num_fwd_outputs, at: _Positions, sweep, device) -> sy
     saved_names = {n.name for n in fw_out[num_fwd_outputs:] if isinstance(n, torch.fx.Node)}
     user_outs = {_root(n) for n in fw_out[:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
     saved = sympy.Integer(0)
+    donated = donated_saved(fw, bw, num_fwd_outputs)
     for n in at.fw_ops:
         if not _owns(n, device):
             continue
@@ -187,6 +208,10 @@ def _sweep_forward(fw, bw, num_fwd_outputs, at: _Positions, sweep, device) -> sy
         if saved_here:
             bw_last = at.last_bw_use(saved_here)
             end = bw_last if bw_last is not None else at.nf
+            read = [at.bw_inputs[x] for x in saved_here if x in at.bw_inputs]
+            read = [p for p in read if p.users]
+            if n.name in donated and len(read) == 1 and at.reused_at(read[0], end):
+                end -= 1  # a backward kernel writes its output into it (in-place reuse)
             sweep.add(at.fpos[n], end, "activations", n.meta["val"])
             saved += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
         elif n in user_outs or any(u.op == "output" for u in users):
@@ -221,8 +246,23 @@ def _sweep_backward(bw, at: _Positions, sweep, device) -> sympy.Expr:
             grads += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
         elif _must_exist(n, users):
             last = at.bread.last(users, at.bpos[n])
+            if _recomputed(n) and not fusible(n) and at.reused_at(n, last):
+                last -= 1  # a kernel writes its output into the recomputed buffer
             sweep.add(_start(n, at.bpos), last, "temporaries", n.meta["val"])
     return grads
+
+
+def _recomputed(node: torch.fx.Node) -> bool:
+    """A forward value the backward recomputes (tagged by memopt's recompute rewrite or by
+    torch's activation checkpointing): the budget planner models its in-place reuse."""
+    return node.meta.get(mk.TORCH_RECOMPUTE) is not None
+
+
+def _nbytes(node: torch.fx.Node) -> int:
+    val = node.meta.get(mk.TORCH_VAL)
+    if not isinstance(val, torch.Tensor):
+        return 0
+    return compat.int_hint(val.numel()) * val.element_size()
 
 
 def step_profile(

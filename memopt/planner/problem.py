@@ -85,6 +85,11 @@ class Candidate:
     reused_when_kept: bool = False
     """The same when kept: only a *donated* saved tensor (one whose storage is no forward input,
     user forward output or backward output) may be reused by the backward."""
+    reuse_undone: tuple[tuple[int, int], ...] = ()
+    """``(backward position, bytes)`` of the candidates above (reused) that its recompute or
+    compromise subgraph reads: recomputed, it is one more reader of their buffers, and a
+    buffer with a reader besides the last one's kernel is not reused (it stays live at that
+    reader). Charged whatever their own strategy: an over-estimate when they are not reused."""
     kept_by_chain: bool = False
     """The plan strings cannot recompute it: :func:`memopt.decide.decide` keeps it even when
     its cluster's plan covers it (a recompute chain would be too deep). Recompute and
