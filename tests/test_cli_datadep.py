@@ -155,3 +155,11 @@ def test_wav2vec2_plans_every_region_around_ctc(capsys, tmp_path):
     assert not any("trace stopped" in n for n in notes)
     assert len(doc["report"]["regions"]) == 4
     assert "Predicted peak of one training step" in out
+    # training's report and its measured saved bytes at batch 2 (memopt.optimize, level 0:
+    # 2,711,624 B compiled): the encoder region saves its input, the feature extractor's
+    # (batch, 32, 159) output, an activation of region 0 (20,352 B a sample; the trace had
+    # counted it as a user input before it flagged the activation inputs as training does)
+    regions = doc["report"]["regions"]
+    assert [r["baseline_saved_bytes"] for r in regions] == [204544, 2364616, 101760, 40704]
+    assert regions[1]["baseline_saved_symbolic"] == "1149508*batch + 65600"
+    assert doc["report"]["saved_bytes_before"] == 2711624

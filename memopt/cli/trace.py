@@ -111,6 +111,9 @@ class _PlanPartitioner(MemoptPartitioner):
         self.runs: list[list[RegionTrace]] = [[] for _ in configs]
         self.keep_planner = keep_planner
         self.planner: list[PlannerInputs] = []
+        # per input of the region being compiled: an activation of an earlier region (set by
+        # the backend, as training's RegionProgram does): saved, it is held for the backward
+        self.activation_inputs: tuple[bool, ...] = ()
         # every symbol of the traced graphs at its hint (the inputs' own sizes, e.g. labels of
         # a masked LM, appear only in the inputs' bytes, not in any report)
         self.hints: dict[str, int] = {}
@@ -122,7 +125,12 @@ class _PlanPartitioner(MemoptPartitioner):
         fw = bw = None
         for i, (config, state) in enumerate(zip(self.configs, self.states)):
             result = run_pipeline(
-                gm, joint_inputs, config, dict(kwargs), known_elsewhere=state.known_cluster_ids()
+                gm,
+                joint_inputs,
+                config,
+                dict(kwargs),
+                known_elsewhere=state.known_cluster_ids(),
+                activation_inputs=self.activation_inputs,
             )
             region = RegionReport.from_pipeline(0, result)
             state.add_region(region)
@@ -155,20 +163,32 @@ def fakeify(
 ) -> tuple[nn.Module, tuple, dict]:
     """Replace every parameter, buffer and input tensor by a FakeTensor on ``device``.
 
-    With ``stand_ins``, eager ops on them that need values get stand-ins
-    (:func:`memopt.cli.eager.stand_in_op`), each noted there."""
+    Ties are kept: a parameter or buffer held by several modules (a word embedding that is
+    also the LM head's weight) becomes one fake, shared by all of them, so dynamo sees one
+    graph input with one gradient, as in training. With ``stand_ins``, eager ops on them that
+    need values get stand-ins (:func:`memopt.cli.eager.stand_in_op`), each noted there."""
     if stand_ins is None:
         mode = compat.fake_tensor_mode()
     else:
         mode = compat.fake_tensor_mode_with_stand_ins(stand_in_op(stand_ins))
+    # id of a real tensor -> (the tensor, kept alive so that its id stays its own; its fake)
+    fakes: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def fake_of(t: torch.Tensor, parameter: bool) -> torch.Tensor:
+        if id(t) not in fakes:
+            fake = _fake_tensor(mode, t, device)
+            if parameter:
+                fake = nn.Parameter(fake, requires_grad=t.requires_grad)
+            fakes[id(t)] = (t, fake)
+        return fakes[id(t)][1]
+
     for module in built.model.modules():
         for name, p in list(module._parameters.items()):
             if p is not None:
-                fake = _fake_tensor(mode, p, device)
-                module._parameters[name] = nn.Parameter(fake, requires_grad=p.requires_grad)
+                module._parameters[name] = fake_of(p, True)
         for name, b in list(module._buffers.items()):
             if b is not None:
-                module._buffers[name] = _fake_tensor(mode, b, device)
+                module._buffers[name] = fake_of(b, False)
 
     def conv(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
@@ -269,6 +289,9 @@ def trace(
     )
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        partitioner.activation_inputs = tuple(
+            isinstance(x, torch.Tensor) and x.grad_fn is not None for x in example_inputs
+        )
         return compat.compile_fx(
             gm,
             example_inputs,
