@@ -140,6 +140,15 @@ class ReadPoints:
         points = [p for p in (self.at(u) for u in users) if p is not None]
         return max([default, *points])
 
+    def first(self, users: list[torch.fx.Node]) -> int | None:
+        """Where a value read by ``users`` must first exist: the position of the first of them
+        (views included; None when none is in this graph). Torch's partitioner places a
+        recompute right before it, so a recomputed tensor is live from there. Not the first
+        of their :meth:`at`: a fused-away user's read point is its *last* consuming kernel (the
+        recomputed SiLU gate is read by two kernels; its first reader's ``at`` is the second)."""
+        points = [self.pos[u] for u in users if u in self.pos]
+        return min(points) if points else None
+
 
 def materialized(n: torch.fx.Node) -> bool:
     """Whether ``n``'s value is written to memory by some kernel (placeholders, extern kernels

@@ -269,13 +269,8 @@ def _candidate(
         for u in facts.alias_users(g.fw_by_name[m]):
             if u.op != "output" and facts.aliased_input(u) is None:
                 freads.extend(p for p in [g.fw_reads.at(u)] if p is not None)
-    uses = [
-        p
-        for m in members
-        if m in g.bw_by_name
-        for u in facts.alias_users(g.bw_by_name[m])
-        if (p := g.bw_reads.at(u)) is not None
-    ]
+    users = [u for m in members if m in g.bw_by_name for u in facts.alias_users(g.bw_by_name[m])]
+    uses = [p for u in users if (p := g.bw_reads.at(u)) is not None]
     nbytes = sizes.expr(a.nbytes)
     if not fpos or not uses:
         return None
@@ -305,7 +300,7 @@ def _candidate(
         nbytes=nbytes,
         produce_pos=min(fpos),
         last_fwd_use_pos=max(freads),
-        first_bwd_use_pos=min(uses),
+        first_bwd_use_pos=g.bw_reads.first(users),
         last_bwd_use_pos=max(uses),
         recomputable=Strategy.RECOMPUTE in a.savings or Strategy.COMPROMISE in a.savings,
         recompute_ops=cost(rec or comp or ()),

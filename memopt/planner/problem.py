@@ -49,7 +49,8 @@ class Candidate:
     produce_pos: int
     """Forward op index of the producing op."""
     first_bwd_use_pos: int
-    """Backward op index of its first backward use."""
+    """Backward op index of its first backward user (views included): where a recompute is
+    placed, so a recomputed tensor is live from here (not its first kernel's read)."""
     last_fwd_use_pos: int | None = None
     """Forward op index of its last forward use; None means ``produce_pos``. The tensor is live
     up to here whatever the decision."""
