@@ -2,8 +2,13 @@
 
     python benchmarks/docs_cpu.py demo --out docs/data/readme_demo.json   # README's plan table
     python benchmarks/docs_cpu.py cli --out docs/data/cli_timings.json    # docs/cli.md timings
+    python benchmarks/docs_cpu.py ci --out docs/data/ci_run.json          # README: suite times
 
-``demo`` compiles the demo's TinyGPT (``python -m memopt demo``'s model and sizes) at level 0
+``ci`` clones the committed tree into a temporary folder, makes a fresh venv, runs
+``bash .ci/run`` there (install + lint + the whole suite, as CI does), then the quick subset
+(``bash tests/run.sh -m "not slow"``) in the same venv, and records wall times and pytest's
+summary lines; ``first-hour`` runs README's ``train.py`` block and its ``memopt plan`` command
+in a temporary folder. ``demo`` compiles the demo's TinyGPT (``python -m memopt demo``'s model and sizes) at level 0
 and keeps its plan table. ``cli`` runs the ``memopt plan`` / ``memopt fit`` commands of
 docs/cli.md one after the other, each in its own process, and records wall time, the process's
 CPU time (user + sys) and max RSS (GNU ``/usr/bin/time``), its CPU seconds per
@@ -133,6 +138,74 @@ def cli(out: Path) -> None:
     out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
+_SUMMARY = re.compile(r"(\d+) passed(?:, (\d+) skipped)?.* in ([\d.]+)s")
+
+
+def _pytest_summary(text: str) -> dict:
+    m = list(_SUMMARY.finditer(text))[-1]
+    return {"passed": int(m[1]), "skipped": int(m[2] or 0), "pytest_s": float(m[3])}
+
+
+def _timed(cmd: str, cwd: Path, env: dict | None = None) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    p = subprocess.run(
+        ["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    if p.returncode:
+        raise SystemExit(f"{cmd} failed ({p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
+    return time.perf_counter() - t0, p.stdout + p.stderr
+
+
+def ci(out: Path) -> None:
+    import tempfile
+
+    commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        clone, venv = Path(tmp) / "clone", Path(tmp) / "venv"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        env = {**os.environ, "PATH": f"{venv}/bin:{os.environ['PATH']}", "VIRTUAL_ENV": str(venv)}
+        env.pop("PYTHONPATH", None)
+        load0 = os.getloadavg()[0]
+        full_s, full = _timed("bash .ci/run", clone, env)
+        quick_s, quick = _timed('bash tests/run.sh -m "not slow"', clone, env)
+        load1 = os.getloadavg()[0]
+    doc = {
+        "date": datetime.date.today().isoformat(),
+        "commit": commit.strip(),
+        "host": f"{os.cpu_count()}-core {platform.machine()} box ({_cpu_name()})",
+        "load": [load0, load1],
+        "ci_run_s": full_s,
+        "full": _pytest_summary(full),
+        "quick_s": quick_s,
+        "quick": _pytest_summary(quick),
+    }
+    doc["install_s"] = full_s - doc["full"]["pytest_s"]  # pip installs and ruff
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def first_hour(out: Path) -> None:
+    import tempfile
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- first hour: tests/test_readme.py runs this block -->", 1)[1]
+    code = block.split("```python\n", 1)[1].split("```", 1)[0]
+    plan = next(line for line in readme.splitlines() if line.startswith("memopt plan hf:gpt2"))
+    plan = plan.split("  #")[0].strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "train.py").write_text(code)
+        train_s, _ = _timed(f"{sys.executable} train.py", Path(tmp))
+        plan_s, _ = _timed(f"{sys.executable} -m memopt {plan.split(' ', 1)[1]}", Path(tmp))
+    doc = {
+        "date": datetime.date.today().isoformat(),
+        "host": f"{os.cpu_count()}-core {platform.machine()} box ({_cpu_name()})",
+        "train_s": train_s,
+        "plan_command": plan,
+        "plan_s": plan_s,
+    }
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -145,10 +218,10 @@ def _cpu_name() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("demo", "cli"))
+    p.add_argument("what", choices=("demo", "cli", "ci", "first-hour"))
     p.add_argument("--out", required=True, type=Path)
     a = p.parse_args(argv)
-    {"demo": demo, "cli": cli}[a.what](a.out)
+    {"demo": demo, "cli": cli, "ci": ci, "first-hour": first_hour}[a.what](a.out)
     print(f"wrote {a.out}")
     return 0
 

@@ -72,6 +72,13 @@ PRODUCERS: tuple[Producer, ...] = (
     # CPU: re-run by --run cpu
     Producer("readme_demo.json", f"{PY}docs_cpu.py demo --out docs/data/{{file}}", "cpu"),
     Producer("cli_timings.json", f"{PY}docs_cpu.py cli --out docs/data/{{file}}", "cpu"),
+    Producer(
+        "ci_run.json",
+        f"{PY}docs_cpu.py ci --out docs/data/{{file}}",
+        "cpu",
+        "~20 min on 2 cores: .ci/run on a clean clone in a fresh venv, then the quick subset",
+    ),
+    Producer("first_hour.json", f"{PY}docs_cpu.py first-hour --out docs/data/{{file}}", "cpu"),
     Producer("zoo_cpu.json", f"{PY}zoo.py", "cpu", "~17 min on 2 cores"),
     Producer(
         "torch_versions_*.json",

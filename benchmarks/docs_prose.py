@@ -47,6 +47,8 @@ FILES = {
     "s9r": "fsdp_step_2026-11-25_s9_reuse.json",
     "p9": "param_peers_2026-11-25_s9.json",
     "p9auto": "param_peers_2026-11-25_s9_auto.json",
+    "ci": "ci_run.json",
+    "first_hour": "first_hour.json",
 }
 #: The three param_peers.py runs of 2026-11-25 (one model, three machines).
 PEER_RUNS = ("p25", "batching", "repeat")
@@ -284,7 +286,30 @@ def zoo_row(model: str, variant: str, field: str) -> str:
     return f"{100 * (r['ms'] / base['ms'] - 1):+.{nd}f}%"
 
 
+def suite(field: str) -> str:
+    """``docs_cpu.py ci``: ``full_min`` / ``quick_min`` (pytest minutes, 1 decimal),
+    ``install_s`` (.ci/run's installs and lint, s), ``passed`` / ``skipped`` (the full suite),
+    ``commit``."""
+    d = load("ci")
+    out = {
+        "full_min": lambda: f"{d['full']['pytest_s'] / 60:.1f}",
+        "quick_min": lambda: f"{d['quick']['pytest_s'] / 60:.1f}",
+        "install_s": lambda: f"{d['install_s']:.0f}",
+        "passed": lambda: str(d["full"]["passed"]),
+        "skipped": lambda: str(d["full"]["skipped"]),
+        "commit": lambda: d["commit"],
+    }
+    return out[field]()
+
+
+def first_hour(field: str) -> str:
+    """``docs_cpu.py first-hour``: ``train_s`` or ``plan_s`` (wall seconds, whole)."""
+    return f"{load('first_hour')[field]:.0f}"
+
+
 VALUES: dict[str, Callable[..., str]] = {
+    "suite": suite,
+    "first_hour": first_hour,
     "fsdp": fsdp,
     "fsdp_vs": fsdp_vs,
     "losses": losses,
