@@ -39,6 +39,7 @@ FILES = {
     "warmup9": "fsdp_step_2026-11-25_budgets_warmup9.json",
     "cli": "cli_timings.json",
     "p24": "param_peers_2026-11-24.json",
+    "p24pip": "param_peers_pipelined_2026-11-24.json",
     "p25": "param_peers_2026-11-25.json",
     "batching": "param_peers_batching_2026-11-25.json",
     "repeat": "param_peers_repeat_2026-11-25.json",
@@ -207,6 +208,27 @@ def host_adamw(field: str) -> str:
     return f"{load('adamw25')['host'][field]:.2f}"
 
 
+def host_adamw_ms(field: str, what: str = "s") -> str:
+    """A ``host`` timing of 2026-11-25 in s with 3 decimals (``s``), or as a share of the fp32
+    AdamW floor (``floor``, whole %)."""
+    t = load("adamw25")["host"][field]
+    if what == "floor":
+        return f"{100 * load('adamw25')['floor']['adamw_fp32_floor_s'] / t:.0f}"
+    return f"{t:.3f}"
+
+
+def peers_first(variant: str, bs: str) -> str:
+    """The first timed step after the compile step (``times[1]``) of ``variant`` over the
+    three runs of 2026-11-25, lowest–highest (s, 3 decimals)."""
+    vals = sorted(_peer(n, variant, bs)["times"][1] for n in PEER_RUNS)
+    return f"{vals[0]:.3f}–{vals[-1]:.3f}"
+
+
+def peers_field(name: str, variant: str, bs: str, key: str) -> str:
+    """Any number of a param_peers.py row (2 decimals), e.g. ``host_wait_median_s``."""
+    return f"{_peer(name, variant, bs)[key]:.2f}"
+
+
 def _zoo_points() -> list[tuple[str, dict]]:
     out = []
     for m in ZOO:
@@ -262,7 +284,9 @@ def _range(texts: list[str], what: str, sep: str) -> str:
 
 def zoo_row(model: str, variant: str, field: str) -> str:
     """A GPU zoo row: ``peak`` (GiB), ``over`` (step time against torch.compile, 1 decimal)
-    or ``over0`` (whole %), ``ms`` (step time added, ms), ``pred`` (predicted peak, GiB). ``variant``: ``level1``,
+    or ``over0`` (whole %), ``ms`` (step time added, ms), ``pred`` (predicted peak, GiB),
+    ``movedGB`` (offloaded GB each way), ``serial50`` (those copies both ways one after the other
+    at 50 GB/s, ms). ``variant``: ``level1``,
     ``offload``, ``t0.5`` (torch's budget), ``b0.5`` (memopt's budget at torch's peak)."""
     d = load(f"zoo_gpu_{model}.json")
     kinds = {"level1": "memopt level=1", "offload": "memopt offload half the layers"}
@@ -282,6 +306,10 @@ def zoo_row(model: str, variant: str, field: str) -> str:
         return gib(r["predicted_peak"])
     if field == "ms":  # step time added, ms
         return f"{r['ms'] - base['ms']:+.0f}"
+    if field == "movedGB":  # bytes offloaded each way, GB
+        return f"{r['offloaded_bytes'] / 1e9:.1f}"
+    if field == "serial50":  # both ways serialized at 50 GB/s, ms
+        return f"{2 * r['offloaded_bytes'] / 50e9 * 1e3:.0f}"
     nd = 0 if field == "over0" else 1
     return f"{100 * (r['ms'] / base['ms'] - 1):+.{nd}f}%"
 
@@ -322,6 +350,9 @@ VALUES: dict[str, Callable[..., str]] = {
     "peers_slower": peers_slower,
     "host_floor": host_floor,
     "host_adamw": host_adamw,
+    "host_adamw_ms": host_adamw_ms,
+    "peers_first": peers_first,
+    "peers_field": peers_field,
 }
 
 
