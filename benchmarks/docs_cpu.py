@@ -151,8 +151,8 @@ def _timed(cmd: str, cwd: Path, env: dict | None = None) -> tuple[float, str]:
     p = subprocess.run(
         ["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True, check=False
     )
-    if p.returncode:
-        raise SystemExit(f"{cmd} failed ({p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
+    if p.returncode:  # pytest's report is on stdout, the warnings on stderr
+        raise SystemExit(f"{cmd} failed ({p.returncode}):\n{p.stdout[-6000:]}\n{p.stderr[-1500:]}")
     return time.perf_counter() - t0, p.stdout + p.stderr
 
 
