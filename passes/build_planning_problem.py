@@ -314,19 +314,27 @@ def _candidate(
         fused_unless_saved=not any(
             _exists_unsaved(g.fw_by_name[m]) for m in members if m in g.fw_pos
         ),
-        # recomputed by a kernel Inductor generates, it is fused into its readers (no buffer)
-        reused_when_recomputed=reused and not rules.fusible(g.fw_by_name[a.root]),
+        # recomputed, it is the graph's own buffer: reused like the kept one (or, made by a
+        # kernel Inductor generates, fused into its readers: no longer than that either), so a
+        # recompute never holds more than keeping would
+        reused_when_recomputed=reused,
         reused_when_kept=reused and facts.storage_root(g.fw_by_name[a.root]).name in g.donated,
     )
 
 
 def _undo_reuse(cands: list[Candidate]) -> tuple[Candidate, ...]:
-    """Each candidate with ``reuse_undone``: the reused candidates its subgraphs read."""
+    """Each candidate with ``reuse_undone``: the reused candidates its subgraphs read after
+    the kernel that would write into them (a read before it leaves that kernel the buffer's
+    last remaining use, and Inductor still writes in place)."""
     reused = {c.name: c for c in cands if c.reused_when_recomputed or c.reused_when_kept}
     out = []
     for c in cands:
         read = sorted(set(c.recompute_reads) | set(c.compromise_reads))
-        undone = tuple((r.bwd_last, r.nbytes) for x in read if (r := reused.get(x)) is not None)
+        undone = tuple(
+            (r.bwd_last, r.nbytes)
+            for x in read
+            if (r := reused.get(x)) is not None and c.first_bwd_use_pos >= r.bwd_last
+        )
         out.append(replace(c, reuse_undone=undone) if undone else c)
     return tuple(out)
 
