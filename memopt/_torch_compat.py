@@ -590,3 +590,8 @@ def fake_tensor_mode_with_stand_ins(stand_in: Any):
                 return out
 
     return StandInFakeTensorMode(allow_non_fake_inputs=True)
+
+
+def donated_buffers_on() -> bool:
+    """Whether AOTAutograd donates saved tensors to the backward (``donated_buffer``)."""
+    return bool(getattr(torch._functorch.config, "donated_buffer", False))

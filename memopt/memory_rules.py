@@ -341,7 +341,7 @@ def donated_saved(
     ``graph_compile.collect_fw_donated_buffer_idxs``): those whose storage is no forward
     input's, no user forward output's and no backward output's. Only these graph inputs may
     Inductor's backward reuse (``ir.DonatedBuffer``)."""
-    if not getattr(torch._functorch.config, "donated_buffer", False):
+    if not compat.donated_buffers_on():
         return set()
     outs = list(fw.graph.output_node().args[0])
     taken = {storage_root(a).name for a in outs[:num_user_outputs] if isinstance(a, torch.fx.Node)}
