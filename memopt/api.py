@@ -12,6 +12,7 @@ import torch
 from memopt import _torch_compat as compat
 from memopt.config import MemoptConfig, resolve_config
 from memopt.errors import ConfigError
+from memopt.passes.plan_budget import agree_device_rates
 from memopt.regions import RegionProgram
 from memopt.report import Report
 from memopt.state import MemoptState
@@ -103,6 +104,7 @@ def optimize(
             mp_policy=mp_policy,
             rates=host_rates,
         )
+    agree_device_rates()  # at world size > 1: every rank plans with the same rates
     compiled = torch.compile(model, backend=MemoptBackend(cfg, state), dynamic=dynamic, **kwargs)
     _errors_first(compiled, debug=cfg.debug)
     _keep_signature(compiled, model)

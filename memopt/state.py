@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from memopt import ranks
 from memopt.config import MemoptConfig, cache_dir
 from memopt.errors import ConfigError
 from memopt.offload.step_offload import StepOffload, sync_schedule
@@ -48,6 +49,9 @@ OFFLOAD_DEVICES = ("cuda",)
 
 #: Step plans solved again when the step's regions change (new shapes, new graphs).
 MAX_STEP_PLANS = 4
+#: At world size > 1, steps a step plan must hold (after its measurement) before the ranks
+#: stop agreeing their measurements (memopt.ranks) and stop re-checking it.
+SETTLE_STEPS = 3
 MEASURED_MARGIN = 0.005
 """Once a step's peak was measured, a byte budget's target is the budget less this share (the
 run-to-run spread of the allocator's peak), instead of the blind CUDA reserve."""
@@ -95,6 +99,8 @@ class MemoptState:
         self._measured = False  # a probe measured a planned step (the target drops its reserve)
         self._compiled_in_step = True
         self._correction = 0  # bytes the step model missed (measured peak - predicted)
+        self._record: int | None = None  # a new CUDA peak record set by the step just done
+        self._settled = 0  # steps since the step plan last changed or was last measured
         self.measured_peak: int | None = None
 
     def known_cluster_ids(self) -> set[str]:
@@ -195,18 +201,29 @@ class MemoptState:
             self.offload.backward_reached(pos)
 
     def _finish_step(self) -> None:
-        self._finish_probe()
+        probed = self._probe.finish() if self._probe is not None else None
+        self._probe, self._record = None, self._measured_peak()
         self.last_step, self._seq, self._backward_seen = tuple(self._seq), [], False
         self.last_report_step, self._report_seq = tuple(self._report_seq), []
         self._entry_last, self._entry = tuple(self._entry), []
         self._bwd_entry_last, self._bwd_entry = self._bwd_entry, {}
+        if self._agreeing():
+            probed = self._agree_measurements(probed)
+        self._finish_probe(probed)
         self._away_last = self._away if self.offload is not None else {}
         if self.offload is not None:
             self.offload.new_step()
+        plans = self._step_plans
+        self._decide()
+        news = self._step_plans != plans or self._probed is not None  # a plan or a measurement
+        self._settled = 0 if news else self._settled + 1
+
+    def _decide(self) -> None:
+        """A step plan for the step just done, when it is new or outgrew its plan."""
         if self._step_plans >= MAX_STEP_PLANS:
             return
         if self.last_step == self._planned_for:
-            if self._outgrown():
+            if (self._settled < SETTLE_STEPS or ranks.world_size() == 1) and self._outgrown():
                 self._step_plans += 1
                 self.plan_step(self.last_step)
             return
@@ -216,17 +233,43 @@ class MemoptState:
         if self.config.budget is not None and len(self.last_step) > 1:
             self.plan_step(self.last_step)
 
-    def _finish_probe(self) -> None:
+    def _finish_probe(self, peak: int | None) -> None:
         """The probed step's peak, kept only if nothing compiled during the step (autotuning
         allocates too); else the next step is probed."""
-        probe, self._probe, self._probed = self._probe, None, None
-        if probe is None:
-            return
-        peak = probe.finish()
+        self._probed = None
         if self._compiled_in_step or peak is None:
             return
         self._probes_left -= 1
         self._probe_next, self._probed, self._measured = False, peak, True
+
+    def _agreeing(self) -> bool:
+        """Whether the step just done must agree its measurements with the other ranks: at
+        world size > 1 under a byte budget on CUDA (what the step plan is made from), until
+        the step plan has held for SETTLE_STEPS steps after its measurement (each agreement
+        waits for the GPU's queue once, so it stops when nothing is left to decide)."""
+        if not self._entry_last or ranks.world_size() == 1:
+            return False
+        return self._settled < SETTLE_STEPS or self.last_step != self._planned_for
+
+    def _agree_measurements(self, probed: int | None) -> int | None:
+        """Every rank takes the largest of each rank's measurements (peaks, allocated bytes,
+        whether it compiled), so the ranks make the same step plan (memopt.ranks)."""
+        n = len(self._entry_last)
+        most, neg_least = ranks.agree_max([n, -n])
+        if most != -neg_least:
+            raise RuntimeError(
+                f"memopt: the ranks ran different steps ({-neg_least} to {most} region runs); "
+                "step plans need every rank to run the same regions in the same order"
+            )
+        bwd = [self._bwd_entry_last.get(i, -1) for i in range(n)]
+        mine = [-1 if probed is None else probed, -1 if self._record is None else self._record]
+        mine += [int(self._compiled_in_step), *self._entry_last, *bwd]
+        agreed = ranks.agree_max(mine)
+        probed, record, compiled = (None if v < 0 else v for v in agreed[:3])
+        self._record, self._compiled_in_step = record, bool(compiled)
+        self._entry_last = tuple(agreed[3 : 3 + n])
+        self._bwd_entry_last = {i: v for i, v in enumerate(agreed[3 + n :]) if v >= 0}
+        return probed
 
     def _outgrown(self) -> bool:
         """Whether the step plan no longer fits: the memory outside the regions grew since it
@@ -240,7 +283,7 @@ class MemoptState:
         if c is None or offsets is None or not isinstance(self.config.budget, int):
             return False
         peak, _ = step_peak(range(len(self.last_step)), self.run_plan, offsets, self._away)
-        measured = self._probed if self._probed is not None else self._measured_peak()
+        measured = self._probed if self._probed is not None else self._record
         if measured is not None:
             self.measured_peak = measured
             log.info(

@@ -64,10 +64,54 @@ def _device(inputs: Sequence[Any]) -> torch.device:
     return torch.device("cpu")
 
 
+_AGREED: dict[str, Any] = {}
+"""CUDA device name -> the rates every rank of the process group plans with (rank 0's)."""
+
+
 def device_rates(device: torch.device):
     if device.type == "cuda":
+        agreed = _AGREED.get(torch.cuda.get_device_name(device))
+        if agreed is not None:
+            return agreed
+        _warn_unagreed()
         return calibrate(device, os.path.join(cache_dir(), "rates"))
     return CPU_DEFAULTS
+
+
+_unagreed_warned = False
+
+
+def _warn_unagreed() -> None:
+    global _unagreed_warned
+    from memopt import ranks
+
+    if _unagreed_warned or ranks.world_size() == 1:
+        return
+    _unagreed_warned = True
+    log.warning(
+        "memopt: world size %d but the device rates were not agreed between ranks (a "
+        "torch.compile(backend='memopt') call, not memopt.optimize): each rank measures its "
+        "own, and budget plans may differ between ranks",
+        ranks.world_size(),
+    )
+
+
+def agree_device_rates() -> None:
+    """At world size > 1 on CUDA, every rank plans with rank 0's rates (calibrated there
+    alone, or read from its cache), so the ranks' plans agree; called by memopt.optimize,
+    where every rank is. Measured on rank 0 alone, the PCIe rates are one GPU's, not what
+    several ranks copying at once each get."""
+    from memopt import ranks
+
+    if ranks.world_size() == 1 or not torch.cuda.is_available():
+        return
+    if "nccl" not in str(torch.distributed.get_backend()).lower():
+        return  # a CPU-only group: the ranks plan CPU graphs (constant rates)
+    device = torch.device("cuda", torch.cuda.current_device())
+    name, mine = torch.cuda.get_device_name(device), None
+    if ranks.rank() == 0:
+        mine = _AGREED.get(name) or calibrate(device, os.path.join(cache_dir(), "rates"))
+    _AGREED[name] = ranks.from_rank0(mine)
 
 
 _allocator_warned = False

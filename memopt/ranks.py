@@ -1,0 +1,58 @@
+"""Agreement between the ranks of a process group.
+
+Under FSDP2 at world size > 1 every rank runs memopt on its own. What memopt decides from
+measurements (the device's rates, a step's measured peaks and allocated bytes) would differ
+by a few bytes or percent between ranks, and so could the plans. memopt agrees on those
+measurements before deciding (rank 0's device rates; the largest of each measured byte
+count), so every rank then solves the same problem and makes the same plan: identical by
+construction, with no plan sent between ranks.
+
+Collectives are called only where every rank is by construction: in ``memopt.optimize`` and
+at the boundary of a training step (SPMD: every rank runs the same regions in the same order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def world_size() -> int:
+    """The default process group's size; 1 without one."""
+    if not dist.is_available() or not dist.is_initialized():
+        return 1
+    return dist.get_world_size()
+
+
+def rank() -> int:
+    return dist.get_rank() if world_size() > 1 else 0
+
+
+def _device() -> torch.device:
+    """Where the default group's collectives take their tensors: the CPU when it has a CPU
+    backend (gloo: no wait for the GPU's queue), else the current CUDA device (NCCL)."""
+    backend = str(dist.get_backend()).lower()
+    if "gloo" in backend or "nccl" not in backend or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def agree_max(values: Sequence[int]) -> list[int]:
+    """The element-wise maximum of ``values`` over the ranks (every rank passes as many)."""
+    if world_size() == 1:
+        return list(values)
+    t = torch.tensor([int(v) for v in values], dtype=torch.int64, device=_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [int(v) for v in t.tolist()]
+
+
+def from_rank0(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank (picklable)."""
+    if world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0, device=_device())
+    return box[0]
