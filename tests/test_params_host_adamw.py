@@ -194,3 +194,19 @@ def test_rehome_gives_a_dtensor_parameter_a_host_shard_in_place():
     finally:
         if created:
             dist.destroy_process_group()
+
+
+def test_auto_threads_share_the_host_between_local_ranks(monkeypatch):
+    """Default "auto": this process's cores over torchrun's local ranks, less one."""
+    from memopt.params import threads
+
+    monkeypatch.setattr(threads, "host_cores", lambda: 32)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert threads.resolve_threads("auto") == 31
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert threads.resolve_threads("auto") == 15
+    assert HostAdamW([torch.nn.Parameter(torch.zeros(4))]).threads == 15
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "64")
+    assert threads.resolve_threads("auto") == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "x")  # not torchrun's: one process
+    assert threads.resolve_threads("auto") == 31

@@ -53,9 +53,9 @@ class HostAdamW(torch.optim.Optimizer):
     :func:`memopt.params.shard_with_offload`; supplies fp32 masters of bf16 host shards),
     ``overlap`` and ``accumulation_steps`` (update host shards during the backward of every
     ``accumulation_steps``-th micro-batch), ``kernel`` (``"torch"`` or ``"compiled"``: see
-    :mod:`memopt.params.adamw_kernel`), ``threads`` (the update worker's CPU threads: None for
-    torch's count, ``"auto"`` for this process's cores less one, or an int; see
-    :mod:`memopt.params.threads`), ``batch`` (``"group"``: one task and one fused kernel call
+    :mod:`memopt.params.adamw_kernel`), ``threads`` (the update worker's CPU threads:
+    ``"auto"`` (default) for this process's share of the host's cores less one, None for
+    torch's count, or an int; see :mod:`memopt.params.threads`), ``batch`` (``"group"``: one task and one fused kernel call
     per FSDP2 group once all its gradients are on the host; ``"param"``: one per parameter).
     """
 
@@ -72,7 +72,7 @@ class HostAdamW(torch.optim.Optimizer):
         overlap: bool = False,
         accumulation_steps: int = 1,
         kernel: str = "torch",
-        threads: int | str | None = None,
+        threads: int | str | None = "auto",
         batch: str = "group",
         nvme_dir: str | None = None,
     ) -> None:

@@ -62,11 +62,21 @@ def set_thread_team(n: int | None) -> int:
     return torch.get_num_threads()
 
 
+def local_ranks() -> int:
+    """Processes of this job on this host (torchrun's ``LOCAL_WORLD_SIZE``; 1 without it)."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
 def resolve_threads(threads: int | str | None) -> int | None:
-    """``None``: torch's count; ``"auto"``: the cores of this process less one, which is left
-    to the thread that drives the GPU; an int: that many."""
+    """``None``: torch's count (torchrun sets it to 1 when it starts several processes);
+    ``"auto"``: this process's share of the host's cores (its cores over the job's processes
+    on this host) less one, which is left to the thread that drives the GPU; an int: that
+    many."""
     if threads is None or isinstance(threads, int) and not isinstance(threads, bool):
         return threads
     if threads == "auto":
-        return max(1, host_cores() - 1)
+        return max(1, host_cores() // local_ranks() - 1)
     raise ValueError(f"threads={threads!r} must be None, 'auto' or an int >= 1")
