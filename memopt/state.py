@@ -31,6 +31,7 @@ from memopt.config import MemoptConfig, cache_dir
 from memopt.errors import ConfigError
 from memopt.offload.step_offload import StepOffload, sync_schedule
 from memopt.peak_probe import PeakProbe
+from memopt.planner import progress as planner_progress
 from memopt.report import RegionReport, Report, StepInfo
 from memopt.step import (
     Option,
@@ -501,6 +502,7 @@ class MemoptState:
             if problem is not None:
                 self.problems[region.index] = problem
             self._ran = True
+        planner_progress.traced()
         if self._pending is not None:
             self._store(self._pending[0], region, problem)
 

@@ -174,3 +174,55 @@ def test_a_terminal_gets_bars_or_lines_on_stderr_only(
         assert shown[0] == "memopt plan: tracing (3 s)"
     assert re.fullmatch(r"memopt plan: CPU time tracing \d+\.\d s", shown[-1])
     assert capsys.readouterr().out == ""
+
+
+def test_tracing_counts_regions_across_the_planner(clock) -> None:
+    """Each region compiled counts, also those compiled after a planner solve."""
+    clock[0] = 0.0
+    out = io.StringIO()
+    p = Progress("plan", out, after_s=0.0)
+    with planner_progress.listening(p._planner_note):
+        p.phase("tracing", unit=progress.REGIONS)
+        planner_progress.traced()
+        planner_progress.traced()
+        clock[0] = 2.0
+        p.tick()
+        planner_progress.note("solving: 3 candidates")
+        planner_progress.traced()  # counted, though the planning phase counts leads
+        planner_progress.note("solved: overhead 1.000 ms (bound 0.500 ms)")
+        planner_progress.traced()
+        clock[0] = 4.0
+        p.tick()
+        p.phase("reporting")
+        planner_progress.traced()  # counted in no phase
+    assert out.getvalue().splitlines() == [
+        "memopt plan: tracing (2 s, 2 regions, 1.0/s)",
+        "memopt plan: tracing, after the planner (2 s, 4 regions, 2.0/s)",
+    ]
+    assert p._traced == 5
+
+
+def test_each_compiled_region_is_traced_once() -> None:
+    """memopt's state tells the listener of every region it plans (a graph break: two)."""
+    import torch
+
+    import memopt
+
+    class TwoRegions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            x = self.a(x).relu()
+            torch._dynamo.graph_break()
+            return self.b(x).relu().sum()
+
+    torch._dynamo.reset()
+    seen = []
+    model = TwoRegions()
+    with planner_progress.listening(seen.append):
+        memopt.optimize(model, level=1)(torch.randn(4, 8, requires_grad=True)).backward()
+    rep = memopt.report(model)
+    assert len(rep.regions) == 2
+    assert sum(isinstance(m, planner_progress.Traced) for m in seen) == 2

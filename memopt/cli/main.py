@@ -272,7 +272,7 @@ def _run_plan(args: argparse.Namespace, p: progress.Progress) -> int:
     configs = _configs(args, plans, [args.level], budget)
     if timeline:  # the curves are drawn on the unoptimized step's graphs (config 0)
         configs = [resolve_config(level=0, probe_level=args.probe_level), *configs]
-    p.phase("tracing")
+    p.phase("tracing", unit=progress.REGIONS)
     a = analyze(source, request, configs, keep_planner=timeline)
     p.phase("reporting")
     _, notes = _seq_default(source, args.seq)
@@ -373,7 +373,7 @@ def _run_fit(args: argparse.Namespace, p: progress.Progress) -> int:
     request = _request(args, source, symbolic=True)
     configs = [resolve_config(level=0, probe_level=args.probe_level)]
     configs += _configs(args, plans, [args.level])
-    p.phase("tracing")
+    p.phase("tracing", unit=progress.REGIONS)
     a = analyze(source, request, configs, keep_planner=True, full_depth_up_to=FIT_FULL_DEPTH_UP_TO)
     _, notes = _seq_default(source, args.seq)
     a.notes += notes

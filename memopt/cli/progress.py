@@ -28,6 +28,8 @@ from typing import Any, TextIO
 from memopt.planner import progress as planner_progress
 
 _AFTER = ", after the planner"
+REGIONS = "regions"
+"""What a tracing phase counts: ``p.phase("tracing", unit=REGIONS)``."""
 _SPIN = "|/-\\"
 
 
@@ -76,6 +78,8 @@ class Progress:
         self._printed = -1.0  # wall time of the last line for this phase (-1: none)
         self._stop = threading.Event()
         self._resume: str | None = None
+        self._traced = 0  # regions compiled so far (planner_progress.traced)
+        self._resume_unit: str | None = None
         self._started = time.monotonic()
 
     def phase(
@@ -194,12 +198,21 @@ class Progress:
                 parts = ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
                 print(f"memopt {self.cmd}: CPU time {parts}", file=self.stream)
 
-    def _planner_note(self, message: str | planner_progress.Step) -> None:
+    def _planner_note(
+        self, message: str | planner_progress.Step | planner_progress.Traced
+    ) -> None:
+        if isinstance(message, planner_progress.Traced):
+            with self._lock:
+                self._traced += 1
+                counts = self._unit == REGIONS
+            if counts:
+                self.advance()
+            return
         if isinstance(message, planner_progress.Step):
             self.advance(message.n)
             return
         with self._lock:
-            resume, solves = self._phase, self._solves
+            resume, solves, unit = self._phase, self._solves, self._unit
         if solves:  # a phase that counts whole solves (fit: one per size tried)
             self.detail(message)
             if message.startswith("solved"):
@@ -207,13 +220,19 @@ class Progress:
             return
         if message.startswith("solving"):
             self._resume = (resume or "").removesuffix(_AFTER)
+            self._resume_unit = unit
             self.phase("planning", unit="leads")
         self.detail(message)
         if message.startswith("lead "):
             self.advance()
         if message.startswith("solved") and self._resume:
-            # a trace goes on compiling after its planner; other phases simply resume
-            self.phase(self._resume + (_AFTER if self._resume == "tracing" else ""))
+            # a trace goes on compiling after its planner, counting on; other phases resume
+            if self._resume == "tracing":
+                self.phase("tracing" + _AFTER, unit=self._resume_unit)
+                if self._resume_unit == REGIONS:
+                    self.advance(self._traced)
+            else:
+                self.phase(self._resume)
 
 
 def _shape(stream: TextIO) -> dict[str, int | None]:

@@ -1,7 +1,7 @@
 """Progress of a long solve, for whoever wants to show it (the CLI draws it on stderr).
 
-The solver calls :func:`note` at each stage, and code that does a counted piece of work (a
-region traced, a size tried) may call :func:`advance`; nothing happens unless a caller
+The solver calls :func:`note` at each stage, code that does a counted piece of work (a size
+tried) may call :func:`advance`, and memopt's state calls :func:`traced` for each region; nothing happens unless a caller
 installed a listener with :func:`listening`. A context variable, so the lead's passes need no
 argument to pass it through.
 """
@@ -21,7 +21,12 @@ class Step:
     n: int = 1
 
 
-Listener = Callable[[str | Step], None]
+@dataclass(frozen=True)
+class Traced:
+    """One more region compiled (a trace counts its regions whatever phase it is in)."""
+
+
+Listener = Callable[[str | Step | Traced], None]
 
 _listener: ContextVar[Listener | None] = ContextVar("memopt_planner_progress", default=None)
 
@@ -38,6 +43,13 @@ def advance(n: int = 1) -> None:
     listener = _listener.get()
     if listener is not None:
         listener(Step(n))
+
+
+def traced() -> None:
+    """Tell the listener, if any, that one more region was compiled."""
+    listener = _listener.get()
+    if listener is not None:
+        listener(Traced())
 
 
 @contextlib.contextmanager
