@@ -50,6 +50,14 @@ FILES = {
     "p9auto": "param_peers_2026-11-25_s9_auto.json",
     "ci": "ci_run.json",
     "first_hour": "first_hour.json",
+    "pareto_llama": "pareto_llama.json",
+    "pareto_v2": "pareto_llama_memopt_v2.json",
+    "pareto_v5": "pareto_llama_v5.json",
+    "copies": "copy_interference.json",
+    "lb_v2": "largest_batch_v2_default_alloc.json",
+    "lb_exp": "largest_batch_expandable.json",
+    "llama8_v4": "offload_llama8_v4.json",
+    "gpt6_v2": "offload_gpt6_v2.json",
 }
 #: The three param_peers.py runs of 2026-11-25 (one model, three machines).
 PEER_RUNS = ("p25", "batching", "repeat")
@@ -115,18 +123,61 @@ def fsdp(name: str, alias: str, field: str) -> str:
         "kept": lambda: f"{100 * r['saved_after'] / r['saved_before']:.0f}%",
         "savedGB": lambda: f"{r['saved_after'] / 1e9:.2f}",
         "beforeGB": lambda: f"{r['saved_before'] / 1e9:.2f}",
+        "regions": lambda: str(r["regions"]),
+        "runs": lambda: runs(r["sequence"]),
+        "noff": lambda: str(len(r["offload_runs"])),
+        "offlayers": lambda: _layers(r["offload_runs"]),
     }
     if field not in out:
         raise KeyError(f"no field {field!r} (see docs_prose.fsdp)")
     return out[field]()
 
 
+def runs(seq: list[int]) -> str:
+    """A step's sequence of runs in inline code, repeats folded: ``[0]*8 + [1, 2]``."""
+    parts: list[str] = []
+    loose: list[int] = []
+    i = 0
+    while i < len(seq):
+        j = i
+        while j < len(seq) and seq[j] == seq[i]:
+            j += 1
+        if j - i >= 3:
+            if loose:
+                parts.append(str(loose))
+                loose = []
+            parts.append(f"[{seq[i]}]*{j - i}")
+        else:
+            loose += seq[i:j]
+        i = j
+    if loose:
+        parts.append(str(loose))
+    return "`" + " + ".join(parts) + "`"
+
+
+def _layers(ks: list[int]) -> str:
+    if len(ks) == 1:
+        return f"layer {ks[0]}"
+    if ks == list(range(ks[0], ks[-1] + 1)):
+        return f"layers {ks[0]}–{ks[-1]}"
+    return "layers " + ", ".join(map(str, ks))
+
+
 def fsdp_vs(name: str, alias: str, other: str, what: str) -> str:
     """Two rows: ``share`` (this row's overhead over the other's, 2 decimals), ``peakpct``
     (this peak over the other's, %, 1 decimal, unsigned), ``peakdiff`` (GiB between the
-    peaks), ``predgap`` (this measured peak minus the other's predicted step peak, GiB)."""
+    peaks), ``predgap`` (this measured peak minus the other's predicted step peak, GiB),
+    ``excessGB`` (how much further this row's measured peak is above its predicted step peak
+    than the other row's, GB) and ``excessshare`` (that, as a share of this row's offloaded
+    bytes, whole %)."""
     a, b = row(name, alias), row(name, other)
+
+    def excess() -> float:
+        return (a["peak"] - a["predicted_step_peak"]) - (b["peak"] - b["predicted_step_peak"])
+
     out = {
+        "excessGB": lambda: f"{excess() / 1e9:.2f}",
+        "excessshare": lambda: f"{100 * excess() / a['offloaded_bytes']:.0f}%",
         "share": lambda: f"{_over(name, alias) / _over(name, other):.2f}",
         "peakpct": lambda: f"{abs(100 * (a['peak'] / b['peak'] - 1)):.1f}%",
         "peakdiff": lambda: gib(abs(a["peak"] - b["peak"])),
@@ -141,12 +192,131 @@ def losses(name: str, which: str) -> str:
     return f"{(min if which == 'min' else max)(last):.4f}"
 
 
-def cli(index: str, field: str) -> str:
-    """``docs_cpu.py cli`` rows: ``wall`` (s) or ``rss`` (GiB) of row ``index``."""
+def cli(index: str, field: str, *args: str) -> str:
+    """``docs_cpu.py cli`` rows: ``wall`` (s) or ``rss`` (GiB) of row ``index``;
+    ``phase:NAME`` (CPU seconds of a phase of ``--progress``'s closing line, e.g. ``tracing``);
+    ``fit:none|level1|planner`` (``memopt fit``'s largest batch per strategy); from the
+    recorded output ``peak:optimizer`` (optimizer states, GiB), ``peak:left`` (the command's
+    ``--budget`` GiB less those states, GiB), ``peak:smallest`` / ``peak:floor`` (an infeasible
+    budget's smallest peak found / the peak floor, GiB)."""
     r = load("cli")["rows"][int(index)]
     if field == "wall":
         return f"{r['wall_s']:.0f}"
-    return f"{r['max_rss_kib'] * 1024 / GiB:.2f}"
+    if field == "rss":
+        return f"{r['max_rss_kib'] * 1024 / GiB:.2f}"
+    if field == "phase":
+        return f"{_phase(r, args[0]):.1f}"
+    out = "\n".join(r["stdout_tail"])
+    if field == "fit":
+        label = {"none": r"none \(level 0\)", "level1": "level 1", "planner": "planner"}[args[0]]
+        return _found(rf"^{label}\s+(\d+)\s", out)
+    if field == "peak":
+        states = _found(r"^\s*optimizer states\s+\S+ GiB\s+=\s+(\d+)", out)
+        if args[0] == "optimizer":
+            return f"{int(states) / GiB:.2f}"
+        if args[0] == "left":
+            budget = float(_found(r"--budget (\d+(?:\.\d+)?)GiB", r["command"]))
+            return f"{budget - int(states) / GiB:.2f}"
+        pattern = {
+            "smallest": r"smallest peak found ([\d.]+) GiB",
+            "floor": r"no plan has a peak below ([\d.]+) GiB",
+        }
+        return _found(pattern[args[0]], out)
+    raise KeyError(f"no cli field {field!r} (see docs_prose.cli)")
+
+
+def _phase(r: dict, name: str) -> float:
+    return float(_found(rf"(?:^|, ){name} ([\d.]+) s", r["cpu_phases"]))
+
+
+def _found(pattern: str, text: str) -> str:
+    m = re.search(pattern, text, re.M)
+    if m is None:
+        raise KeyError(f"{pattern!r} not in the recorded output")
+    return m.group(1)
+
+
+def cli_ratio(a: str, b: str, phase: str) -> str:
+    """CPU seconds of phase ``phase`` of ``docs_cpu.py cli`` row ``a`` over row ``b``'s."""
+    rows = load("cli")["rows"]
+    return f"{_phase(rows[int(a)], phase) / _phase(rows[int(b)], phase):.1f}"
+
+
+def pareto(name: str, what: str) -> str:
+    """A ``pareto.py`` run: ``unopt`` (torch.compile's measured peak above the planner's
+    prediction of the unoptimized step, %), ``under`` (memopt's measured budget peaks above
+    their predictions, range, %), ``over`` (the budget plans whose peak ended above their
+    target, and by how much, MiB), ``excess`` (measured step-time overhead above the predicted
+    one per offloaded GiB, range, ms)."""
+    d = load(name)
+    rows = d["rows"]
+    base = next(r for r in rows if r["variant"] == "torch.compile")
+    plans = [r for r in rows if "predicted_peaks" in r]
+    if what == "unopt":
+        unopt = next(r for r in rows if "planner" in r)["planner"][0]["baseline_peak"]
+        return f"{100 * (base['peak'] / unopt - 1):.1f}%"
+    if what == "under":
+        errs = sorted(100 * (r["peak"] / r["predicted_peaks"][0] - 1) for r in plans)
+        return _range([f"{e:.1f}" for e in errs], what, "–") + "%"
+    if what == "over":
+        over = sorted(
+            (r["peak"] - r["target"]) / (1 << 20) for r in plans if r["peak"] > r["target"]
+        )
+        if not over:
+            return "no plan"
+        if len(over) == 1:
+            return f"1 plan {over[0]:.1f} MiB"
+        return f"{len(over)} plans up to {over[-1]:.1f} MiB"
+    if what == "excess":
+        per = []
+        for r in rows:
+            pl = (r.get("planner") or [{}])[0]
+            if pl.get("saved_bytes_offloaded"):
+                extra = r["ms"] - base["ms"] - 1e3 * pl["predicted_overhead_s"]
+                per.append(extra / (pl["saved_bytes_offloaded"] / GiB))
+        return _range([f"{x:.1f}" for x in sorted(per)], what, "–")
+    raise KeyError(f"no pareto value {what!r} (see docs_prose.pareto)")
+
+
+def copies(work: str, direction: str) -> str:
+    """``copy_interference.py``: how much slower workload ``work`` (``llama``: a compiled
+    8-layer Llama step, ``hbm``: a device copy loop, ``matmul``) ran under continuous copies
+    (``d2h``, ``h2d``, ``both``), over the chunk sizes run, %."""
+    what = {"llama": "llama step", "hbm": "hbm copy", "matmul": "matmul"}[work]
+    vals = sorted(
+        100 * r[direction]["slowdown"] for r in load("copies")["rows"] if r["what"] == what
+    )
+    if vals[0] >= 0:
+        return _range([f"{v:.1f}" for v in vals], "copies", "–") + "%"
+    return _range([f"{v:+.1f}%" for v in vals], "copies", " to ")
+
+
+def batch(name: str, variant: str, what: str, *args: str) -> str:
+    """``largest_batch.py``: ``largest`` (the largest batch that trained), ``oom:BATCH:alloc``
+    / ``oom:BATCH:free`` (at an out-of-memory trial: GiB allocated by PyTorch / reserved but
+    unallocated, from torch's message)."""
+    v = load(name)["variants"][variant]
+    if what == "largest":
+        return str(v["largest"])
+    if what == "oom":
+        t = next(t for t in v["trials"] if t["batch"] == int(args[0]) and not t["ok"])
+        m = re.search(
+            r"([\d.]+) GiB is allocated by PyTorch, and ([\d.]+) GiB is reserved", t["error"]
+        )
+        if m is None:
+            raise KeyError(f"batch {args[0]}: no allocator figures in the error")
+        return m.group(1 if args[1] == "alloc" else 2)
+    raise KeyError(f"no batch value {what!r} (see docs_prose.batch)")
+
+
+def offload_bitwise(name: str) -> str:
+    """``offload.py``: the offloaded ``k`` whose gradients were bitwise equal to the baseline's
+    (``1, 2``); an error when one was not."""
+    rows = [r for r in load(name)["rows"] if r["k"]]
+    bad = [r["k"] for r in rows if not r.get("grads_bitwise_equal")]
+    if bad:
+        raise KeyError(f"{name}: gradients not bitwise equal at k={bad}")
+    return ", ".join(str(k) for k in sorted({r["k"] for r in rows}))
 
 
 def _peer(name: str, variant: str, bs: str) -> dict:
@@ -286,7 +456,7 @@ def zoo_row(model: str, variant: str, field: str) -> str:
     """A GPU zoo row: ``peak`` (GiB), ``over`` (step time against torch.compile, 1 decimal)
     or ``over0`` (whole %), ``ms`` (step time added, ms), ``pred`` (predicted peak, GiB),
     ``movedGB`` (offloaded GB each way), ``serial50`` (those copies both ways one after the other
-    at 50 GB/s, ms). ``variant``: ``level1``,
+    at 50 GB/s, ms), ``basems`` (the torch.compile step it is compared with, ms). ``variant``: ``level1``,
     ``offload``, ``t0.5`` (torch's budget), ``b0.5`` (memopt's budget at torch's peak)."""
     d = load(f"zoo_gpu_{model}.json")
     kinds = {"level1": "memopt level=1", "offload": "memopt offload half the layers"}
@@ -306,6 +476,8 @@ def zoo_row(model: str, variant: str, field: str) -> str:
         return gib(r["predicted_peak"])
     if field == "ms":  # step time added, ms
         return f"{r['ms'] - base['ms']:+.0f}"
+    if field == "basems":
+        return f"{base['ms']:.0f}"
     if field == "movedGB":  # bytes offloaded each way, GB
         return f"{r['offloaded_bytes'] / 1e9:.1f}"
     if field == "serial50":  # both ways serialized at 50 GB/s, ms
@@ -342,6 +514,11 @@ VALUES: dict[str, Callable[..., str]] = {
     "fsdp_vs": fsdp_vs,
     "losses": losses,
     "cli": cli,
+    "cli_ratio": cli_ratio,
+    "pareto": pareto,
+    "copies": copies,
+    "batch": batch,
+    "offload_bitwise": offload_bitwise,
     "zoo": zoo,
     "zoo_row": zoo_row,
     "peers": peers,

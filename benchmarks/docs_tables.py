@@ -84,6 +84,14 @@ def cli_timings(d: dict) -> str:
     return head + table(("command", "traced", "wall", "CPU (user + sys)", "max RSS"), rows) + phases
 
 
+def cli_peak(d: dict) -> str:
+    """The predicted-peak block of docs/cli.md's first command, from its recorded output."""
+    tail = d["rows"][0]["stdout_tail"]
+    start = next(i for i, ln in enumerate(tail) if ln.startswith("Predicted peak"))
+    end = next(i for i in range(start, len(tail)) if tail[i].lstrip().startswith("total"))
+    return "```\n" + "\n".join(ln.rstrip() for ln in tail[start : end + 1]) + "\n```\n"
+
+
 #: GPU zoo models in docs/zoo.md (zoo_gpu_dit.json records DiT's failure: diffusers is not
 #: installed on the device)
 ZOO_GPU = ("qwen2", "bert", "vit", "resnet", "whisper", "dit")
@@ -103,6 +111,7 @@ def _load(data: Path, name: str) -> Any:
 SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
     "cli_timings": Section(("cli_timings.json",), cli_timings),
+    "cli_peak": Section(("cli_timings.json",), cli_peak),
     "torch_versions": Section(("torch_versions_2026-11-25.json",), torch_versions),
     "fsdp_step_per_run": Section(("fsdp_step_2026-11-25_per_run.json",), fsdp_step),
     "fsdp_step_s8": Section(("fsdp_step_2026-11-25_s8.json",), fsdp_step_s8),

@@ -92,3 +92,17 @@ def test_an_unknown_prose_key_names_the_registry():
         docs_numbers.rewrite("<!-- n:nope:1 -->3<!-- /n -->")
     with pytest.raises(KeyError, match="no row alias"):
         docs_numbers.rewrite("<!-- n:fsdp:s8:zz:over -->3<!-- /n -->")
+
+
+def test_prose_numbers_of_the_reference_docs_come_from_the_json():
+    # docs/cli.md, offload.md, steps.md, planner.md: recorded CLI output, runs, fronts, copies
+    assert docs_prose.value("fsdp:s8:l1:runs") == "`[0]*8 + [1, 2]`"
+    assert docs_prose.value("fsdp:s8:b0.1:offlayers") == "layers 0–6"
+    assert docs_prose.value("cli:2:peak:left") == "19.79"  # 70 GiB less 50.21 GiB of states
+    assert docs_prose.value("cli:4:fit:planner") == "45"
+    assert docs_prose.value("pareto:pareto_v5:over") == "1 plan 2.8 MiB"
+    assert docs_prose.value("copies:llama:both") == "1.7–3.0%"
+    assert docs_prose.value("batch:lb_v2:memopt-budget:oom:16:free") == "2.47"
+    md = docs_tables.render("cli_peak", docs_numbers.DATA)
+    assert md.startswith("```\nPredicted peak of one training step: 130.32 GiB")
+    assert md.splitlines()[-2].lstrip().startswith("total")
