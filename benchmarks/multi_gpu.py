@@ -269,16 +269,6 @@ def steps(args) -> None:
     os._exit(0)  # the JSON is written; skip NCCL teardown and compile workers' shutdown
 
 
-def _llama_cpu(size: str):
-    """param_peers.llama on the CPU (it builds on ``cuda``)."""
-    import param_peers as pp
-
-    s = pp.SIZES[size]
-    model = llama(s["layers"], s["hidden"], s["heads"], s["heads"] // 4, s["inter"], s["vocab"])
-    model.gradient_checkpointing_enable({"use_reentrant": False})
-    return model
-
-
 def host_bytes(model, opt) -> dict:
     """Pinned and pageable host bytes of this rank's parameter shards and optimizer states."""
     from torch.distributed.tensor import DTensor
@@ -300,20 +290,25 @@ def param_variant(args) -> None:
 
     rank, world, dev = init_dist(args.device, args.pg_timeout)
     cuda = dev.type == "cuda"
-    if not cuda:  # param_peers without CUDA: no GPU to cap, no memory to pin
+    s = pp.SIZES[args.size]
+    if cuda:
+        model = pp.llama(args.size)
+    else:  # param_peers without CUDA: its model on the CPU, no GPU to cap, no memory to pin
         import torch.distributed.fsdp as fsdp
+
+        model = llama(s["layers"], s["hidden"], s["heads"], s["heads"] // 4, s["inter"], s["vocab"])
+        model.gradient_checkpointing_enable({"use_reentrant": False})
 
         class Unpinned(fsdp.CPUOffloadPolicy):
             def __init__(self, pin_memory: bool = True):
                 super().__init__(pin_memory=False)
 
         pp.cap_gpu, fsdp.CPUOffloadPolicy = (lambda gib: None), Unpinned
-    model = pp.llama(args.size) if cuda else _llama_cpu(args.size)
     nparam = sum(p.numel() for p in model.parameters())
     model, opt, extra = pp.setup(args.name, model, args)
     rec = extra.pop("record", None)
     bs = args.bs
-    data = pp.batches(args.steps, world * bs, args.seq, pp.SIZES[args.size]["vocab"])
+    data = pp.batches(args.steps, world * bs, args.seq, s["vocab"])
     losses, times = [], []
     for x in data:
         x = x[rank * bs : (rank + 1) * bs]
@@ -396,6 +391,9 @@ def launch(args, name: str, bs: int, seq: int) -> dict:
         _kill_tree(p.pid)  # torchrun and its workers (they run in sessions of their own)
         out, err = p.communicate(timeout=60)
         timed_out = True
+    except BaseException:  # SIGTERM (``timeout`` around the driver), Ctrl-C: no orphans
+        _kill_tree(p.pid)
+        raise
     line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
     if line:
         res = json.loads(line[-1][7:])
@@ -413,6 +411,7 @@ def launch(args, name: str, bs: int, seq: int) -> dict:
 def params(args) -> None:
     meta = dict(world=args.world, config=vars(args), torch=torch.__version__, date=time.ctime())
     results: list[dict] = []  # the driver leaves CUDA alone: the device name comes from a job
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # runs launch's cleanup
 
     def record(res):
         results.append(res)
