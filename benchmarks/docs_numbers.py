@@ -63,7 +63,7 @@ class Producer:
 
     pattern: str
     command: str  # run from the repository root; ``{file}`` is the data file's name
-    device: str  # "cpu": runs here (``--run cpu``); "gpu": the H100 machine
+    device: str  # "cpu": runs here (``--run cpu``); "gpu": the H100 machine; "gpu-x2": two H100s
     note: str = ""
 
 
@@ -141,6 +141,59 @@ PRODUCERS: tuple[Producer, ...] = (
         "at 6c37006 (the logits' own cluster, the planner's in-place reuse)",
     ),
     Producer("fsdp_step*.json", f"{PY}fsdp_step.py --out docs/data/{{file}}", "gpu"),
+    Producer(
+        "multi_gpu_steps_w2_2026-11-25.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_warmup9_2026-11-25.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps --only budgets,offload "
+        "--warmup 9 --iters 10 --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w1_b8_2026-11-25.json",
+        "torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps --batch 8 --only level,offload --iters 2 "
+        "--out docs/data/{file}",
+        "gpu-x2",
+        "GPU 0 of the two-GPU machine",
+    ),
+    Producer(
+        "multi_gpu_steps_w1_2026-11-25.json",
+        "torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps --out docs/data/{file}",
+        "gpu-x2",
+        "GPU 0 of the two-GPU machine",
+    ),
+    Producer(
+        "multi_gpu_params_w2_largest_2026-11-25.json",
+        f"{PY}multi_gpu.py params --world 2 --jobs '' --largest memopt --largest-batches 6,8 "
+        "--timeout 60 --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_params_w2_2026-11-25.json",
+        f"{PY}multi_gpu.py params --world 2 --largest-batches 6 --timeout 150 "
+        "--out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_params_w1_b4_2026-11-25.json",
+        f"{PY}multi_gpu.py params --world 1 --jobs fsdp2:4x1024,memopt:4x1024 --largest '' "
+        "--timeout 65 --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_params_w1_2026-11-25.json",
+        f"{PY}multi_gpu.py params --world 1 --largest '' --timeout 120 --out docs/data/{{file}}",
+        "gpu-x2",
+        "cut by its time limit after the 2 x 512 jobs",
+    ),
+    Producer(
+        "pcie_w2*.json",
+        "torchrun --standalone --nproc-per-node 2 benchmarks/diag_pcie.py --out docs/data/{file}",
+        "gpu-x2",
+    ),
     Producer("pareto_llama*.json", f"{PY}pareto.py llama --out docs/data/{{file}}", "gpu"),
     Producer(
         "pareto_gpt2_b32*.json", f"{PY}pareto.py gpt2 --batch 32 --out docs/data/{{file}}", "gpu"
@@ -287,7 +340,7 @@ def run(device: str, only: set[str]) -> int:
     done: set[str] = set()
     for f in dict.fromkeys(files):
         cmd = producer_of(f).command.format(file=f)
-        if device == "gpu":
+        if device != "cpu":
             print(cmd)
             continue
         if cmd in done:
@@ -298,7 +351,7 @@ def run(device: str, only: set[str]) -> int:
         if rc:
             print(f"failed ({rc}): {cmd}", file=sys.stderr)
             return rc
-    if device == "gpu":
+    if device != "cpu":
         print(
             "# on the device: memopt from a copy of the tree with passes/ at memopt/passes "
             "(docs/benchmarks.md); then copy the JSON into docs/data and run this script"
@@ -312,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--check", action="store_true", help="fail when a doc disagrees with its data")
     g.add_argument("--list", action="store_true", help="each data file and its producer")
-    g.add_argument("--run", choices=("cpu", "gpu"), help="re-run (cpu) or print (gpu) producers")
+    g.add_argument(
+        "--run", choices=("cpu", "gpu", "gpu-x2"), help="re-run (cpu) or print (gpu) producers"
+    )
     p.add_argument("--only", default="", help="with --run: these data files (comma-separated)")
     a = p.parse_args(argv)
     if a.list:

@@ -58,6 +58,11 @@ FILES = {
     "lb_exp": "largest_batch_expandable.json",
     "llama8_v4": "offload_llama8_v4.json",
     "gpt6_v2": "offload_gpt6_v2.json",
+    "mg1": "multi_gpu_steps_w1_2026-11-25.json",
+    "mg2": "multi_gpu_steps_w2_2026-11-25.json",
+    "mg2r": "multi_gpu_steps_w2_warmup9_2026-11-25.json",
+    "mg1b8": "multi_gpu_steps_w1_b8_2026-11-25.json",
+    "pcie2": "pcie_w2_2026-11-25.json",
 }
 #: The three param_peers.py runs of 2026-11-25 (one model, three machines).
 PEER_RUNS = ("p25", "batching", "repeat")
@@ -507,7 +512,43 @@ def first_hour(field: str) -> str:
     return f"{load('first_hour')[field]:.0f}"
 
 
+def mg(name: str, key: str, field: str, other: str = "") -> str:
+    """A multi_gpu.py ``steps`` row by its key (``compile``, ``torch0.5``, ``memopt@0.1``,
+    ``level1``, ``offload1`` ...): ``ms``, ``over`` (against torch.compile), ``peak`` (GiB),
+    ``vs`` (step time against torch at the same point), ``peakover`` (peak over torch's at that
+    point, %, 2 decimals), ``scale`` (tokens/s over file ``other``'s same row, 2 decimals),
+    ``lossdiff`` (largest loss difference to file ``other``'s same row)."""
+    rows = {r["key"]: r for r in load(name)["rows"] if "error" not in r}
+    r = rows[key]
+    point = rows.get({"memopt@0.5": "torch0.5", "memopt@0.1": "torch0.1"}.get(key, ""))
+    out = {
+        "ms": lambda: f"{r['ms']:.1f}",
+        "over": lambda: pct(r["ms"], rows["compile"]["ms"]),
+        "peak": lambda: gib(r["peak"]),
+        "vs": lambda: pct(r["ms"], point["ms"]),
+        "peakover": lambda: f"{100 * (r['peak'] / point['peak'] - 1):.2f}%",
+        "scale": lambda: f"{r['tokens_per_s'] / _mg_row(other, key)['tokens_per_s']:.2f}",
+        "lossdiff": lambda: (
+            f"{max(abs(a - b) for a, b in zip(r['losses'], _mg_row(other, key)['losses'])):.1g}"
+        ),
+    }
+    return out[field]()
+
+
+def _mg_row(name: str, key: str) -> dict:
+    return next(r for r in load(name)["rows"] if r["key"] == key)
+
+
+def pcie(field: str) -> str:
+    """diag_pcie.py at world 2: ``alone``/``both`` (GB/s GPU to host, lowest over the GPUs)."""
+    ranks = load("pcie2")["ranks"]
+    where = {"alone": "alone", "both": "together"}[field]
+    return f"{min(r[where]['d2h'] for r in ranks):.0f}"
+
+
 VALUES: dict[str, Callable[..., str]] = {
+    "mg": mg,
+    "pcie": pcie,
     "suite": suite,
     "first_hour": first_hour,
     "fsdp": fsdp,

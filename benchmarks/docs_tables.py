@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import docs_tables_multi as multi
 from benchmarks.docs_fmt import table
 from benchmarks.docs_tables_fronts import (
     fsdp_step,
@@ -118,6 +119,26 @@ SECTIONS: dict[str, Section] = {
     "fsdp_step_s8_ab": Section(("fsdp_step_2026-11-25_s8_ab.json",), fsdp_step_s8),
     "fsdp_step_s9": Section(("fsdp_step_2026-11-25_s9.json",), fsdp_step_s8),
     "fsdp_step_s9_reuse": Section(("fsdp_step_2026-11-25_s9_reuse.json",), fsdp_step_s8),
+    "multi_gpu_steps": Section(
+        ("multi_gpu_steps_w2_2026-11-25.json", "multi_gpu_steps_w1_2026-11-25.json"), multi.steps
+    ),
+    "multi_gpu_steps_repeat": Section(
+        ("multi_gpu_steps_w2_warmup9_2026-11-25.json",), multi.steps_repeat
+    ),
+    "multi_gpu_losses": Section(
+        ("multi_gpu_steps_w2_2026-11-25.json", "multi_gpu_steps_w1_b8_2026-11-25.json"),
+        multi.losses,
+    ),
+    "multi_gpu_params": Section(
+        (
+            "multi_gpu_params_w2_2026-11-25.json",
+            "multi_gpu_params_w2_largest_2026-11-25.json",
+            "multi_gpu_params_w1_2026-11-25.json",
+            "multi_gpu_params_w1_b4_2026-11-25.json",
+        ),
+        multi.params,
+    ),
+    "multi_gpu_pcie": Section(("pcie_w2_2026-11-25.json",), multi.pcie),
     "zoo_gpu": Section(tuple(f"zoo_gpu_{m}.json" for m in ZOO_GPU), zoo_gpu),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(

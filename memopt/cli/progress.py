@@ -198,9 +198,7 @@ class Progress:
                 parts = ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
                 print(f"memopt {self.cmd}: CPU time {parts}", file=self.stream)
 
-    def _planner_note(
-        self, message: str | planner_progress.Step | planner_progress.Traced
-    ) -> None:
+    def _planner_note(self, message: str | planner_progress.Step | planner_progress.Traced) -> None:
         if isinstance(message, planner_progress.Traced):
             with self._lock:
                 self._traced += 1

@@ -1,0 +1,176 @@
+"""docs/benchmarks.md's two-GPU tables, rendered from benchmarks/multi_gpu.py JSON (and
+benchmarks/diag_pcie.py's copy rates). Verdicts are computed here from the data."""
+
+from __future__ import annotations
+
+from benchmarks.docs_fmt import GiB, table
+
+_LABELS = {
+    "compile": "torch.compile",
+    "torch0.5": "torch.compile, `activation_memory_budget` 0.5",
+    "torch0.1": "torch.compile, `activation_memory_budget` 0.1",
+    "level1": "memopt level 1",
+    "memopt@0.5": "memopt `budget=` torch 0.5's peak",
+    "memopt@0.1": "memopt `budget=` torch 0.1's peak",
+    "offload1": "memopt `offload_layers=1`",
+    "offload2": "memopt `offload_layers=2`",
+}
+_TORCH_POINT = {"memopt@0.5": "torch0.5", "memopt@0.1": "torch0.1"}
+
+
+def _rows(d: dict) -> dict[str, dict]:
+    return {r["key"]: r for r in d["rows"] if "error" not in r}
+
+
+def _spread(r: dict) -> str:
+    t = r.get("step_ms") or []
+    return f"{min(t):.1f}–{max(t):.1f}" if t else ""
+
+
+def steps(w2: dict, w1: dict) -> str:
+    """World 2 against world 1 (batch 4 per rank each): step time, spread, tokens/s, scaling,
+    per-rank peak against torch's at the same point, whether the ranks' plans agree."""
+    a, b = _rows(w2), _rows(w1)
+    out = []
+    for key, label in _LABELS.items():
+        r, one = a.get(key), b.get(key)
+        if r is None:
+            continue
+        base2, base1 = a["compile"]["ms"], b["compile"]["ms"]
+        peak = f"{r['peak'] / GiB:.2f}"
+        point = a.get(_TORCH_POINT.get(key, ""))
+        if point is not None:
+            peak += (
+                " ≤ torch's"
+                if r["peak"] <= point["peak"]
+                else (f" (**{100 * (r['peak'] / point['peak'] - 1):+.2f}%** over torch's)")
+            )
+        same = {True: "yes", False: "**no**"}.get(r.get("same_plan_on_ranks"), "")
+        out.append(
+            [
+                label,
+                f"{r['ms']:.1f}",
+                _spread(r),
+                f"{100 * (r['ms'] / base2 - 1):+.1f}%",
+                f"{one['ms']:.1f} ({100 * (one['ms'] / base1 - 1):+.1f}%)" if one else "",
+                f"{r['tokens_per_s']:,.0f}",
+                f"{r['tokens_per_s'] / one['tokens_per_s']:.2f}×" if one else "",
+                peak,
+                f"{one['peak'] / GiB:.2f}" if one else "",
+                same,
+            ]
+        )
+    head = [
+        "variant (FSDP2, 8-layer Llama)",
+        "world 2: step ms (median)",
+        "range",
+        "vs compile",
+        "world 1: step ms (vs compile)",
+        "world 2: tokens/s",
+        "scaling",
+        "world 2: peak GiB per rank",
+        "world 1: peak GiB",
+        "same plan on both ranks",
+    ]
+    return table(head, out)
+
+
+def steps_repeat(d: dict) -> str:
+    """The repeat at world 2 (warmup 9, 10 timed steps): median, range, memopt against torch
+    at the same point directly (the compile baseline's own spread is in its row)."""
+    a = _rows(d)
+    out = []
+    for key, label in _LABELS.items():
+        r = a.get(key)
+        if r is None:
+            continue
+        point = a.get(_TORCH_POINT.get(key, ""))
+        vs = f"{100 * (r['ms'] / point['ms'] - 1):+.1f}%" if point else ""
+        peak = f"{r['peak'] / GiB:.3f}"
+        if point is not None:
+            over = 100 * (r["peak"] / point["peak"] - 1)
+            peak += " ≤ torch's" if over <= 0 else f" (**{over:+.2f}%** over torch's)"
+        same = {True: "yes", False: "**no**"}.get(r.get("same_plan_on_ranks"), "")
+        out.append([label, f"{r['ms']:.1f}", _spread(r), vs, peak, same])
+    head = ["variant", "step ms (median of 10)", "range", "vs torch at that point", "peak GiB",
+            "same plan on both ranks"]  # fmt: skip
+    return table(head, out)
+
+
+def losses(w2: dict, w1_b8: dict) -> str:
+    """World 2 × batch 4 per rank against world 1 × batch 8: the same global batch."""
+    a, b = _rows(w2), _rows(w1_b8)
+    out = []
+    for key, label in _LABELS.items():
+        if key not in a or key not in b:
+            continue
+        x, y = a[key]["losses"], b[key]["losses"]
+        diff = max(abs(u - v) for u, v in zip(x, y))
+        out.append([label, ", ".join(f"{v:.4f}" for v in x), ", ".join(f"{v:.4f}" for v in y),
+                    f"{diff:.2g}"])  # fmt: skip
+    head = ["variant", "world 2 × 4 rows", "world 1 × 8 rows", "largest difference"]
+    return table(head, out)
+
+
+def _results(*docs: dict) -> list[dict]:
+    return [r for d in docs for r in d["results"]]
+
+
+def params(w2: dict, w2_largest: dict, w1: dict, w1_b4: dict) -> str:
+    """Parameter offload at world 2 against world 1, each job its own torchrun; per-step
+    median and range (this host's step times spread widely), host bytes per rank."""
+    one = {(r["name"], r["bs"], r["seq"]): r for r in _results(w1, w1_b4) if "error" not in r}
+    out = []
+    for r in _results(w2, w2_largest):
+        shape = f"{r['bs']} × {r['seq']}"
+        if "error" in r:
+            what = "out of memory" if r["error"] == "OOM" else "failed"
+            out.append([r["name"], shape, what, "", "", "", "", "", "", ""])
+            continue
+        ref = one.get((r["name"], r["bs"], r["seq"]))
+        times = [max(ts) for ts in zip(*(x["times"] for x in r["ranks"]))][3:]
+        rng = f"{min(times):.2f}–{max(times):.2f}"
+        pinned = sum(x["host_pinned_bytes"] for x in r["ranks"])
+        pageable = sum(x["host_pageable_bytes"] for x in r["ranks"])
+        one_host = ""
+        if ref is not None:
+            one_host = (
+                f"{(ref['host_pinned_bytes_sum'] + ref['host_pageable_bytes_sum']) / GiB:.2f}"
+            )
+        out.append(
+            [
+                r["name"],
+                shape,
+                f"{r['s_per_step']:.3f} ({rng})",
+                f"{ref['s_per_step']:.3f}" if ref else "",
+                f"{r['tokens_per_s']:,.0f}",
+                f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}×" if ref else "",
+                f"{r['peak_gib']:.2f}",
+                f"{pinned / 2 / GiB:.2f} + {pageable / 2 / GiB:.2f}",
+                f"{(pinned + pageable) / GiB:.2f}",
+                one_host,
+            ]
+        )
+    head = [
+        "variant",
+        "batch per rank",
+        "world 2: s/step (range)",
+        "world 1: s/step",
+        "world 2: tokens/s",
+        "scaling",
+        "GPU peak GiB per rank",
+        "host pinned + pageable GiB per rank",
+        "host GiB, both ranks",
+        "host GiB, world 1",
+    ]
+    return table(head, out)
+
+
+def pcie(d: dict) -> str:
+    out = []
+    for r in d["ranks"]:
+        a, t = r["alone"], r["together"]
+        out.append([f"GPU {r['rank']}", f"{a['d2h']:.1f}", f"{t['d2h']:.1f}", f"{a['h2d']:.1f}",
+                    f"{t['h2d']:.1f}"])  # fmt: skip
+    head = ["", "GPU→host alone GB/s", "both at once", "host→GPU alone GB/s", "both at once"]
+    return table(head, out)
