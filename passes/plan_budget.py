@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,34 +66,64 @@ def _device(inputs: Sequence[Any]) -> torch.device:
 
 
 _AGREED: dict[str, Any] = {}
-"""CUDA device name -> the rates every rank of the process group plans with (rank 0's)."""
+"""CUDA device name -> the rates every rank of the process group plans with."""
+
+#: Seconds a rank waits for its host's first rank to calibrate (at world size > 1 without
+#: memopt.optimize's agreement: ``torch.compile(backend="memopt")``).
+LEADER_WAIT_S = 120.0
 
 
 def device_rates(device: torch.device):
-    if device.type == "cuda":
-        agreed = _AGREED.get(torch.cuda.get_device_name(device))
-        if agreed is not None:
-            return agreed
-        _warn_unagreed()
-        return calibrate(device, os.path.join(cache_dir(), "rates"))
-    return CPU_DEFAULTS
+    if device.type != "cuda":
+        return CPU_DEFAULTS
+    name = torch.cuda.get_device_name(device)
+    agreed = _AGREED.get(name)
+    if agreed is not None:
+        return agreed
+    where = os.path.join(cache_dir(), "rates")
+    from memopt import ranks
+
+    if ranks.world_size() == 1:
+        return calibrate(device, where)
+    _AGREED[name] = rates = _from_host_leader(device, where)
+    return rates
+
+
+def _from_host_leader(device: torch.device, where: str):
+    """Rates without memopt.optimize's agreement (``torch.compile(backend="memopt")`` at world
+    size > 1, where a collective inside a compile could hang): the host's first rank
+    (``LOCAL_RANK`` 0) calibrates and writes the cache; the host's other ranks wait for that
+    file and read it, so the ranks of one host plan with the same rates, with no collective.
+    Hosts without a shared cache dir each use their own (a warning says plans may differ)."""
+    from memopt import ranks
+
+    local = int(os.environ.get("LOCAL_RANK", ranks.rank()))
+    if ranks.world_size() > int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world_size())):
+        _warn_unagreed("each host calibrates its own rates")
+    if local == 0:
+        return calibrate(device, where)
+    deadline = time.monotonic() + LEADER_WAIT_S
+    while time.monotonic() < deadline:
+        rates = calibrate(device, where, measure=False)
+        if rates is not None:
+            return rates
+        time.sleep(0.2)
+    _warn_unagreed(f"no rates from this host's first rank in {LEADER_WAIT_S:.0f} s under {where}")
+    return calibrate(device, where)
 
 
 _unagreed_warned = False
 
 
-def _warn_unagreed() -> None:
+def _warn_unagreed(why: str) -> None:
     global _unagreed_warned
-    from memopt import ranks
-
-    if _unagreed_warned or ranks.world_size() == 1:
+    if _unagreed_warned:
         return
     _unagreed_warned = True
     log.warning(
-        "memopt: world size %d but the device rates were not agreed between ranks (a "
-        "torch.compile(backend='memopt') call, not memopt.optimize): each rank measures its "
-        "own, and budget plans may differ between ranks",
-        ranks.world_size(),
+        "memopt: world size > 1 and the device rates were not agreed between all ranks (%s; "
+        "memopt.optimize agrees them): budget plans may differ between ranks",
+        why,
     )
 
 

@@ -46,6 +46,42 @@ def check_rates(rank: int) -> None:
     assert len(calls) == (1 if rank == 0 else 0)
 
 
+def check_rates_without_optimize(rank: int, tmp: str) -> None:
+    """torch.compile(backend="memopt") at world size > 1 (no optimize(), no collective in a
+    compile): the host's first rank calibrates into the shared cache, the other reads it."""
+    import os
+    from unittest import mock
+
+    from memopt.passes import plan_budget
+    from memopt.planner import CPU_DEFAULTS, costs
+
+    measured = []
+
+    def measure(dev, sizes):
+        measured.append(rank)
+        if rank == 0:
+            import time
+
+            time.sleep(1.0)  # rank 1 asks before the file exists: it must wait, not measure
+        return CPU_DEFAULTS.__class__(**{**vars(CPU_DEFAULTS), "name": f"rank{rank}"})
+
+    env = {"MEMOPT_CACHE_DIR": os.path.join(tmp, "shared"), "LOCAL_RANK": str(rank)}
+    env["LOCAL_WORLD_SIZE"] = "2"
+    with (
+        mock.patch.dict(os.environ, env),
+        mock.patch.object(costs, "_measure", measure),
+        mock.patch.object(costs, "_device_name", lambda dev: "Fake GPU"),
+        mock.patch.object(plan_budget, "_AGREED", {}),
+        mock.patch("torch.cuda.get_device_name", lambda d=None: "Fake GPU"),
+    ):
+        rates = plan_budget.device_rates(torch.device("cuda", 0))
+        assert plan_budget.device_rates(torch.device("cuda", 0)) is rates  # kept
+    assert measured == ([0] if rank == 0 else [])
+    assert rates.name == "Fake GPU" and rates.source.startswith(("measured", "cache:"))
+    got = ranks.from_rank0(vars(rates))
+    assert {**got, "source": ""} == {**vars(rates), "source": ""}  # the same numbers
+
+
 def _state(rank: int):
     from memopt.config import resolve_config
     from memopt.state import MemoptState
@@ -104,6 +140,7 @@ def check_step_measurements(rank: int) -> None:
 def _checks(rank: int, tmp: str) -> None:
     check_collectives(rank)
     check_rates(rank)
+    check_rates_without_optimize(rank, tmp)
     check_step_measurements(rank)
 
 

@@ -111,11 +111,13 @@ def calibrate(
     *,
     refresh: bool = False,
     sizes: CalibrationSizes | None = None,
-) -> DeviceRates:
+    measure: bool = True,
+) -> DeviceRates | None:
     """Rates of ``device``: measured once, then read from ``cache_dir`` (no caching if None).
 
     A CPU device returns :data:`CPU_DEFAULTS` without measuring. ``refresh`` re-measures.
-    The cache file is keyed by device name and torch version.
+    The cache file is keyed by device name and torch version. ``measure=False``: the cached
+    rates or None, never a measurement.
     """
     import torch
 
@@ -131,6 +133,8 @@ def calibrate(
             cached = _read_cache(path)
             if cached is not None:
                 return cached
+    if not measure:
+        return None
     rates = _measure(dev, sizes or CalibrationSizes())
     rates = replace(rates, name=name, source="measured")
     implausible = check_rates(rates)
