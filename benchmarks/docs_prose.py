@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-from benchmarks.docs_fmt import GiB, gib, pct
+from benchmarks.docs_fmt import GiB, gib, pct, size
 from benchmarks.zoo_gpu_report import compare
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
@@ -63,6 +63,16 @@ FILES = {
     "mg2r": "multi_gpu_steps_w2_warmup9_2026-11-25.json",
     "mg1b8": "multi_gpu_steps_w1_b8_2026-11-25.json",
     "pcie2": "pcie_w2_2026-11-25.json",
+    "adamw24": "param_cpu_adamw_2026-11-24.json",
+    "lb_v3": "largest_batch_v3.json",
+    "freeze": "freeze_check.json",
+    "pt1": "plan_time_llama.json",
+    "pt2": "plan_time_llama_v2.json",
+    "llama8_v3": "offload_llama8_v3.json",
+    "llama8_k12": "offload_llama8_k12.json",
+    "llama8": "offload_llama8.json",
+    "gpt6": "offload_gpt6.json",
+    "llama4": "offload_llama.json",
 }
 #: The three param_peers.py runs of 2026-11-25 (one model, three machines).
 PEER_RUNS = ("p25", "batching", "repeat")
@@ -546,6 +556,259 @@ def pcie(field: str) -> str:
     return f"{min(r[where]['d2h'] for r in ranks):.0f}"
 
 
+def _trials(name: str, variant: str) -> dict[int, dict]:
+    return {t["batch"]: t for t in load(name)["variants"][variant]["trials"]}
+
+
+def lbatch(name: str, variant: str, what: str, *args: str) -> str:
+    """``largest_batch.py``, from the trials: ``best`` (the largest batch that trained),
+    ``oom`` (the batches that ran out of memory, ascending, "a, b and c"), ``tps:BATCH``
+    (tokens/s), ``share:BATCH`` (those tokens/s over torch.compile's at its largest batch, %,
+    1 decimal), ``peak:BATCH`` / ``maxpeak`` (GiB, 2 decimals), ``times`` (the best batch over
+    torch.compile's, 2 decimals)."""
+    tr = _trials(name, variant)
+    best = max(b for b, t in tr.items() if t["ok"])
+
+    def compile_best() -> dict:
+        comp = _trials(name, "compile")
+        return comp[max(b for b, t in comp.items() if t["ok"])]
+
+    if what == "best":
+        return str(best)
+    if what == "oom":
+        bad = [str(b) for b in sorted(tr) if not tr[b]["ok"]]
+        return bad[0] if len(bad) == 1 else ", ".join(bad[:-1]) + " and " + bad[-1]
+    if what == "tps":
+        return f"{tr[int(args[0])]['tokens_per_s']:,.0f}"
+    if what == "share":
+        t = tr[int(args[0])]
+        return f"{100 * t['tokens_per_s'] / compile_best()['tokens_per_s']:.1f}%"
+    if what == "peak":
+        return gib(tr[int(args[0])]["peak"])
+    if what == "maxpeak":
+        return gib(max(t["peak"] for t in tr.values() if t["ok"]))
+    if what == "times":
+        return f"{best / compile_best()['batch']:.2f}"
+    raise KeyError(f"no lbatch value {what!r} (see docs_prose.lbatch)")
+
+
+def freeze(what: str) -> str:
+    """``freeze_check.py``: ``ms:planned`` / ``ms:frozen`` (step ms, 1 decimal), ``peak``
+    (bytes, thousands separators), ``movedMiB``, ``nplans`` (plan strings), ``nsaved`` (of them
+    offload plans, ``Saved_*``), ``layers`` (the sync dict's layers, "a-b")."""
+    d = load("freeze")
+    plan = d["plan"]
+    out = {
+        "peak": lambda: f"{d['planned']['peak']:,}",
+        "movedMiB": lambda: f"{d['planned']['offloaded_bytes'] / (1 << 20):.0f}",
+        "nplans": lambda: str(len(plan["config"])),
+        "nsaved": lambda: str(sum(c.startswith("Saved_") for c in plan["config"])),
+        "layers": lambda: f"{min(map(int, plan['sync']))}-{max(map(int, plan['sync']))}",
+    }
+    if what not in out:
+        raise KeyError(f"no freeze value {what!r} (see docs_prose.freeze)")
+    for key in ("planned", "frozen"):
+        if d[key]["peak"] != d["planned"]["peak"]:
+            raise KeyError("freeze_check: planned and frozen peaks differ")
+    return out[what]()
+
+
+def freeze_ms(which: str) -> str:
+    """``freeze_check.py``: step ms of the ``planned`` or ``frozen`` run, 1 decimal."""
+    return f"{load('freeze')[which]['ms']:.1f}"
+
+
+def plantime(name: str, variant: str, what: str) -> str:
+    """``plan_time.py`` row ``variant``: ``compile`` (s, 1 decimal), ``planner`` / ``build`` /
+    ``solve`` (the budget planner's timers, s, 2 decimals), ``share`` (the planner's time over
+    torch.compile's compile time, %, 1 decimal)."""
+    rows = {r["variant"]: r for r in load(name)["rows"]}
+    r = rows[variant]
+    t = r.get("timers", {})
+    if what == "compile":
+        return f"{r['compile_s']:.1f}"
+    if what in ("planner", "build", "solve"):
+        key = {"planner": "plan_budget", "build": "plan_budget.build_problem"}.get(
+            what, "plan_budget.solve"
+        )
+        return f"{t[key]:.2f}"
+    if what == "share":
+        return f"{100 * t['plan_budget'] / rows['compile']['compile_s']:.1f}%"
+    raise KeyError(f"no plantime value {what!r} (see docs_prose.plantime)")
+
+
+def offbase(name: str, what: str) -> str:
+    """``offload.py``'s baseline and rates: ``d2h`` / ``h2d`` (pinned memcpy GB/s, 1 decimal),
+    ``ms`` / ``fwd`` (the step without offload / its forward, ms, 1 decimal), ``peak`` (GiB),
+    ``budget`` (D2H bandwidth x forward time, GiB or MiB)."""
+    d = load(name)
+    base = next(r for r in d["rows"] if r["k"] == 0)
+    if what in ("d2h", "h2d"):
+        return f"{d['bandwidth'][what]:.1f}"
+    if what == "ms":
+        return f"{base['step_ms']:.1f}"
+    if what == "fwd":
+        return f"{base['fwd_ms']:.1f}"
+    if what == "peak":
+        return gib(base["peak_bytes"])
+    if what == "budget":
+        return size(d["bandwidth"]["d2h"] * 1e9 * base["fwd_ms"] / 1e3)
+    raise KeyError(f"no offbase value {what!r} (see docs_prose.offbase)")
+
+
+def offrow(name: str, k: str, what: str, sync: str = "default") -> str:
+    """An ``offload.py`` row at ``k`` (and ``sync``): ``over`` (step time over the baseline's,
+    %, 1 decimal, signed), ``peak`` (GiB)."""
+    rows = load(name)["rows"]
+    base = next(r for r in rows if r["k"] == 0)
+    r = next(r for r in rows if r["k"] == int(k) and r.get("sync", "default") == sync)
+    if what == "over":
+        return pct(r["step_ms"], base["step_ms"])
+    if what == "peak":
+        return gib(r["peak_bytes"])
+    raise KeyError(f"no offrow value {what!r} (see docs_prose.offrow)")
+
+
+def copy_at(work: str, direction: str, chunk: str) -> str:
+    """``copy_interference.py`` at one chunk size (MiB): how much slower workload ``work``
+    (as in :func:`copies`) ran under ``direction`` copies, signed %, 1 decimal."""
+    what = {"llama": "llama step", "hbm": "hbm copy", "matmul": "matmul"}[work]
+    r = next(
+        r for r in load("copies")["rows"] if r["what"] == what and r["chunk_mib"] == int(chunk)
+    )
+    return f"{100 * r[direction]['slowdown']:+.1f}%"
+
+
+POINTS = ("0.8", "0.5", "0.3", "0.1")
+
+
+def _pareto_point(name: str, point: str) -> tuple[dict, dict, dict]:
+    """torch.compile's row, torch's budget row and memopt's row at torch's peak."""
+    v = {r["variant"]: r for r in load(name)["rows"]}
+    m = next(r for k, r in v.items() if k.endswith(f"(torch {point})"))
+    return v["torch.compile"], v[f"torch.compile budget={point}"], m
+
+
+def _source_compile(row: dict, base: dict) -> dict:
+    """torch.compile's row of the run ``row`` was reused from, else ``base``."""
+    if not row.get("reused"):
+        return base
+    src = Path(row["reused"]).name
+    return next(r for r in load(src)["rows"] if r["variant"] == "torch.compile")
+
+
+def pareto_pt(name: str, point: str, field: str) -> str:
+    """A ``pareto.py`` budget point (``0.8`` ...; ``-`` for ``compms``): ``mover`` / ``tover``
+    (memopt's / torch's step time over torch.compile's, signed %, 1 decimal), ``half`` (half of
+    torch's), ``mms`` / ``hms`` (memopt's overhead / half of torch's, ms, 2 decimals), ``pred``
+    (the planner's predicted overhead, ms, 2 decimals), ``compms`` (torch.compile's step, ms, 1
+    decimal), ``halfsrc`` (half of torch's overhead against the torch.compile of the run its row
+    was reused from, ``--reuse``)."""
+    base, t, m = _pareto_point(name, point if point != "-" else POINTS[0])
+    out = {
+        "mover": lambda: pct(m["ms"], base["ms"]),
+        "tover": lambda: pct(t["ms"], base["ms"]),
+        "half": lambda: f"{50 * (t['ms'] / base['ms'] - 1):+.1f}%",
+        "halfsrc": lambda: f"{50 * (t['ms'] / _source_compile(t, base)['ms'] - 1):+.1f}%",
+        "mms": lambda: f"{m['ms'] - base['ms']:.2f}",
+        "hms": lambda: f"{(t['ms'] - base['ms']) / 2:.2f}",
+        "pred": lambda: f"{1e3 * m['planner'][0]['predicted_overhead_s']:.2f}",
+        "compms": lambda: f"{base['ms']:.1f}",
+    }
+    if field not in out:
+        raise KeyError(f"no pareto_pt field {field!r} (see docs_prose.pareto_pt)")
+    return out[field]()
+
+
+def pareto_all(name: str, field: str) -> str:
+    """:func:`pareto_pt`'s ``field`` at the four budget points, joined with ``/``."""
+    return "/".join(pareto_pt(name, p, field).rstrip("%") for p in POINTS)
+
+
+def pareto_pred(name: str, how: str = "range") -> str:
+    """The planner's predicted peaks against memopt's measured ones at the budget points, as
+    the tables show them (predicted / measured - 1, %, 1 decimal): ``range`` (signed, lowest to
+    highest), ``under`` (all below: the distances, unsigned, smallest–largest)."""
+    errs = sorted(
+        100 * (m["predicted_peaks"][0] / m["peak"] - 1)
+        for m in (_pareto_point(name, p)[2] for p in POINTS)
+    )
+    if how == "under":
+        if errs[-1] >= 0:
+            raise KeyError(f"{name}: a predicted peak is not under the measured one")
+        return _range([f"{-e:.1f}" for e in reversed(errs)], "pred", "–") + "%"
+    return _range([f"{e:+.1f}%" for e in errs], "pred", " .. ")
+
+
+def pareto_moved(name: str, prev: str, points: str, how: str = "gain") -> str:
+    """memopt's overhead at the ``+``-joined ``points`` of run ``name`` against run ``prev``, in
+    percentage points of the rounded overheads the tables show: ``gain`` (how much lower,
+    range), ``moved`` (signed change, range)."""
+    diffs = []
+    for p in points.split("+"):
+        now = round(float(pareto_pt(name, p, "mover").rstrip("%")), 1)
+        then = round(float(pareto_pt(prev, p, "mover").rstrip("%")), 1)
+        diffs.append(then - now if how == "gain" else now - then)
+    fmt = "{:.1f}" if how == "gain" else "{:+.1f}"
+    return _range([fmt.format(x) for x in sorted(diffs)], "moved", "-")
+
+
+def offload_slower(name: str, prev: str) -> str:
+    """``offload.py``: how much slower the offloaded steps (k > 0) of ``name`` ran than the same
+    k of ``prev``, ms, range."""
+    then = {
+        r["k"]: r["step_ms"] for r in load(prev)["rows"] if r.get("sync", "default") == "default"
+    }
+    diffs = sorted(
+        r["step_ms"] - then[r["k"]]
+        for r in load(name)["rows"]
+        if r["k"] and r.get("sync", "default") == "default"
+    )
+    return _range([f"{x:.1f}" for x in diffs], "slower", "-")
+
+
+def peers_saves(name: str, variant: str, other: str, bs: str) -> str:
+    """How much shorter per step ``variant`` is than ``other``, whole %."""
+    a, b = _peer(name, variant, bs), _peer(name, other, bs)
+    return f"{100 * (1 - a['s_per_step'] / b['s_per_step']):.0f}"
+
+
+def peers_times(name: str, variant: str, sizes: str, start: str) -> str:
+    """Lowest–highest single step of ``variant`` at the ``+``-joined batch ``sizes`` from step
+    ``start`` on (``times``; the median is taken over the last 9 of 12; ``A-B``: steps A to B-1),
+    s, 2 decimals."""
+    lo, _, hi = start.partition("-")
+    cut = slice(int(lo), int(hi) if hi else None)
+    vals = sorted(t for bs in sizes.split("+") for t in _peer(name, variant, bs)["times"][cut])
+    return _range([f"{vals[0]:.2f}", f"{vals[-1]:.2f}"], "times", "–")
+
+
+def adamw24(field: str, what: str = "ms") -> str:
+    """param_cpu_adamw.py of 2026-11-24 (64 Mi elements): ``FIELD`` (``torch_fused_fp32`` ...)
+    in ms (``ms``, 1 decimal), or its ratio to ``torch_fused_fp32`` as ``faster:OTHER`` (how much
+    shorter than ``OTHER``, whole %) / ``slower`` (over torch's fp32 step, whole %); ``step``:
+    torch's fp32 step scaled to the 1.033 B parameters of the 2026-11-25 floor, s, 2 decimals."""
+    d = load("adamw24")
+    if field == "step":
+        return f"{d['torch_fused_fp32_s'] * load('adamw25')['floor']['params'] / d['numel']:.2f}"
+    t = d[f"{field}_s"]
+    if what == "ms":
+        return f"{1e3 * t:.1f}"
+    if what == "slower":
+        return f"{100 * (t / d['torch_fused_fp32_s'] - 1):.0f}"
+    if what.startswith("faster"):
+        return f"{100 * (1 - t / d[what.split('=')[1] + '_s']):.0f}"
+    raise KeyError(f"no adamw24 value {what!r} (see docs_prose.adamw24)")
+
+
+def gaps_op(variant: str, op: str = "memopt::offload") -> str:
+    """``diag_offload_cost.py``: the most CPU time one ``op`` took in a gap of the row whose
+    variant starts with ``variant`` (e.g. ``memopt budget``), us."""
+    r = next(r for r in load("diag_offload_gaps.json")["rows"] if r["variant"].startswith(variant))
+    us = [e[0] for gap in r["gaps"]["busy_cpu"] for e in gap[2] if e[1] == op]
+    return f"{max(us):.0f}"
+
+
 VALUES: dict[str, Callable[..., str]] = {
     "mg": mg,
     "pcie": pcie,
@@ -571,6 +834,22 @@ VALUES: dict[str, Callable[..., str]] = {
     "host_adamw_ms": host_adamw_ms,
     "peers_first": peers_first,
     "peers_field": peers_field,
+    "lbatch": lbatch,
+    "freeze": freeze,
+    "freeze_ms": freeze_ms,
+    "plantime": plantime,
+    "offbase": offbase,
+    "offrow": offrow,
+    "copy_at": copy_at,
+    "pareto_pt": pareto_pt,
+    "pareto_all": pareto_all,
+    "pareto_pred": pareto_pred,
+    "pareto_moved": pareto_moved,
+    "offload_slower": offload_slower,
+    "peers_saves": peers_saves,
+    "peers_times": peers_times,
+    "adamw24": adamw24,
+    "gaps_op": gaps_op,
 }
 
 

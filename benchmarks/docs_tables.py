@@ -21,6 +21,7 @@ from benchmarks.docs_fmt import table
 from benchmarks.docs_tables_fronts import (
     fsdp_step,
     fsdp_step_s8,
+    largest_batch,
     pareto_front,
     pareto_others,
     pareto_points,
@@ -180,6 +181,7 @@ SECTIONS: dict[str, Section] = {
     "diag_offload_gaps": Section(("diag_offload_gaps.json",), offload_gaps),
     "offload_gpt6": Section(("offload_gpt6.json",), offload_sweep),
     "offload_llama": Section(("offload_llama.json",), offload_first),
+    "largest_batch_expandable": Section(("largest_batch_expandable.json",), largest_batch),
 }
 
 

@@ -250,3 +250,41 @@ def pareto_rerun(d: dict, torch_run: dict) -> str:
         )
     heads = ("torch budget", "torch peak", "torch overhead", "memopt peak", "memopt overhead")
     return table((*heads, "target (half of torch's)", "predicted peak"), rows)
+
+
+def largest_batch(d: dict) -> str:
+    """``largest_batch.py``: torch.compile's largest batch, then every memopt batch that trained,
+    tokens/s against torch.compile's at its largest batch (bold at twice its batch)."""
+    comp = {t["batch"]: t for t in d["variants"]["compile"]["trials"]}
+    best = max(b for b, t in comp.items() if t["ok"])
+    oom = [b for b, t in comp.items() if not t["ok"] and b > best]
+    ref = comp[best]["tokens_per_s"]
+    rows = [
+        (
+            "torch.compile",
+            f"{best}" + (f" ({min(oom)}: OOM)" if oom else ""),
+            f"{ref:,.0f}",
+            "100%",
+            gib(comp[best]["peak"]),
+        )
+    ]
+    budget = gib(d["meta"]["memopt_budget_bytes"])
+    for t in sorted(d["variants"]["memopt-budget"]["trials"], key=lambda t: t["batch"]):
+        b = t["batch"]
+        note = " (2× compile's)" if b == 2 * best else ""
+        note += " (= --max-batch)" if b == d["meta"]["max_batch"] else ""
+        if not t["ok"]:
+            rows.append((f"memopt budget={budget} GiB, batch {b}{note}", "OOM", "", "", ""))
+            continue
+        share = f"{100 * t['tokens_per_s'] / ref:.1f}%"
+        rows.append(
+            (
+                f"memopt budget={budget} GiB, batch {b}{note}",
+                "fits",
+                f"{t['tokens_per_s']:,.0f}",
+                f"**{share}**" if b == 2 * best else share,
+                gib(t["peak"]),
+            )
+        )
+    heads = ("variant", "largest batch", "tokens/s", "vs compile's tokens/s", "peak GiB")
+    return table(heads, rows)
