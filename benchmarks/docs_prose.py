@@ -703,7 +703,9 @@ def pareto_pt(name: str, point: str, field: str) -> str:
     torch's), ``mms`` / ``hms`` (memopt's overhead / half of torch's, ms, 2 decimals), ``pred``
     (the planner's predicted overhead, ms, 2 decimals), ``compms`` (torch.compile's step, ms, 1
     decimal), ``halfsrc`` (half of torch's overhead against the torch.compile of the run its row
-    was reused from, ``--reuse``)."""
+    was reused from, ``--reuse``), ``peakdiff`` / ``peakpct`` (memopt's peak against torch's,
+    GiB / %, unsigned), ``belowMiB`` (torch's peak minus memopt's, MiB), ``movedGiB`` (bytes the
+    plan offloads), ``excessms`` (measured overhead above the predicted one, ms, 1 decimal)."""
     base, t, m = _pareto_point(name, point if point != "-" else POINTS[0])
     out = {
         "mover": lambda: pct(m["ms"], base["ms"]),
@@ -714,6 +716,13 @@ def pareto_pt(name: str, point: str, field: str) -> str:
         "hms": lambda: f"{(t['ms'] - base['ms']) / 2:.2f}",
         "pred": lambda: f"{1e3 * m['planner'][0]['predicted_overhead_s']:.2f}",
         "compms": lambda: f"{base['ms']:.1f}",
+        "peakdiff": lambda: gib(abs(m["peak"] - t["peak"])),
+        "peakpct": lambda: f"{abs(100 * (m['peak'] / t['peak'] - 1)):.1f}%",
+        "belowMiB": lambda: f"{(t['peak'] - m['peak']) / (1 << 20):.0f}",
+        "movedGiB": lambda: gib(m["planner"][0]["saved_bytes_offloaded"]),
+        "excessms": lambda: (
+            f"{m['ms'] - base['ms'] - 1e3 * m['planner'][0]['predicted_overhead_s']:.1f}"
+        ),
     }
     if field not in out:
         raise KeyError(f"no pareto_pt field {field!r} (see docs_prose.pareto_pt)")
@@ -809,6 +818,33 @@ def gaps_op(variant: str, op: str = "memopt::offload") -> str:
     return f"{max(us):.0f}"
 
 
+def pareto_span(name: str, field: str) -> str:
+    """:func:`pareto_pt`'s ``field`` over the four budget points, lowest–highest."""
+    vals = [pareto_pt(name, p, field) for p in POINTS]
+    unit = "%" if vals[0].endswith("%") else ""
+    vals = sorted(vals, key=lambda v: float(v.rstrip("%")))
+    return _range([v.rstrip("%") for v in vals], "span", "–") + unit
+
+
+def pareto_var(name: str, variant: str, field: str) -> str:
+    """A ``pareto.py`` row (``compile``, ``level1``, ``eager``, ``t0.5``: torch's budget): ``ms`` (1 decimal), ``peak``
+    (GiB), ``over`` (against torch.compile, signed %); ``predms`` / ``predpeak``: the planner's
+    prediction of the unoptimized step (ms, 1 decimal / GiB)."""
+    v = {r["variant"]: r for r in load(name)["rows"]}
+    if variant.startswith("t") and variant[1:2].isdigit():
+        variant = f"torch.compile budget={variant[1:]}"
+    r = v[{"compile": "torch.compile", "level1": "memopt level=1"}.get(variant, variant)]
+    pl = next(x for x in v.values() if "planner" in x)["planner"][0]
+    out = {
+        "ms": lambda: f"{r['ms']:.1f}",
+        "peak": lambda: gib(r["peak"]),
+        "over": lambda: pct(r["ms"], v["torch.compile"]["ms"]),
+        "predms": lambda: f"{1e3 * pl['baseline_step_s']:.1f}",
+        "predpeak": lambda: gib(pl["baseline_peak"]),
+    }
+    return out[field]()
+
+
 VALUES: dict[str, Callable[..., str]] = {
     "mg": mg,
     "pcie": pcie,
@@ -850,6 +886,8 @@ VALUES: dict[str, Callable[..., str]] = {
     "peers_times": peers_times,
     "adamw24": adamw24,
     "gaps_op": gaps_op,
+    "pareto_span": pareto_span,
+    "pareto_var": pareto_var,
 }
 
 
