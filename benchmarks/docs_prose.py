@@ -640,7 +640,7 @@ def plantime(name: str, variant: str, what: str) -> str:
 def offbase(name: str, what: str) -> str:
     """``offload.py``'s baseline and rates: ``d2h`` / ``h2d`` (pinned memcpy GB/s, 1 decimal),
     ``ms`` / ``fwd`` (the step without offload / its forward, ms, 1 decimal), ``peak`` (GiB),
-    ``budget`` (D2H bandwidth x forward time, GiB or MiB)."""
+    ``budget`` (D2H bandwidth x forward time, GiB or MiB; ``budgetMiB``: MiB, 1 decimal)."""
     d = load(name)
     base = next(r for r in d["rows"] if r["k"] == 0)
     if what in ("d2h", "h2d"):
@@ -653,12 +653,17 @@ def offbase(name: str, what: str) -> str:
         return gib(base["peak_bytes"])
     if what == "budget":
         return size(d["bandwidth"]["d2h"] * 1e9 * base["fwd_ms"] / 1e3)
+    if what == "budgetMiB":
+        return f"{d['bandwidth']['d2h'] * 1e9 * base['fwd_ms'] / 1e3 / (1 << 20):.1f} MiB"
     raise KeyError(f"no offbase value {what!r} (see docs_prose.offbase)")
 
 
 def offrow(name: str, k: str, what: str, sync: str = "default") -> str:
     """An ``offload.py`` row at ``k`` (and ``sync``): ``over`` (step time over the baseline's,
-    %, 1 decimal, signed), ``peak`` (GiB)."""
+    %, 1 decimal, signed), ``peak`` (GiB), ``drop`` (the peak's drop over the bytes offloaded),
+    ``d2hpct`` (D2H rate of the memcpy rate), ``overlap`` / ``h2doverlap`` (copy time overlapped
+    with kernels), ``share`` (offloaded bytes of the forward budget), ``size``, ``maxdiff``
+    (largest gradient difference), ``ms`` / ``fwd`` (step / forward ms)."""
     rows = load(name)["rows"]
     base = next(r for r in rows if r["k"] == 0)
     r = next(r for r in rows if r["k"] == int(k) and r.get("sync", "default") == sync)
@@ -666,7 +671,50 @@ def offrow(name: str, k: str, what: str, sync: str = "default") -> str:
         return pct(r["step_ms"], base["step_ms"])
     if what == "peak":
         return gib(r["peak_bytes"])
-    raise KeyError(f"no offrow value {what!r} (see docs_prose.offrow)")
+    return _offfield(load(name), base, r, what)
+
+
+def _offfield(d: dict, base: dict, r: dict, what: str) -> str:
+    tr = r.get("trace", {})
+    budget = d["bandwidth"]["d2h"] * 1e9 * base["fwd_ms"] / 1e3
+    out = {
+        "drop": lambda: f"{(base['peak_bytes'] - r['peak_bytes']) / r['offloaded_bytes']:.2f}",
+        "d2hpct": lambda: f"{100 * tr['d2h']['gbps'] / d['bandwidth']['d2h']:.0f}%",
+        "overlap": lambda: f"{100 * tr['d2h']['overlap']:.0f}%",
+        "h2doverlap": lambda: f"{100 * tr['h2d']['overlap']:.0f}%",
+        "share": lambda: f"{100 * r['offloaded_bytes'] / budget:.0f}%",
+        "size": lambda: size(r["offloaded_bytes"]),
+        "maxdiff": lambda: f"{r['grads_max_abs_diff']:.2e}".replace("e-0", "e-"),
+        "ms": lambda: f"{r['step_ms']:.1f}",
+        "fwd": lambda: f"{r['fwd_ms']:.1f}",
+    }
+    if what not in out:
+        raise KeyError(f"no offrow value {what!r} (see docs_prose.offrow)")
+    return out[what]()
+
+
+def offspan(name: str, what: str, sel: str = "all") -> str:
+    """:func:`offrow`'s ``what`` over the offloaded rows of ``name``, lowest–highest: ``sel``
+    ``all``, ``late`` (the late dict's rows) or ``+``-joined k of the default dict."""
+    d = load(name)
+    base = next(r for r in d["rows"] if r["k"] == 0)
+    rows = [r for r in d["rows"] if r["k"]]
+    if sel == "late":
+        rows = [r for r in rows if r.get("sync") == "late"]
+    elif sel != "all":
+        ks = {int(k) for k in sel.split("+")}
+        rows = [r for r in rows if r["k"] in ks and r.get("sync", "default") == "default"]
+    if what == "over":
+        vals = [pct(r["step_ms"], base["step_ms"]) for r in rows]
+    else:
+        vals = [_offfield(d, base, r, what) for r in rows]
+    unit = "%" if vals[0].endswith("%") else ""
+    nums = sorted(float(v.rstrip("%")) for v in vals)
+    signed = vals[0].startswith(("+", "-"))
+    fmt = "{:+." if signed else "{:."
+    nd = len(vals[0].rstrip("%").split(".")[1]) if "." in vals[0] else 0
+    texts = [(fmt + f"{nd}f}}").format(x) for x in nums]
+    return _range(texts, "offspan", "–") + unit
 
 
 def copy_at(work: str, direction: str, chunk: str) -> str:
@@ -845,6 +893,24 @@ def pareto_var(name: str, variant: str, field: str) -> str:
     return out[field]()
 
 
+def stability(name: str, what: str) -> str:
+    """``offload.py``'s stability line: ``steps`` / ``k`` (how many steps at which k),
+    ``growth`` (``+0`` when allocated, reserved, the pinned pool, pinned allocations and
+    pending copies all stayed flat; else an error)."""
+    line = next(ln for ln in load(name)["report"].splitlines() if ln.startswith("stability"))
+    m = re.match(r"stability k=(\d+) over (\d+) steps: growth (.*)$", line)
+    if m is None:
+        raise KeyError(f"{name}: no stability line")
+    if what == "k":
+        return m.group(1)
+    if what == "steps":
+        return m.group(2)
+    grown = [g for g in m.group(3).split(", ") if not g.endswith(" +0")]
+    if grown:
+        raise KeyError(f"{name}: grew: {grown}")
+    return "+0"
+
+
 VALUES: dict[str, Callable[..., str]] = {
     "mg": mg,
     "pcie": pcie,
@@ -888,6 +954,8 @@ VALUES: dict[str, Callable[..., str]] = {
     "gaps_op": gaps_op,
     "pareto_span": pareto_span,
     "pareto_var": pareto_var,
+    "offspan": offspan,
+    "stability": stability,
 }
 
 
