@@ -911,6 +911,120 @@ def stability(name: str, what: str) -> str:
     return "+0"
 
 
+def peers_ratio(name: str, variant: str, other: str, bs: str, nd: str = "2") -> str:
+    """s/step of ``variant`` over ``other``'s (``nd`` decimals): with ``variant`` the slower
+    one, how many times faster ``other`` is (its tokens/s over ``variant``'s)."""
+    a, b = _peer(name, variant, bs), _peer(name, other, bs)
+    return f"{a['s_per_step'] / b['s_per_step']:.{int(nd)}f}"
+
+
+def peers_auto(name: str, field: str) -> str:
+    """``param_offload='auto'``'s choice in a param_peers.py run (its ``auto`` record):
+    ``share`` (host share of the parameter bytes, whole %), ``step`` (the device step it
+    measured, s), ``adam`` (host AdamW rate, GB/s, 1 decimal), ``update`` (predicted host
+    update, s)."""
+    r = next(r for r in load(name)["results"] if "auto" in r)
+    c = r["auto"]["choice"]
+    out = {
+        "share": lambda: f"{100 * c['host_share']:.0f}%",
+        "step": lambda: f"{c['device_step_s']:.3f}",
+        "adam": lambda: f"{c['adam_Bps'] / 1e9:.1f}",
+        "update": lambda: f"{c['host_update_s']:.3f}",
+    }
+    return out[field]()
+
+
+def floor_calc(field: str) -> str:
+    """Figures derived from the 2026-11-25 host floor (``param_cpu_adamw.py``): ``adamGB`` (28
+    B/param per step, GB), ``dmaGB`` (12 B/param, GB), ``step`` ((28 + 12) B/param at the
+    in-place rate, s), ``bf16step`` ((28 + 6) B/param, s), ``copy`` / ``read`` / ``write``
+    (GB/s, whole)."""
+    f = load("adamw25")["floor"]
+    n = f["params"]
+    out = {
+        "adamGB": lambda: f"{28 * n / 1e9:.1f}",
+        "dmaGB": lambda: f"{12 * n / 1e9:.1f}",
+        "step": lambda: f"{40 * n / (f['inplace_GBps'] * 1e9):.3f}",
+        "bf16step": lambda: f"{34 * n / (f['inplace_GBps'] * 1e9):.3f}",
+        "copy": lambda: f"{f['copy_GBps']:.0f}",
+        "read": lambda: f"{f['read_GBps']:.0f}",
+        "write": lambda: f"{f['write_GBps']:.0f}",
+    }
+    return out[field]()
+
+
+HOST_SINGLE = ("main_per_param_s", "main_per_group_s", "worker_per_param_s", "worker_per_group_s")
+
+
+def adamw_runs(which: str) -> str:
+    """Run A's host AdamW timings (``param_cpu_adamw_first``) against run B's: ``single`` (the
+    four one-worker rows: largest difference, whole %), ``teams`` (the thread-team rows: how
+    much faster run A was at most, whole %), ``pergroup`` (per parameter over per group, range,
+    whole %, run B)."""
+    b = load("adamw25")["host"]
+    if which == "pergroup":
+        gains = sorted(
+            100 * (b[f"{w}_per_param_s"] / b[f"{w}_per_group_s"] - 1) for w in ("main", "worker")
+        )
+        return _range([f"{g:.0f}" for g in gains], which, "–")
+    a = load("param_cpu_adamw_first_2026-11-25.json")["host"]
+    if which == "single":
+        return f"{max(abs(100 * (a[k] / b[k] - 1)) for k in HOST_SINGLE):.0f}"
+    teams = [k for k in a if k.endswith("_s") and "team" in k and "dma" not in k and k in b]
+    return f"{max(100 * (1 - a[k] / b[k]) for k in teams):.0f}"
+
+
+def peers_lossdiff(bs: str) -> str:
+    """Largest loss difference between memopt and FSDP2 at batch ``bs`` over the runs of
+    2026-11-25 (one significant digit)."""
+    diffs = []
+    for n in PEER_RUNS:
+        try:
+            a, b = _peer(n, "memopt", bs), _peer(n, "fsdp2", bs)
+        except StopIteration:
+            continue
+        diffs.append(max(abs(x - y) for x, y in zip(a["losses"], b["losses"])))
+    return f"{max(diffs):.0e}".replace("e-0", "e-")
+
+
+def peers_busy(variant: str = "memopt") -> str:
+    """The update worker's median busy time per step of ``variant`` over the runs and batch
+    sizes of 2026-11-25, lowest–highest, s."""
+    vals = sorted(
+        r["host_busy_median_s"]
+        for n in PEER_RUNS
+        for r in load(n)["results"]
+        if r["name"] == variant and r.get("host_busy_median_s") is not None
+    )
+    return f"{vals[0]:.3f}–{vals[-1]:.3f}"
+
+
+def peers_need(name: str, bs: str, what: str = "s") -> str:
+    """memopt's step for 1.5x FSDP2's tokens/s in run ``name``: ``s`` (s, 2 decimals), ``floor``
+    (the offloaded step's floor over it, whole %)."""
+    need = _peer(name, "fsdp2", bs)["s_per_step"] / 1.5
+    if what == "floor":
+        return f"{100 * float(floor_calc('step')) / need:.0f}"
+    return f"{need:.2f}"
+
+
+def host_range(*fields: str) -> str:
+    """The 2026-11-25 ``host`` timings ``fields``, lowest–highest, s, 2 decimals."""
+    h = load("adamw25")["host"]
+    vals = sorted(h[f] for f in fields)
+    return _range([f"{vals[0]:.2f}", f"{vals[-1]:.2f}"], "host", "–")
+
+
+def floor_share(variant: str, bs: str) -> str:
+    """The offloaded step's floor (:func:`floor_calc` ``step``) over ``variant``'s s/step in
+    each run of 2026-11-25, lowest–highest, whole %."""
+    floor = (
+        40 * load("adamw25")["floor"]["params"] / (load("adamw25")["floor"]["inplace_GBps"] * 1e9)
+    )
+    vals = sorted(100 * floor / _peer(n, variant, bs)["s_per_step"] for n in PEER_RUNS)
+    return _range([f"{vals[0]:.0f}", f"{vals[-1]:.0f}"], "floor_share", "–")
+
+
 VALUES: dict[str, Callable[..., str]] = {
     "mg": mg,
     "pcie": pcie,
@@ -956,6 +1070,15 @@ VALUES: dict[str, Callable[..., str]] = {
     "pareto_var": pareto_var,
     "offspan": offspan,
     "stability": stability,
+    "peers_ratio": peers_ratio,
+    "peers_auto": peers_auto,
+    "floor_calc": floor_calc,
+    "adamw_runs": adamw_runs,
+    "peers_lossdiff": peers_lossdiff,
+    "peers_busy": peers_busy,
+    "peers_need": peers_need,
+    "host_range": host_range,
+    "floor_share": floor_share,
 }
 
 
