@@ -565,7 +565,7 @@ def lbatch(name: str, variant: str, what: str, *args: str) -> str:
     ``oom`` (the batches that ran out of memory, ascending, "a, b and c"), ``tps:BATCH``
     (tokens/s), ``share:BATCH`` (those tokens/s over torch.compile's at its largest batch, %,
     1 decimal), ``peak:BATCH`` / ``maxpeak`` (GiB, 2 decimals), ``times`` (the best batch over
-    torch.compile's, 2 decimals)."""
+    torch.compile's, 2 decimals), ``req:BATCH`` (the request that ran out of memory, GiB)."""
     tr = _trials(name, variant)
     best = max(b for b, t in tr.items() if t["ok"])
 
@@ -589,7 +589,25 @@ def lbatch(name: str, variant: str, what: str, *args: str) -> str:
         return gib(max(t["peak"] for t in tr.values() if t["ok"]))
     if what == "times":
         return f"{best / compile_best()['batch']:.2f}"
+    if what == "req":  # the allocation an out-of-memory trial asked for, GiB
+        m = re.search(r"Tried to allocate ([\d.]+) GiB", tr[int(args[0])]["error"])
+        if m is None:
+            raise KeyError(f"batch {args[0]}: no request size in the error")
+        return m.group(1)
     raise KeyError(f"no lbatch value {what!r} (see docs_prose.lbatch)")
+
+
+def lbatch_meta(name: str, field: str) -> str:
+    """``largest_batch.py``'s settings: ``cap`` / ``margin`` (GiB, as given), ``states`` (AdamW
+    states, GiB, 2 decimals), ``budget`` (memopt's budget, GiB, 2 decimals)."""
+    d = load(name)
+    out = {
+        "cap": lambda: f"{d['settings']['cap_gib']:g}",
+        "margin": lambda: f"{d['settings']['margin_gib']:g}",
+        "states": lambda: gib(d["meta"]["optimizer_state_bytes"]),
+        "budget": lambda: gib(d["meta"]["memopt_budget_bytes"]),
+    }
+    return out[field]()
 
 
 def freeze(what: str) -> str:
@@ -846,6 +864,8 @@ def adamw24(field: str, what: str = "ms") -> str:
     shorter than ``OTHER``, whole %) / ``slower`` (over torch's fp32 step, whole %); ``step``:
     torch's fp32 step scaled to the 1.033 B parameters of the 2026-11-25 floor, s, 2 decimals."""
     d = load("adamw24")
+    if field == "triad":
+        return f"{d['triad_GBps']:.1f}"
     if field == "step":
         return f"{d['torch_fused_fp32_s'] * load('adamw25')['floor']['params'] / d['numel']:.2f}"
     t = d[f"{field}_s"]
@@ -1079,6 +1099,7 @@ VALUES: dict[str, Callable[..., str]] = {
     "peers_need": peers_need,
     "host_range": host_range,
     "floor_share": floor_share,
+    "lbatch_meta": lbatch_meta,
 }
 
 

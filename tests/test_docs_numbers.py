@@ -106,3 +106,22 @@ def test_prose_numbers_of_the_reference_docs_come_from_the_json():
     md = docs_tables.render("cli_peak", docs_numbers.DATA)
     assert md.startswith("```\nPredicted peak of one training step: 130.32 GiB")
     assert md.splitlines()[-2].lstrip().startswith("total")
+
+
+def test_older_benchmark_sections_come_from_the_json():
+    # docs/benchmarks.md from the sixth session down: the largest-batch table and prose numbers
+    md = docs_tables.render("largest_batch_expandable", docs_numbers.DATA)
+    lines = md.splitlines()
+    assert lines[2] == "| torch.compile | 9 (10: OOM) | 149,250 | 100% | 15.54 |"
+    assert "| memopt budget=13.52 GiB, batch 18 (2× compile's) | fits | 141,122 | **94.6%** |" in md
+    assert docs_prose.value("lbatch:lb_exp:memopt-budget:times") == "2.67"
+    assert docs_prose.value("lbatch:lb_v2:memopt-budget:oom") == "12, 14, 15 and 16"
+    assert docs_prose.value("freeze:nplans") == "10"  # the frozen plan's strings
+    assert docs_prose.value("copy_at:llama:h2d:64") == "-1.2%"
+    assert docs_prose.value("pareto_all:pareto_gpt2_b32.json:mms") == "2.14/1.82/3.90/5.67"
+    assert docs_prose.value("pareto_pt:pareto_v5:0.8:halfsrc") == "+1.8%"  # reused torch rows
+    assert docs_prose.value("offspan:llama8:d2hpct") == "96–100%"
+    assert docs_prose.value("stability:gpt6_v2:growth") == "+0"
+    assert docs_prose.value("adamw24:step") == "0.34"  # 22.2 ms per 64 Mi elements x 1.033 B
+    assert docs_prose.value("peers_busy") == "0.338–0.395"
+    assert docs_prose.value("floor_calc:step") == "0.315"
