@@ -37,6 +37,8 @@ VALUES: dict[str, Callable[..., str]] = {
     "offload_bitwise": core.offload_bitwise,
     "zoo": core.zoo,
     "zoo_row": core.zoo_row,
+    "zoo_pts": core.zoo_pts,
+    "zoo_cpu": core.zoo_cpu,
     "peers": core.peers,
     "peers_range": core.peers_range,
     "peers_speedup": core.peers_speedup,

@@ -452,3 +452,34 @@ def pcie(field: str) -> str:
     ranks = load("pcie2")["ranks"]
     where = {"alone": "alone", "both": "together"}[field]
     return f"{min(r[where]['d2h'] for r in ranks):.0f}"
+
+
+def zoo_pts(model: str, what: str) -> str:
+    """Range over the budget points of ``zoo_gpu_{model}.json`` (``compare``): ``faster`` (how
+    much faster than torch.compile memopt's budget steps ran, %, 1 decimal), ``overrun``
+    (memopt's measured peak over its budget, %, 1 decimal), ``under`` (how far the predicted
+    peak fell under the measured one, whole %)."""
+    ps = compare(load(f"zoo_gpu_{model}.json"))["points"]
+    if what == "faster":
+        vals = sorted(-100 * p["memopt_over"] for p in ps)
+        return _range([f"{v:.1f}" for v in vals], what, "-")
+    if what == "overrun":
+        vals = sorted(100 * (p["memopt"]["peak"] / p["memopt"]["target"] - 1) for p in ps)
+        return _range([f"{v:.1f}" for v in vals], what, "-")
+    if what == "under":
+        vals = sorted(-100 * p["pred_err"] for p in ps if p.get("pred_err") is not None)
+        return _range([f"{v:.0f}" for v in vals], what, "-")
+    raise KeyError(f"no zoo_pts value {what!r} (see docs_prose.zoo_pts)")
+
+
+def zoo_cpu(model: str, field: str) -> str:
+    """``zoo_cpu.json``: ``l1share`` (bytes measured at level 1 as a share of the unoptimized
+    bytes of ``model``, whole %); model ``all``, field ``minutes``: the rows' ``seconds``
+    summed, whole minutes."""
+    rows = [r for r in load("zoo_cpu.json")["rows"] if "measured" in r]
+    if model == "all" and field == "minutes":
+        return f"{sum(r['seconds'] for r in rows) / 60:.0f}"
+    r = next(r for r in rows if r["model"] == model)
+    if field == "l1share":
+        return f"{100 * r['level1_measured'] / r['measured']:.0f}%"
+    raise KeyError(f"no zoo_cpu field {field!r} (see docs_prose.zoo_cpu)")

@@ -125,3 +125,25 @@ def test_older_benchmark_sections_come_from_the_json():
     assert docs_prose.value("adamw24:step") == "0.34"  # 22.2 ms per 64 Mi elements x 1.033 B
     assert docs_prose.value("peers_busy") == "0.338–0.395"
     assert docs_prose.value("floor_calc:step") == "0.315"
+
+
+def test_zoo_prose_comes_from_the_json():
+    # docs/zoo.md: level 1's shares on CPU (zoo_cpu.json) and DiT's GPU budget points
+    assert docs_prose.value("zoo_cpu:resnet:l1share") == "84%"
+    assert docs_prose.value("zoo_cpu:wav2vec2:l1share") == "48%"
+    assert docs_prose.value("zoo_cpu:all:minutes") == "8"  # the rows' seconds, summed
+    assert docs_prose.value("zoo_pts:dit:faster") == "3.6-13.5"
+    assert docs_prose.value("zoo_pts:dit:overrun") == "1.9-2.6"  # not 2.6 at every budget
+    assert docs_prose.value("zoo_pts:dit:under") == "5"
+    assert docs_prose.value("zoo_row:dit:level1:over") == "-10.6%"
+
+
+def test_stated_code_constants_equal_the_code():
+    # docs/plans.md states these defaults and constants
+    from memopt.config import MemoptConfig
+    from memopt.planner.chains import MAX_RECOMPUTE_DEPTH
+
+    md = (docs_numbers.DATA.parent / "plans.md").read_text()
+    assert f"MAX_RECOMPUTE_DEPTH = {MAX_RECOMPUTE_DEPTH}`" in md
+    assert f"`max_subgraph_nodes` ({MemoptConfig.max_subgraph_nodes})" in md
+    assert f"`max_subgraph_matmuls`, default {MemoptConfig.max_subgraph_matmuls}" in md
