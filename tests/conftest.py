@@ -39,6 +39,9 @@ SLOW = (
     "test_architecture.py::test_a_disabled_rewrite_leaves_the_plan_unapplied",
     "test_integrations.py::test_hf_trainer_trains_an_optimized_model_with_the_default_columns",
     "test_readme.py",
+    "test_params_api.py::test_optimize_fsdp_param_offload_trains_like_adamw_and_reports_placement",
+    "test_params_api.py::test_optimize_param_offload_auto_grows_after_measuring_and_trains_like_adamw",
+    "test_step_report.py::test_hf_gradient_checkpointing_sizes_are_known_and_exact",
 )
 
 

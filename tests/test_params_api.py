@@ -21,7 +21,6 @@ def no_process_group():
         dist.destroy_process_group()
 
 
-@pytest.mark.slow  # 9-12 s: outside the quick subset (README)
 def test_optimize_fsdp_param_offload_trains_like_adamw_and_reports_placement(no_process_group):
     torch.manual_seed(0)
     ref = tiny_llama(num_hidden_layers=4)
@@ -56,7 +55,6 @@ def test_param_offload_fraction_validated():
         memopt.optimize(tiny_llama(), param_offload=1.5)
 
 
-@pytest.mark.slow  # 9-12 s: outside the quick subset (README)
 def test_optimize_param_offload_auto_grows_after_measuring_and_trains_like_adamw(
     no_process_group,
 ):

@@ -80,7 +80,6 @@ def test_step_offload_runtime_moves_saved_tensors_and_leaves_checkpointing_alone
     assert off.stats.offloaded_bytes == 0 and off.stats.skipped == 1
 
 
-@pytest.mark.slow  # 9-12 s: outside the quick subset (README)
 def test_hf_gradient_checkpointing_sizes_are_known_and_exact():
     """A checkpointed region saves the RNG state, whose size the partitioner traces as a new
     symbol even with static shapes: the report evaluates it at its hint (no '?')."""
