@@ -27,6 +27,19 @@ def _spread(r: dict) -> str:
     return f"{min(t):.1f}–{max(t):.1f}" if t else ""
 
 
+def _peak(r: dict, point: dict | None, nd: int) -> str:
+    """A row's peak (GiB), with how it stands against torch's at the same point."""
+    text = f"{r['peak'] / GiB:.{nd}f}"
+    if point is None:
+        return text
+    over = 100 * (r["peak"] / point["peak"] - 1)
+    return text + (" ≤ torch's" if over <= 0 else f" (**{over:+.2f}%** over torch's)")
+
+
+def _same(r: dict) -> str:
+    return {True: "yes", False: "**no**"}.get(r.get("same_plan_on_ranks"), "")
+
+
 def steps(w2: dict, w1: dict) -> str:
     """World 2 against world 1 (batch 4 per rank each): step time, spread, tokens/s, scaling,
     per-rank peak against torch's at the same point, whether the ranks' plans agree."""
@@ -37,15 +50,6 @@ def steps(w2: dict, w1: dict) -> str:
         if r is None:
             continue
         base2, base1 = a["compile"]["ms"], b["compile"]["ms"]
-        peak = f"{r['peak'] / GiB:.2f}"
-        point = a.get(_TORCH_POINT.get(key, ""))
-        if point is not None:
-            peak += (
-                " ≤ torch's"
-                if r["peak"] <= point["peak"]
-                else (f" (**{100 * (r['peak'] / point['peak'] - 1):+.2f}%** over torch's)")
-            )
-        same = {True: "yes", False: "**no**"}.get(r.get("same_plan_on_ranks"), "")
         out.append(
             [
                 label,
@@ -55,9 +59,9 @@ def steps(w2: dict, w1: dict) -> str:
                 f"{one['ms']:.1f} ({100 * (one['ms'] / base1 - 1):+.1f}%)" if one else "",
                 f"{r['tokens_per_s']:,.0f}",
                 f"{r['tokens_per_s'] / one['tokens_per_s']:.2f}×" if one else "",
-                peak,
+                _peak(r, a.get(_TORCH_POINT.get(key, "")), 2),
                 f"{one['peak'] / GiB:.2f}" if one else "",
-                same,
+                _same(r),
             ]
         )
     head = [
@@ -86,12 +90,7 @@ def steps_repeat(d: dict) -> str:
             continue
         point = a.get(_TORCH_POINT.get(key, ""))
         vs = f"{100 * (r['ms'] / point['ms'] - 1):+.1f}%" if point else ""
-        peak = f"{r['peak'] / GiB:.3f}"
-        if point is not None:
-            over = 100 * (r["peak"] / point["peak"] - 1)
-            peak += " ≤ torch's" if over <= 0 else f" (**{over:+.2f}%** over torch's)"
-        same = {True: "yes", False: "**no**"}.get(r.get("same_plan_on_ranks"), "")
-        out.append([label, f"{r['ms']:.1f}", _spread(r), vs, peak, same])
+        out.append([label, f"{r['ms']:.1f}", _spread(r), vs, _peak(r, point, 3), _same(r)])
     head = ["variant", "step ms (median of 10)", "range", "vs torch at that point", "peak GiB",
             "same plan on both ranks"]  # fmt: skip
     return table(head, out)

@@ -40,13 +40,14 @@ def _device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def agree_max(values: Sequence[int]) -> list[int]:
-    """The element-wise maximum of ``values`` over the ranks (every rank passes as many)."""
+def agree_max(values: Sequence[int], dtype: torch.dtype = torch.int64) -> list:
+    """The element-wise maximum of ``values`` over the ranks (every rank passes as many):
+    ints by default, floats with ``dtype=torch.float64``."""
     if world_size() == 1:
         return list(values)
-    t = torch.tensor([int(v) for v in values], dtype=torch.int64, device=_device())
+    t = torch.tensor(list(values), dtype=dtype, device=_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return [int(v) for v in t.tolist()]
+    return t.tolist()
 
 
 def from_rank0(obj: Any) -> Any:

@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 
+from memopt import ranks
 from memopt.params.host_plan import (
     ADAMW_TRAFFIC_PER_PARAM_BYTE,
     AutoChoice,
@@ -108,7 +108,7 @@ class AutoOffload:
         self._probe_note = f"probe of {moved} group(s) after step {self._calls}"
 
     def _final_choice(self, record) -> None:
-        world = dist.get_world_size() if dist.is_initialized() else 1
+        world = ranks.world_size()
         busy = statistics.median(self.probe_busy_s)
         moved_bytes = record.plan.host_bytes / world * ADAMW_TRAFFIC_PER_PARAM_BYTE
         loaded = moved_bytes / busy if busy > 0 else float("inf")
@@ -130,7 +130,7 @@ class AutoOffload:
             adam_Bps=adam_Bps,
             h2d_Bps=rates.h2d_Bps,
             d2h_Bps=rates.d2h_Bps,
-            world=dist.get_world_size() if dist.is_initialized() else 1,
+            world=ranks.world_size(),
         )
 
     def to_dict(self) -> dict:
@@ -174,13 +174,9 @@ def _gbps(v: float) -> str:
 
 def _agree(step_s: float, rates: HostRates) -> tuple[float, HostRates]:
     """Every rank must choose the same groups: the slowest step and the slowest rates."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
+    if ranks.world_size() == 1:
         return step_s, rates
-    cuda = "nccl" in str(dist.get_backend()) and torch.cuda.is_available()
-    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     inv = [1.0 / x for x in (rates.adam_Bps, rates.h2d_Bps, rates.d2h_Bps)]
-    t = torch.tensor([step_s, *inv], dtype=torch.float64, device=dev)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    s, a, h, d = t.tolist()
+    s, a, h, d = ranks.agree_max([step_s, *inv], dtype=torch.float64)
     rate = [float("inf") if x == 0 else 1.0 / x for x in (a, h, d)]
     return s, HostRates(*rate, source=rates.source)
