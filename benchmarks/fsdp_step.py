@@ -124,6 +124,7 @@ def memopt_extra(compiled) -> dict:
         "measured_peak_seen": step.measured_peak if step else None,
         "predicted_overhead_s": step.overhead_s if step else None,
         "offload_by": step.offload_by if step else "",
+        "kernels_timed": [r.extra.get("planner", {}).get("kernels_timed") for r in rep.regions],
     }
 
 
@@ -186,6 +187,15 @@ def measure(args) -> None:
             {"target": peak},
             memopt_row=True,
         )
+        if args.roofline_too:  # the same budget priced by the roofline alone
+            run(
+                f"memopt budget={peak / 2**30:.2f}GiB (torch {b}), roofline",
+                lambda peak=peak: memopt.optimize(
+                    model, budget=int(peak), disable_passes=("time_kernels",)
+                ),
+                {"target": peak},
+                memopt_row=True,
+            )
         if args.recompute_only_too:  # the same budget with offload switched off
             run(
                 f"memopt budget={peak / 2**30:.2f}GiB (torch {b}), no offload",
@@ -244,6 +254,11 @@ def main() -> None:
         "--recompute-only-too",
         action="store_true",
         help="each memopt budget also with disable_passes=('offload',) (recompute only)",
+    )
+    p.add_argument(
+        "--roofline-too",
+        action="store_true",
+        help="each memopt budget also with disable_passes=('time_kernels',) (roofline costs)",
     )
     p.add_argument(
         "--snapshot",

@@ -84,6 +84,8 @@ class RegionReport:
                 **(b.solution.to_dict() if b.solution is not None else {}),
                 "budget_bytes": b.budget_bytes,
                 "unknown_sizes": list(b.unknown_sizes),
+                # kernels priced by their time on the device, not the roofline (time_kernels)
+                "kernels_timed": len(getattr(result, "kernels", None) or {}),
                 "text": b.text,
             }
         return RegionReport(

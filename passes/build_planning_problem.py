@@ -4,8 +4,10 @@ candidates into the budget planner's plain data (:mod:`memopt.planner.problem`).
 Reads ``node.meta["val"]`` (sizes at the compile-time hints), ``node.meta[LAYER]`` (from
 detect_layers_pass, when present) and the :class:`memopt.candidates.SavedActivation` list. Writes
 nothing. Positions are op indices in the baseline forward graph, then the backward graph.
-Per-op time is a roofline (FLOPs of matmuls and attention over the matmul rate, bytes read and
-written over the memory rate: pointwise ops are memory-bound, not free). Live bytes come from a
+Per-op time is the kernel's time measured on the device where there is one (matmuls,
+attention, convolutions: ``Sizes.kernel_s``), else a roofline (FLOPs of matmuls and attention
+over the matmul rate, bytes read and written over the memory rate: pointwise ops are
+memory-bound, not free). Live bytes come from a
 liveness sweep of each graph with every candidate left out (the planner adds them back per its
 decisions); graph inputs count as static bytes. A size that cannot be evaluated (a
 data-dependent shape) is unknown, not 0: its candidate is left out of the plan (kept) and
@@ -38,6 +40,9 @@ class Sizes:
 
     value: Callable[[sympy.Expr], int | None]
     unknown: set[str] = field(default_factory=set)
+    kernel_s: Callable[[torch.fx.Node], float | None] = lambda _node: None
+    """A node's kernel time measured on the device (memopt.kernel_times.lookup), None where
+    none was: the roofline prices it."""
 
     def of(self, node: torch.fx.Node) -> int:
         """Bytes of a node's value; an unknown size counts 0 here and is named in ``unknown``."""
@@ -78,7 +83,7 @@ def op_cost(node: torch.fx.Node, sizes: Sizes) -> OpCost:
         if q is not None and q.dim() == 4:
             b, h, s, d = (sizes.dim(x) for x in q.shape)
             flops = 4.0 * b * h * s * s * d * (2.5 if "backward" in name else 1.0)
-    return OpCost(flops=flops, bytes=moved)
+    return OpCost(flops=flops, bytes=moved, seconds=sizes.kernel_s(node))
 
 
 @dataclass(frozen=True)

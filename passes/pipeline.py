@@ -28,6 +28,7 @@ Graph facts (op classes, aliasing, sizes, layers) come from :mod:`memopt.facts`.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -38,9 +39,9 @@ import torch
 import torch.fx
 
 from memopt import _torch_compat as compat
-from memopt import facts
+from memopt import facts, kernel_times
 from memopt.candidates import SavedActivation
-from memopt.config import MemoptConfig
+from memopt.config import MemoptConfig, cache_dir
 from memopt.decide import Plan, decide
 from memopt.errors import ConfigError
 from memopt.passes.apply_recompute import apply_recompute_pass
@@ -49,7 +50,7 @@ from memopt.passes.detect_layers import detect_layers_pass
 from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
 from memopt.passes.find_saved_activations import find_saved_activations_pass
 from memopt.passes.offload_step import offload_step
-from memopt.passes.plan_budget import assigned_result, plan_budget
+from memopt.passes.plan_budget import _device, assigned_result, plan_budget
 from memopt.plan import PlanSpec, Strategy, localize
 from memopt.symbolic import SymbolTable, build_symbol_table
 
@@ -85,6 +86,7 @@ class Region:
     final_saved: sympy.Expr = sympy.Integer(0)  # after memopt's plan
     num_joint_nodes: int = 0
     plan_seconds: float = 0.0
+    kernels: dict[str, float] = field(default_factory=dict)  # memopt.kernel_times.measure
 
     @property
     def num_fwd_outputs(self) -> int:
@@ -161,6 +163,26 @@ def cluster_subgraphs(r: Region) -> Region:
     return r
 
 
+def time_kernels(r: Region) -> Region:
+    """The graph's matmuls, attention and convolutions timed on the device (once per
+    signature, cached: memopt.kernel_times), where a plan is priced: a budget, or offload's
+    window check. Switched off, every op is priced by the roofline."""
+    c = r.config
+    if r.assigned is not None or (c.budget is None and not c.offload_layers and not c.sync):
+        return r
+    device = _device(r.joint_inputs)
+    if device.type != "cuda":
+        return r  # CPU plans use round rates (memopt.planner.CPU_DEFAULTS), not timings
+    value = _value(r)
+    where = os.path.join(cache_dir(), "rates")
+    r.kernels = kernel_times.measure((r.joint, r.fw, r.bw), device, value, where)
+    return r
+
+
+def _value(r: Region):
+    return lambda e: r.symbols.evaluate(r.symbols.readable(e))
+
+
 def plan_budget_pass(r: Region) -> Region:
     if r.assigned is not None:
         a = r.assigned
@@ -177,6 +199,7 @@ def plan_budget_pass(r: Region) -> Region:
             r.held_bytes,
             plans=_plans(r),
             layout_copies=facts.layout_copied_inputs(r.fw, r.num_fwd_outputs),
+            kernels=r.kernels,
         )
         ins = saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
         r.budget.problem = replace(r.budget.problem, saved_input_bytes=r.symbols.evaluate(ins) or 0)
@@ -243,21 +266,23 @@ def offload(r: Region) -> Region:
 
 
 def _compute_seconds(r: Region):
-    """Predicted forward and backward seconds (roofline op times) and the device's copy
-    rates, for CUDA graphs; None elsewhere (CPU copies are synchronous anyway)."""
+    """Predicted forward and backward seconds (measured kernels, the rest roofline op times)
+    and the device's copy rates, for CUDA graphs; None elsewhere (CPU copies are synchronous
+    anyway)."""
     from memopt.passes.build_planning_problem import Sizes, op_cost
-    from memopt.passes.plan_budget import _device, device_rates
-    from memopt.planner.costs import roofline_s
+    from memopt.passes.plan_budget import device_rates
+    from memopt.planner.costs import op_s
 
     device = _device([n.meta.get("val") for n in r.fw.graph.find_nodes(op="placeholder")])
     if device.type != "cuda":
         return None
     rates = device_rates(device)
-    sizes = Sizes(lambda e: r.symbols.evaluate(r.symbols.readable(e)))
+    value = _value(r)
+    sizes = Sizes(value, kernel_s=kernel_times.lookup(r.kernels, value))
 
     def seconds(gm: torch.fx.GraphModule) -> float:
-        nodes = gm.graph.find_nodes(op="call_function")
-        return sum(roofline_s(op_cost(n, sizes), rates) for n in nodes)
+        nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+        return sum(op_s(op_cost(n, sizes), rates) for n in nodes)
 
     return seconds(r.fw), seconds(r.bw), rates
 
@@ -290,6 +315,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("find_saved_activations", find_saved_activations),
     ("find_recompute_subgraphs", find_recompute_subgraphs),
     ("cluster_subgraphs", cluster_subgraphs),
+    ("time_kernels", time_kernels),
     ("plan_budget", plan_budget_pass),
     ("decide", decide_pass),
     ("apply_recompute", apply_recompute),

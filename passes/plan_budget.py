@@ -19,12 +19,13 @@ import torch
 import torch.fx
 
 from memopt import _torch_compat as compat
+from memopt import kernel_times
 from memopt.candidates import SavedActivation
 from memopt.config import MemoptConfig, cache_dir
 from memopt.decide import decide
 from memopt.passes.build_planning_problem import Sizes, build_planning_problem
 from memopt.plan import PlanSpec, Strategy, parse_plans
-from memopt.planner import CPU_DEFAULTS, calibrate, resolve_budget, roofline_s, solve
+from memopt.planner import CPU_DEFAULTS, calibrate, op_s, resolve_budget, solve
 from memopt.symbolic import SymbolTable, fmt_bytes
 
 log = logging.getLogger("memopt")
@@ -182,11 +183,13 @@ def plan_budget(
     held_bytes: int = 0,
     plans: Sequence[PlanSpec] | None = None,
     layout_copies: Sequence[torch.fx.Node] = (),
+    kernels: Mapping[str, float] | None = None,
 ) -> BudgetResult:
     """Solve the region's plan. ``held_bytes``: activation bytes that regions run earlier in
     the step keep while this one runs (a byte budget is for the step: this region gets what
     they leave). ``plans``: the user's plans as this run applies them (default
-    ``config.plans``)."""
+    ``config.plans``). ``kernels``: kernel times measured on the device by signature
+    (memopt.kernel_times); the ops without one are priced by the roofline."""
     fixed = list(config.plans if plans is None else plans)
     if config.level >= 1:
         named = {p.cluster_id for p in fixed}
@@ -198,15 +201,16 @@ def plan_budget(
                     named.add(c.cluster_id)
     device = _device(joint_inputs)
     rates = device_rates(device)
-    sizes = Sizes(lambda e: symbols.evaluate(symbols.readable(e)))
+    value = lambda e: symbols.evaluate(symbols.readable(e))  # noqa: E731
+    sizes = Sizes(value, kernel_s=kernel_times.lookup(kernels or {}, value))
     problem = build_planning_problem(
         joint,
         fw,
         bw,
         candidates,
-        value=lambda e: symbols.evaluate(symbols.readable(e)),
+        value=value,
         fixed=fixed,
-        rates_op_s=lambda op: roofline_s(op, rates),
+        rates_op_s=lambda op: op_s(op, rates),
         # the offload pass switched off: budget plans recompute only
         min_offload_bytes=2**62 if "offload" in config.disable_passes else config.offload_min_bytes,
         pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),

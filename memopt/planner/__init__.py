@@ -20,6 +20,7 @@ from memopt.planner.costs import (
     H100_DEFAULTS,
     DeviceRates,
     calibrate,
+    op_s,
     ops_s,
     roofline_s,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "lead_sync",
     "lead_windows",
     "memory_profile",
+    "op_s",
     "ops_s",
     "plan_strings",
     "resolve_budget",

@@ -1,7 +1,8 @@
 """Device rates and the roofline.
 
-An op costs ``max(flops / matmul rate, bytes / HBM rate)``: matmuls are compute-bound,
-pointwise ops are memory-bound (never free). A host copy costs ``bytes / PCIe rate``; how much
+An op costs its kernel's measured time where memopt timed it on the device (matmuls,
+attention, convolutions: :mod:`memopt.kernel_times`), else ``max(flops / matmul rate, bytes /
+HBM rate)``: matmuls are compute-bound, pointwise ops are memory-bound (never free). A host copy costs ``bytes / PCIe rate``; how much
 of it hides behind compute is the step simulation's business (:mod:`memopt.planner.timing`).
 
 Rates are measured once per device by :func:`calibrate` (a matmul, a device copy, pinned
@@ -87,9 +88,14 @@ def roofline_s(op: OpCost, rates: DeviceRates) -> float:
     return max(op.flops / rates.matmul_flops_per_s, op.bytes / rates.hbm_bytes_per_s)
 
 
+def op_s(op: OpCost, rates: DeviceRates) -> float:
+    """Seconds for one op: its measured kernel time where there is one, else the roofline."""
+    return op.seconds if op.seconds is not None else roofline_s(op, rates)
+
+
 def ops_s(ops: Iterable[OpCost], rates: DeviceRates) -> float:
-    """Seconds for a sequence of ops (each op on its own roofline)."""
-    return sum(roofline_s(op, rates) for op in ops)
+    """Seconds for a sequence of ops (measured kernels, the rest each on its own roofline)."""
+    return sum(op_s(op, rates) for op in ops)
 
 
 # ---------------------------------------------------------------- calibration

@@ -24,12 +24,15 @@ import sympy
 
 @dataclass(frozen=True)
 class OpCost:
-    """One op of a recompute subgraph, for the roofline."""
+    """One op of a graph: its kernel's measured time, else its roofline inputs."""
 
     flops: float = 0.0
     """Floating-point operations (a matmul of (m,k)x(k,n) is 2*m*k*n)."""
     bytes: int = 0
     """Bytes read plus bytes written by the op."""
+    seconds: float | None = None
+    """The kernel's time measured on the device (memopt.kernel_times: matmuls, attention,
+    convolutions); None: the roofline prices the op."""
 
 
 @dataclass(frozen=True, kw_only=True)

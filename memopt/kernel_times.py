@@ -1,0 +1,332 @@
+"""The graph's own compute kernels, timed on the device.
+
+The roofline (:mod:`memopt.planner.costs`) prices a matmul at the rate of one large square
+matmul and an attention at that rate over its full ``4·b·h·s²·d`` FLOPs; a convolution has no
+FLOP formula there at all. Real kernels miss those numbers by a shape-dependent factor (a thin
+matmul, a causal attention that skips half its blocks, a backward kernel, a 3x3 convolution),
+and a recompute is chosen or refused on exactly these costs. So every matmul, attention and
+convolution of a graph (forward, backward and the joint graph the recompute subgraphs come
+from) is timed once on the device with real tensors of its shapes, strides and dtypes, and
+the time is cached per device, torch version and signature (``kernels-<device>-torch<v>.json``
+next to the device rates). Pointwise and reduction ops stay on the memory roofline: Inductor
+fuses them, so an op alone is not the kernel that runs.
+
+A kernel that cannot be run alone (an op whose random inputs it rejects, no memory left under
+a cap) keeps its roofline time; a measurement is never required for a plan.
+
+At world size > 1 the ranks must plan with the same times: the host's first rank
+(``LOCAL_RANK`` 0) measures and writes the cache, the host's other ranks wait for those
+signatures in the file (:data:`LEADER_WAIT_S`); across hosts no measurement is shared, so
+every rank uses the roofline (plans agree by construction).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import operator
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+import sympy
+import torch
+import torch.fx
+
+from memopt import facts
+from memopt import meta_keys as mk
+
+log = logging.getLogger("memopt")
+
+#: Op classes (:func:`memopt.facts.op_class`) whose kernels are timed.
+TIMED = frozenset({"matmul", "attention", "convolution"})
+#: Version of the cache file and of the timing code; a change re-measures.
+VERSION = 1
+#: Timed runs per kernel after two warm-up runs; the fastest counts (another process's
+#: kernels on the same GPU only ever add time).
+REPEATS = 10
+#: Seconds a rank waits for its host's first rank to time the kernels it needs.
+LEADER_WAIT_S = 120.0
+#: A time outside this range is a failed measurement, not a kernel: seconds.
+PLAUSIBLE_S = (1e-7, 30.0)
+
+Value = Callable[[sympy.Expr], int | None]
+
+
+# --------------------------------------------------------------------------- signatures
+
+
+def timed(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a compute kernel whose time is measured."""
+    if node.op != "call_function" or node.target is operator.getitem:
+        return False
+    return facts.op_class(node) in TIMED
+
+
+def _dims(xs: Iterable[object], value: Value) -> list[int] | None:
+    out = []
+    for x in xs:
+        v = facts.dim_value(x, value)
+        if v is None:
+            return None
+        out.append(v)
+    return out
+
+
+def _describe(arg: object, value: Value) -> str | None:
+    """One argument of a signature: a tensor's dtype, sizes and strides, a value's repr."""
+    if isinstance(arg, torch.fx.Node):
+        v = arg.meta.get(mk.TORCH_VAL)
+        if isinstance(v, torch.Tensor):
+            shape, stride = _dims(v.shape, value), _dims(v.stride(), value)
+            if shape is None or stride is None:
+                return None
+            dt = str(v.dtype).removeprefix("torch.")
+            return f"{dt}{shape}s{stride}".replace(" ", "") + (
+                "@cpu" if v.device.type == "cpu" else ""
+            )
+        if isinstance(v, torch.SymInt | int):
+            d = facts.dim_value(v, value)
+            return None if d is None else str(d)
+        return None  # a node of no tensor or int value (a tuple): not timed
+    if isinstance(arg, list | tuple):
+        parts = [_describe(a, value) for a in arg]
+        return None if None in parts else "[" + ",".join(parts) + "]"  # type: ignore[arg-type]
+    if isinstance(arg, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return None
+    if isinstance(arg, torch.dtype | torch.device | torch.layout | torch.memory_format):
+        return str(arg)
+    return repr(arg)
+
+
+def signature(node: torch.fx.Node, value: Value) -> str | None:
+    """The kernel's identity: op overload, every argument (tensors by dtype, sizes and
+    strides at the compile's sizes). None: not a timed kernel, or a size that cannot be
+    evaluated."""
+    if not timed(node):
+        return None
+    args = [_describe(a, value) for a in node.args]
+    kwargs = {k: _describe(v, value) for k, v in sorted(node.kwargs.items())}
+    if None in args or None in kwargs.values():
+        return None
+    args += [f"{k}={v}" for k, v in kwargs.items()]
+    return f"{node.target}({','.join(args)})"  # type: ignore[arg-type]
+
+
+def signatures(graphs: Iterable[torch.fx.GraphModule], value: Value) -> dict[str, torch.fx.Node]:
+    """Every timed kernel of ``graphs`` by signature (the first node of each)."""
+    out: dict[str, torch.fx.Node] = {}
+    for gm in graphs:
+        for n in gm.graph.nodes:
+            s = signature(n, value)
+            if s is not None:
+                out.setdefault(s, n)
+    return out
+
+
+# --------------------------------------------------------------------------- measurement
+
+
+def _real(v: torch.Tensor, device: torch.device, value: Value) -> torch.Tensor:
+    """A real tensor of ``v``'s sizes, strides and dtype (random floats, zero ints) on
+    ``device`` (or the CPU where ``v`` lives there: an RNG seed argument)."""
+    shape, stride = _dims(v.shape, value), _dims(v.stride(), value)
+    where = torch.device("cpu") if v.device.type == "cpu" else device
+    t = torch.empty_strided(shape, stride, dtype=v.dtype, device=where)  # type: ignore[arg-type]
+    if v.dtype.is_floating_point or v.dtype.is_complex:
+        t.normal_()
+    else:
+        t.zero_()
+    return t
+
+
+def real_args(node: torch.fx.Node, device: torch.device, value: Value) -> tuple[tuple, dict]:
+    """``node``'s arguments with every tensor a real one and every SymInt its value."""
+
+    def one(a: object) -> object:
+        if isinstance(a, torch.fx.Node):
+            v = a.meta.get(mk.TORCH_VAL)
+            if isinstance(v, torch.Tensor):
+                return _real(v, device, value)
+            return facts.dim_value(v, value)
+        if isinstance(a, list | tuple):
+            return type(a)(one(x) for x in a)
+        return a
+
+    return tuple(one(a) for a in node.args), {k: one(v) for k, v in node.kwargs.items()}
+
+
+class NoMemory(Exception):
+    """The kernel's inputs did not fit (a capped device): worth timing again later."""
+
+
+def time_kernel(node: torch.fx.Node, device: torch.device, value: Value) -> float | None:
+    """Seconds one run of ``node``'s kernel takes on ``device`` (the fastest of
+    :data:`REPEATS`), or None when it cannot run alone; :class:`NoMemory` when its inputs do
+    not fit now."""
+    from memopt import _torch_compat as compat
+
+    is_cuda = device.type == "cuda"
+    try:
+        with compat.real_tensors(), torch.no_grad():
+            args, kwargs = real_args(node, device, value)
+            fn = node.target
+            for _ in range(2):
+                fn(*args, **kwargs)  # type: ignore[operator]
+            if not is_cuda:
+                samples = []
+                for _ in range(REPEATS):
+                    t0 = time.perf_counter()
+                    fn(*args, **kwargs)  # type: ignore[operator]
+                    samples.append(time.perf_counter() - t0)
+                best = min(samples)
+            else:
+                torch.cuda.synchronize(device)
+                ev = [
+                    (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                    for _ in range(REPEATS)
+                ]
+                for start, end in ev:
+                    start.record()
+                    fn(*args, **kwargs)  # type: ignore[operator]
+                    end.record()
+                torch.cuda.synchronize(device)
+                best = min(s.elapsed_time(e) for s, e in ev) / 1e3
+    except torch.OutOfMemoryError as e:
+        raise NoMemory(str(e)[:200]) from None
+    except Exception as e:  # noqa: BLE001 - any failure keeps the roofline for this op
+        log.debug("memopt kernel times: %s not timed (%s: %s)", node.target, type(e).__name__, e)
+        return None
+    lo, hi = PLAUSIBLE_S
+    return best if lo <= best <= hi else None
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+def cache_path(device: torch.device, where: str) -> str:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-torch{torch.__version__}").strip("-")
+    return os.path.join(where, f"kernels-{slug}.json")
+
+
+def read_cache(path: str) -> dict[str, float | None]:
+    """Signature -> seconds; None: the kernel cannot run alone (it keeps the roofline)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return {}
+    lo, hi = PLAUSIBLE_S
+    out: dict[str, float | None] = {}
+    for k, v in data.get("kernels", {}).items():
+        if v is None:
+            out[k] = None
+        elif isinstance(v, int | float) and lo <= v <= hi:
+            out[k] = float(v)
+    return out
+
+
+def write_cache(path: str, new: Mapping[str, float | None]) -> None:
+    """Add ``new`` to the file (merged with what another process wrote meanwhile)."""
+    merged = {**read_cache(path), **new}
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"version": VERSION, "kernels": merged}, f, indent=0, sort_keys=True)
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- a graph's table
+
+
+def measure(
+    graphs: Iterable[torch.fx.GraphModule], device: torch.device, value: Value, where: str
+) -> dict[str, float]:
+    """Seconds per timed kernel of ``graphs`` (by signature): read from the cache under
+    ``where``, the missing ones timed on ``device`` and added to it. Kernels that cannot run
+    alone are left out (the roofline prices them). At world size > 1 see the module
+    docstring."""
+    from memopt import ranks
+
+    nodes = signatures(graphs, value)
+    if not nodes:
+        return {}
+    path = cache_path(device, where)
+    table = read_cache(path)
+    missing = {s: n for s, n in nodes.items() if s not in table}
+    if missing and ranks.world_size() > 1:
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world_size()))
+        if ranks.world_size() > local_world:
+            _note_once(
+                "several hosts: kernel times are not shared between them, so every rank "
+                "plans with the roofline"
+            )
+            return {}
+        if int(os.environ.get("LOCAL_RANK", ranks.rank())) != 0:
+            table = _from_leader(path, set(nodes))
+            missing = {}
+    if missing:
+        got: dict[str, float | None] = {}
+        no_memory: set[str] = set()
+        for s, n in missing.items():
+            try:
+                got[s] = time_kernel(n, device, value)
+            except NoMemory:
+                got[s] = None  # the roofline for this process; timed again by a later one
+                no_memory.add(s)
+        # what cannot run alone is written as such (None), so no rank of this host waits
+        # for it; what ran out of memory under a cap is not written
+        write_cache(path, {s: t for s, t in got.items() if s not in no_memory})
+        table.update(got)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the inputs made for timing go back to the device
+        log.info(
+            "memopt kernel times: %d kernel(s) timed on %s, %d from the cache, %d not "
+            "runnable alone (roofline)",
+            sum(t is not None for t in got.values()),
+            device,
+            len(nodes) - len(missing),
+            sum(t is None for t in got.values()),
+        )
+    return {s: t for s in nodes if (t := table.get(s)) is not None}
+
+
+def _from_leader(path: str, wanted: set[str]) -> dict[str, float | None]:
+    """The times the host's first rank writes for ``wanted`` (None for a kernel it cannot run
+    alone). What does not come within :data:`LEADER_WAIT_S` keeps the roofline here."""
+    deadline = time.monotonic() + LEADER_WAIT_S
+    table = read_cache(path)
+    while not wanted <= set(table) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        table = read_cache(path)
+    if not wanted <= set(table):
+        _note_once(
+            f"{len(wanted - set(table))} kernel time(s) did not come from this host's first rank "
+            f"in {LEADER_WAIT_S:.0f} s; those use the roofline here (plans may differ between ranks)"
+        )
+    return {s: table[s] for s in wanted if s in table}
+
+
+_noted: set[str] = set()
+
+
+def _note_once(text: str) -> None:
+    if text not in _noted:
+        _noted.add(text)
+        log.warning("memopt kernel times: %s", text)
+
+
+def lookup(table: Mapping[str, float], value: Value) -> Callable[[torch.fx.Node], float | None]:
+    """``node -> measured seconds`` (None: not timed) over ``table``."""
+
+    def seconds(node: torch.fx.Node) -> float | None:
+        if not table:
+            return None
+        s = signature(node, value)
+        return None if s is None else table.get(s)
+
+    return seconds

@@ -1,0 +1,190 @@
+"""memopt.kernel_times: the graph's own kernels timed on the device, cached, shared by the
+ranks of a host; the planner prices an op by its measured time where there is one."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from memopt import kernel_times as kt
+from memopt.passes.build_planning_problem import Sizes, op_cost
+from memopt.planner import CPU_DEFAULTS, OpCost, op_s, ops_s, roofline_s
+
+CPU = torch.device("cpu")
+
+
+def _value(e):
+    return int(e)
+
+
+def _graph():
+    def f(a, b, bias, x, w, q):
+        y = torch.mm(a, b).relu()
+        z = torch.addmm(bias, a, b.t().contiguous().t())
+        c = F.conv2d(x, w, padding=1)
+        o = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return y, z, c, o
+
+    args = (
+        torch.randn(8, 16),
+        torch.randn(16, 4),
+        torch.randn(4),
+        torch.randn(2, 3, 8, 8),
+        torch.randn(5, 3, 3, 3),
+        torch.randn(1, 2, 8, 4),
+    )
+    return make_fx(f, tracing_mode="fake")(*args)
+
+
+def test_signatures_name_op_dtypes_sizes_strides_and_arguments():
+    sigs = list(kt.signatures([_graph()], _value))
+    assert sigs == [
+        "aten.mm.default(float32[8,16]s[16,1]@cpu,float32[16,4]s[4,1]@cpu)",
+        # the transposed operand differs by its strides
+        "aten.addmm.default(float32[4]s[1]@cpu,float32[8,16]s[16,1]@cpu,float32[16,4]s[1,16]@cpu)",
+        "aten.convolution.default(float32[2,3,8,8]s[192,64,8,1]@cpu,float32[5,3,3,3]s[27,9,3,1]@cpu,"
+        "None,[1,1],[1,1],[1,1],False,[0,0],1)",
+        "aten._scaled_dot_product_flash_attention_for_cpu.default(float32[1,2,8,4]s[64,32,4,1]@cpu,"
+        "float32[1,2,8,4]s[64,32,4,1]@cpu,float32[1,2,8,4]s[64,32,4,1]@cpu,0.0,True)",
+    ]
+    # pointwise ops (relu) and copies are not timed
+    relu = next(n for n in _graph().graph.nodes if "relu" in str(n.target))
+    assert kt.signature(relu, _value) is None
+
+
+def test_symbolic_sizes_are_evaluated_and_an_unknown_one_gives_no_signature():
+    g = make_fx(torch.mm, tracing_mode="symbolic")(torch.randn(8, 16), torch.randn(16, 4))
+    mm = next(n for n in g.graph.nodes if n.op == "call_function")
+    assert kt.signature(mm, lambda e: None) is None  # not timed, so the roofline prices it
+    hints = mm.meta["val"].shape[0].node.shape_env.var_to_val  # the traced sizes
+
+    def value(e):
+        return int(e.xreplace(hints))
+
+    assert kt.signature(mm, value) == (
+        "aten.mm.default(float32[8,16]s[16,1]@cpu,float32[16,4]s[4,1]@cpu)"
+    )
+
+
+def test_real_args_have_the_graphs_sizes_strides_and_dtypes():
+    add = next(n for n in _graph().graph.nodes if "addmm" in str(n.target))
+    args, kwargs = kt.real_args(add, CPU, _value)
+    assert [tuple(a.shape) for a in args] == [(4,), (8, 16), (16, 4)]
+    assert [a.stride() for a in args] == [(1,), (16, 1), (1, 16)]
+    assert all(
+        a.dtype == torch.float32 and not isinstance(a, torch._subclasses.FakeTensor) for a in args
+    )
+    assert kwargs == {}
+
+
+def test_time_kernel_runs_each_kind_and_refuses_what_cannot_run():
+    g = _graph()
+    for s, n in kt.signatures([g], _value).items():
+        t = kt.time_kernel(n, CPU, _value)
+        assert t is not None and kt.PLAUSIBLE_S[0] <= t <= kt.PLAUSIBLE_S[1], s
+    mm = next(n for n in g.graph.nodes if "mm.default" in str(n.target))
+    bad = list(mm.args)
+    mm.args = (bad[0], bad[0])  # (8,16) @ (8,16): the kernel raises
+    assert kt.time_kernel(mm, CPU, _value) is None
+
+
+def test_measure_times_once_then_reads_the_cache(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_time(node, device, value):
+        calls.append(str(node.target))
+        return 2e-3 if "convolution" in str(node.target) else 1e-3
+
+    monkeypatch.setattr(kt, "time_kernel", fake_time)
+    g = _graph()
+    first = kt.measure([g, g], CPU, _value, str(tmp_path))
+    assert len(calls) == 4  # each signature once, though the graph came twice
+    assert sorted(first.values()) == [1e-3, 1e-3, 1e-3, 2e-3]
+    again = kt.measure([g], CPU, _value, str(tmp_path))
+    assert again == first and len(calls) == 4  # all from the cache
+    data = json.loads(open(kt.cache_path(CPU, str(tmp_path))).read())
+    assert data["version"] == kt.VERSION and data["kernels"] == first
+
+
+def test_cache_keeps_what_cannot_run_alone_and_retries_what_ran_out_of_memory(
+    tmp_path, monkeypatch
+):
+    def fake_time(node, device, value):
+        name = str(node.target)
+        if "convolution" in name:
+            return None  # cannot run alone
+        if "addmm" in name:
+            raise kt.NoMemory("capped")
+        return 1e-3
+
+    monkeypatch.setattr(kt, "time_kernel", fake_time)
+    table = kt.measure([_graph()], CPU, _value, str(tmp_path))
+    assert sorted(table.values()) == [1e-3, 1e-3]  # mm and attention
+    cached = kt.read_cache(kt.cache_path(CPU, str(tmp_path)))
+    assert sorted(k.split("(")[0] for k, v in cached.items() if v is None) == [
+        "aten.convolution.default"
+    ]
+    assert not any("addmm" in k for k in cached)  # timed again by a later process
+
+
+def test_cache_of_another_version_or_with_implausible_times_is_ignored(tmp_path):
+    path = kt.cache_path(CPU, str(tmp_path))
+    with open(path, "w") as f:
+        json.dump({"version": kt.VERSION + 1, "kernels": {"x": 1e-3}}, f)
+    assert kt.read_cache(path) == {}
+    with open(path, "w") as f:
+        json.dump({"version": kt.VERSION, "kernels": {"x": 1e-3, "y": 1e3, "z": 0.0}}, f)
+    assert kt.read_cache(path) == {"x": 1e-3}
+
+
+def _world(monkeypatch, world: int, local_world: int, local_rank: int):
+    from memopt import ranks
+
+    monkeypatch.setattr(ranks, "world_size", lambda: world)
+    monkeypatch.setattr(ranks, "rank", lambda: local_rank)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
+    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+
+
+def test_a_hosts_other_ranks_take_its_first_ranks_times(tmp_path, monkeypatch):
+    g = _graph()
+    sigs = list(kt.signatures([g], _value))
+    kt.write_cache(kt.cache_path(CPU, str(tmp_path)), dict.fromkeys(sigs, 5e-4))
+    _world(monkeypatch, 2, 2, 1)
+    monkeypatch.setattr(kt, "time_kernel", lambda *a: pytest.fail("a follower timed a kernel"))
+    assert kt.measure([g], CPU, _value, str(tmp_path)) == dict.fromkeys(sigs, 5e-4)
+
+
+def test_a_follower_that_waits_in_vain_uses_the_roofline_and_says_so(tmp_path, monkeypatch, caplog):
+    g = _graph()
+    sigs = list(kt.signatures([g], _value))
+    kt.write_cache(kt.cache_path(CPU, str(tmp_path)), {sigs[0]: 5e-4})
+    _world(monkeypatch, 2, 2, 1)
+    monkeypatch.setattr(kt, "LEADER_WAIT_S", 0.3)
+    monkeypatch.setattr(kt, "_noted", set())
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        assert kt.measure([g], CPU, _value, str(tmp_path)) == {sigs[0]: 5e-4}
+    assert "3 kernel time(s) did not come from this host's first rank" in caplog.text
+
+
+def test_several_hosts_plan_on_the_roofline(tmp_path, monkeypatch):
+    _world(monkeypatch, 4, 2, 0)
+    monkeypatch.setattr(kt, "_noted", set())
+    monkeypatch.setattr(kt, "time_kernel", lambda *a: pytest.fail("timed across hosts"))
+    assert kt.measure([_graph()], CPU, _value, str(tmp_path)) == {}
+
+
+def test_the_planner_prices_an_op_by_its_measured_time():
+    mm = next(n for n in _graph().graph.nodes if "mm.default" in str(n.target))
+    plain = op_cost(mm, Sizes(_value))
+    assert plain.seconds is None and plain.flops == 2 * 8 * 16 * 4
+    assert op_s(plain, CPU_DEFAULTS) == roofline_s(plain, CPU_DEFAULTS)
+    table = {kt.signature(mm, _value): 0.25}
+    timed = op_cost(mm, Sizes(_value, kernel_s=kt.lookup(table, _value)))
+    assert timed.seconds == 0.25 and op_s(timed, CPU_DEFAULTS) == 0.25
+    assert ops_s([timed, OpCost(bytes=10**10)], CPU_DEFAULTS) == 0.25 + 1.0
