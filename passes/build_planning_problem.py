@@ -78,12 +78,32 @@ def op_cost(node: torch.fx.Node, sizes: Sizes) -> OpCost:
         a = node.args[facts.MATMUL_OPERANDS[name][0]]
         k = sizes.dim(a.meta[mk.TORCH_VAL].shape[-1])
         flops = 2.0 * k * math.prod(sizes.dim(s) for s in out.shape)
+    elif name in ("convolution", "convolution_backward"):
+        flops = _conv_flops(node, name, sizes)
     elif "attention" in name:
         q = facts.tensor_val(node.args[0])
         if q is not None and q.dim() == 4:
             b, h, s, d = (sizes.dim(x) for x in q.shape)
             flops = 4.0 * b * h * s * s * d * (2.5 if "backward" in name else 1.0)
     return OpCost(flops=flops, bytes=moved, seconds=sizes.kernel_s(node))
+
+
+def _conv_flops(node: torch.fx.Node, name: str, sizes: Sizes) -> float:
+    """2 FLOPs per multiply-add: each output element (each input element of a transposed
+    convolution) takes ``prod(weight.shape[1:])`` of them; the backward computes the input
+    gradient and the weight gradient as its output mask asks, each as many as the forward."""
+    a = node.args
+    if name == "convolution_backward":  # (grad_output, input, weight, ..., transposed@7, mask@10)
+        w, x = facts.tensor_val(a[2]), facts.tensor_val(a[1] if a[7] else a[0])
+        mask = a[10] if len(a) > 10 else (True, True, True)
+        passes = bool(mask[0]) + bool(mask[1])
+    else:  # (input, weight, bias, stride, padding, dilation, transposed@6, ...)
+        w, x = facts.tensor_val(a[1]), facts.tensor_val(a[0] if a[6] else node)
+        passes = 1
+    if w is None or x is None:
+        return 0.0
+    per = math.prod(sizes.dim(d) for d in w.shape[1:])
+    return 2.0 * per * math.prod(sizes.dim(d) for d in x.shape) * passes
 
 
 @dataclass(frozen=True)

@@ -188,3 +188,22 @@ def test_the_planner_prices_an_op_by_its_measured_time():
     timed = op_cost(mm, Sizes(_value, kernel_s=kt.lookup(table, _value)))
     assert timed.seconds == 0.25 and op_s(timed, CPU_DEFAULTS) == 0.25
     assert ops_s([timed, OpCost(bytes=10**10)], CPU_DEFAULTS) == 0.25 + 1.0
+
+
+def test_the_roofline_counts_convolution_flops():
+    """Forward: 2 * output elements * in-channels/groups * kernel area; backward: that for each
+    gradient its output mask asks for (here input and weight)."""
+
+    def f(x, w):
+        return F.conv2d(x, w, padding=1, groups=1)
+
+    g = make_fx(torch.func.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1)), tracing_mode="fake")(
+        torch.randn(2, 3, 8, 8), torch.randn(5, 3, 3, 3)
+    )
+    costs = {
+        str(n.target): op_cost(n, Sizes(_value)).flops
+        for n in g.graph.nodes
+        if "convolution" in str(n.target)
+    }
+    fwd = 2 * (2 * 5 * 8 * 8) * (3 * 3 * 3)
+    assert costs == {"aten.convolution.default": fwd, "aten.convolution_backward.default": 2 * fwd}
