@@ -6,7 +6,14 @@ peak counters):
 
 * ``torch.compile``, and with ``activation_memory_budget`` in ``--points`` (0.8 0.5 0.3 0.1);
 * ``memopt level=1`` and ``memopt offload_layers=k`` (half the repeated layers);
-* ``memopt budget=<bytes>`` at each peak torch measured (started once those are known).
+* PyTorch's native activation offload as peers (``--peers``, on by default;
+  benchmarks/native_offload.py): ``native offload`` (saved tensors >= 1 MiB of every layer,
+  copies on the compute stream), ``native offload, stream`` (a side stream, reloads
+  prefetched, no sink wait) and ``checkpoint+offload`` (torchtitan's policy:
+  ``activation_memory_budget=0.5``, then the surviving saved tensors >= 1 MiB offloaded); a
+  peer that fails to compile or run records its error;
+* ``memopt budget=<bytes>`` at each peak torch measured (started once those are known) and
+  at each peer's peak (``memopt budget at <peer>``, started once that peer has its row).
 
 Processes compile side by side (``--parallel`` at a time); a batch is timed only when all of
 it has compiled, one process after the other, so no compile runs beside a timed step. Per
@@ -17,6 +24,9 @@ plan. A process that runs out of memory while others compile is run again alone.
 
     python benchmarks/zoo_gpu.py --models qwen2,bert --out $OUT             # the H100
     python benchmarks/zoo_gpu.py --models vit --device cpu --size tiny --out /tmp/z   # a check
+    python benchmarks/zoo_gpu.py --models vit,resnet --resume docs/data --again --out $OUT
+        # the H100: the rows docs/data lacks (the peers, memopt at their peaks), timed beside
+        # torch.compile again
     python benchmarks/zoo_gpu.py --plot docs/data/zoo_gpu_*_2026-11-25.json \
         --png docs/zoo_gpu.png --markdown docs/zoo.md   # tables into docs/zoo.md, the plot
 """
@@ -43,7 +53,18 @@ if str(ROOT) not in sys.path:
 POINTS = (0.8, 0.5, 0.3, 0.1)
 TAG = "@@zoo_gpu "
 
-from benchmarks.zoo_gpu_report import AGAIN, write_docs  # noqa: E402
+from benchmarks.zoo_gpu_report import AGAIN, PEER_LABELS, write_docs  # noqa: E402
+
+#: the peers (kind: benchmarks/native_offload.py's NativeOffload arguments; labels in
+#: PEER_LABELS); each tags saved tensors of at least --peer-min-bytes (1 MiB) in every layer
+PEERS = {
+    "native": {},
+    "native_stream": {"separate_stream": True, "prefetch": True},
+    "titan": {"memory_budget": 0.5},
+}
+assert PEERS.keys() == PEER_LABELS.keys()
+#: on the CPU (no peak measured) memopt's budget at a peer is this fraction: a check only
+CPU_PEER_TARGET = 0.5
 
 # --- one variant, in its own process -------------------------------------------------------
 
@@ -78,6 +99,13 @@ def _compile(model, variant: dict[str, Any]):
         return memopt.optimize(model, offload_layers=variant["k"])
     if kind == "budget":
         return memopt.optimize(model, budget=variant["target"])
+    if kind in PEERS:
+        from benchmarks.native_offload import NativeOffload
+
+        # entered for the rest of the process: torch.compile compiles at the first step
+        native = NativeOffload(min_bytes=variant["min_bytes"], **PEERS[kind])
+        variant["_native"] = native.__enter__()
+        return torch.compile(model)
     raise ValueError(kind)
 
 
@@ -124,7 +152,6 @@ def worker(spec: dict[str, Any]) -> None:
     """Build, compile (the first step), say READY, wait for GO on stdin, time, say RESULT."""
     import torch
 
-    from benchmarks.common import step_stats
     from benchmarks.zoo import build
     from benchmarks.zoo_models import BY_NAME, step_loss
     from memopt import _torch_compat as compat
@@ -149,24 +176,23 @@ def worker(spec: dict[str, Any]) -> None:
         except torch.OutOfMemoryError as e:
             _emit("OOM", {"error": str(e)[:300]})
             return
+        except Exception as e:  # a result (a peer that does not compile), not the runner's
+            _emit("ERROR", {"error": _error_text(e)})
+            return
         compile_s = time.perf_counter() - t0
+        native = variant.get("_native")
+        peer = native.facts() if native is not None else {}  # as the first step compiled it
         if device.startswith("cuda"):
             torch.cuda.empty_cache()  # give the GPU back to the processes still compiling
         unit, per_step = _throughput(inputs)
         _emit("READY", {"compile_s": round(compile_s, 1)})
         if sys.stdin.readline().strip() != "GO":
             return
-        if device.startswith("cuda"):
-            ms, peak = step_stats(step, warmup=spec["warmup"], iters=spec["iters"])
-        else:
-            for _ in range(spec["warmup"]):
-                step()
-            times = []
-            for _ in range(spec["iters"]):
-                t = time.perf_counter()
-                step()
-                times.append(1e3 * (time.perf_counter() - t))
-            ms, peak = sorted(times)[len(times) // 2], None
+        try:
+            ms, peak = _time_steps(step, device, spec["warmup"], spec["iters"])
+        except Exception as e:
+            _emit("ERROR", {"error": _error_text(e)})
+            return
         row = {
             **({"k": variant["k"]} if "k" in variant else {}),
             "ms": ms,
@@ -176,9 +202,45 @@ def worker(spec: dict[str, Any]) -> None:
             "unit": unit,
             "per_s": per_step / (ms / 1e3),
         }
-        if variant["kind"] not in ("compile", "torch"):
+        if variant["kind"] in PEERS:
+            row["native"] = peer
+            row["offloaded_bytes"] = peer.get("offloaded_bytes")
+        elif variant["kind"] not in ("compile", "torch"):
             row.update(_memopt_facts(compiled))
     _emit("RESULT", row)
+
+
+def _time_steps(step, device: str, warmup: int, iters: int) -> tuple[float, int | None]:
+    """Median step ms and (on CUDA) the peak allocated bytes over the timed steps."""
+    from benchmarks.common import step_stats
+
+    if device.startswith("cuda"):
+        return step_stats(step, warmup=warmup, iters=iters)
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        step()
+        times.append(1e3 * (time.perf_counter() - t))
+    return sorted(times)[len(times) // 2], None
+
+
+def _error_text(e: BaseException) -> str:
+    """The exception's first line (type and message), then its traceback (also on stderr)."""
+    import traceback
+
+    tb = traceback.format_exc()
+    print(tb, file=sys.stderr, flush=True)
+    root = e  # the cause a backend failure wraps (BackendCompilerFailed, InductorError)
+    for _ in range(8):
+        inner = getattr(root, "inner_exception", None) or root.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        root = inner
+    msg = str(root).strip().splitlines() or [""]
+    head = f"{type(e).__name__}: " + (f"{type(root).__name__}: " if root is not e else "")
+    return (head + msg[0])[:1500] + "\n" + "\n".join(tb.splitlines()[-12:])[:2500]
 
 
 # --- the scheduler --------------------------------------------------------------------------
@@ -230,11 +292,15 @@ def _not_run(row: dict[str, Any]) -> bool:
     return str(row.get("error", "")).startswith("not run")
 
 
-def _variants(points) -> list[dict[str, Any]]:
+def _variants(points, peers: bool = True, min_bytes: int = 2**20) -> list[dict[str, Any]]:
     out = [{"label": "torch.compile", "kind": "compile"}]
     out += [{"label": f"torch budget={b}", "kind": "torch", "budget": b} for b in points]
     out.append({"label": "memopt level=1", "kind": "level1"})
     out.append({"label": "memopt offload half the layers", "kind": "offload"})
+    if peers:
+        out += [
+            {"label": PEER_LABELS[kind], "kind": kind, "min_bytes": min_bytes} for kind in PEERS
+        ]
     return out
 
 
@@ -256,6 +322,7 @@ class Runner:
             "TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // args.parallel)),
         }
         self.docs: dict[str, dict[str, Any]] = {}
+        self.queued: dict[str, set[str]] = collections.defaultdict(set)  # budget labels
         self.todo: collections.deque = collections.deque()
         dev = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
         for name in args.models:
@@ -276,7 +343,7 @@ class Runner:
             done = {r["variant"] for r in kept}
             if kept and args.again:  # a baseline timed beside the rows this run adds
                 self.todo.append(self._spec(name, {"label": AGAIN, "kind": "compile"}))
-            for v in _variants(args.points):
+            for v in _variants(args.points, args.peers, args.peer_min_bytes):
                 if v["label"] not in done:
                     self.todo.append(self._spec(name, v))
             self._queue_budgets(name)
@@ -309,21 +376,29 @@ class Runner:
         self._queue_budgets(name)
 
     def _queue_budgets(self, name: str) -> None:
-        """memopt at each torch peak, once every torch point has its row."""
+        """memopt at each torch point's peak, once every torch point has its row, and at each
+        peer's peak, once that peer has its row; each budget once."""
         doc = self.docs[name]
         torch_rows = [r for r in doc["rows"] if r["kind"] == "torch"]
-        if len(torch_rows) < len(self.args.points) or doc.get("budgets_queued"):
-            return
-        doc["budgets_queued"] = True
-        done = {r["variant"] for r in doc["rows"]}
-        for r in torch_rows:
-            if r.get("peak") is None and not self.args.device.startswith("cpu"):
-                continue  # that torch point failed: no peak to aim at
-            target = r["peak"] if r.get("peak") is not None else r["budget"]
-            label = f"memopt budget at torch {r['budget']}"
-            if label not in done:
-                v = {"label": label, "kind": "budget", "target": target, "at": r["budget"]}
-                self.todo.append(self._spec(name, v))
+        aims = []  # (row, label, at, the target on the CPU where no peak is measured)
+        if len(torch_rows) >= len(self.args.points):
+            doc["budgets_queued"] = True
+            aims += [(r, f"torch {r['budget']}", r["budget"], r["budget"]) for r in torch_rows]
+        for r in doc["rows"]:
+            if r["kind"] in PEERS and "ms" in r:
+                aims.append((r, r["variant"], r["variant"], CPU_PEER_TARGET))
+        cpu = self.args.device.startswith("cpu")
+        done = {r["variant"] for r in doc["rows"]} | self.queued[name]
+        for r, at_label, at, cpu_target in aims:
+            label = f"memopt budget at {at_label}"
+            if label in done:
+                continue
+            if r.get("peak") is None and not cpu:
+                continue  # that point failed: no peak to aim at
+            target = r["peak"] if r.get("peak") is not None else cpu_target
+            self.queued[name].add(label)
+            v = {"label": label, "kind": "budget", "target": target, "at": at}
+            self.todo.append(self._spec(name, v))
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -360,6 +435,8 @@ class Runner:
                 child.state, child.info = "done", payload
             elif kind == "OOM":
                 child.state, child.info = "oom", payload
+            elif kind == "ERROR":
+                child.state, child.info = "error", payload
             elif kind == "EXIT" and child.state not in ("done", "oom", "error"):
                 err = f"exit {payload['rc']} before a result:\n{child.tail()}"
                 child.state, child.info = "error", {"error": err}
@@ -400,6 +477,18 @@ def main(argv=None) -> None:
     p.add_argument("--logs", default="/tmp/zoo_gpu_logs")
     p.add_argument("--resume", help="a folder of earlier JSON: run only what they lack")
     p.add_argument("--again", action="store_true", help=f"with --resume: time {AGAIN!r}")
+    p.add_argument(
+        "--peers",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="PyTorch's native activation offload as peers (--no-peers: leave them out)",
+    )
+    p.add_argument(
+        "--peer-min-bytes",
+        type=int,
+        default=2**20,
+        help="the peers offload saved tensors of at least this many bytes",
+    )
     p.add_argument("--suffix", default="", help="appended to zoo_gpu_<model> in file names")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--plot", nargs="*", help="JSON files: write tables and the plot instead")

@@ -11,6 +11,16 @@ LOSS_RTOL = 2e-2
 #: torch.compile timed again in a resumed run (``--again``): memopt's rows of that run are
 #: compared with it, as their step times and the first baseline's come from other machines
 AGAIN = "torch.compile again"
+#: PyTorch's native activation offload as peers (kind: label; benchmarks/zoo_gpu.py runs
+#: them, with benchmarks/native_offload.py)
+PEER_LABELS = {
+    "native": "native offload",
+    "native_stream": "native offload, stream",
+    "titan": "checkpoint+offload",
+}
+PEER_KINDS = tuple(PEER_LABELS)
+#: memopt's peak may exceed a peer's by this much and still dominate it (allocator rounding)
+PEAK_SLACK = 1.005
 
 
 def _gib(n: float | None) -> str:
@@ -25,17 +35,35 @@ def _rows(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["variant"]: r for r in d["rows"]}
 
 
+def _is_peer_budget(r: dict[str, Any]) -> bool:
+    return r["kind"] == "budget" and isinstance(r.get("at"), str)
+
+
+def _baselines(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per resumed row, the ``--again`` baseline of its run: the last one before it (rows are
+    recorded in order, each resumed run's baseline first)."""
+    out, again = {}, {}
+    for r in d["rows"]:
+        if r["variant"] == AGAIN:
+            again = r
+        elif r.get("resumed"):
+            out[r["variant"]] = again
+    return out
+
+
 def compare(d: dict[str, Any]) -> dict[str, Any]:
-    """Per torch point: torch's and memopt's peak and overhead and the issue's targets."""
+    """Per torch point: torch's and memopt's peak and overhead and the issue's targets; per
+    peer: its peak and overhead, memopt's at its peak, and whether memopt dominates it."""
     rows = _rows(d)
     base = rows.get("torch.compile", {})
     if "ms" not in base:
-        return {"base": base, "points": [], "others": []}
-    again = rows.get(AGAIN, {})
+        return {"base": base, "points": [], "others": [], "peers": []}
+    agains = _baselines(d)
 
     def over(r):
         if "ms" not in r:
             return None
+        again = agains.get(r["variant"], {})
         ref = again if "ms" in again and r.get("resumed") else base
         return r["ms"] / ref["ms"] - 1
 
@@ -61,12 +89,57 @@ def compare(d: dict[str, Any]) -> dict[str, Any]:
             p["pred_err"] = pred / m["peak"] - 1 if pred else None
         p["loss_ok"] = loss_ok(m)
         points.append(p)
+    peers = []
+    last = {r["kind"]: r for r in d["rows"] if r["kind"] in PEER_KINDS}
+    for r in sorted(last.values(), key=lambda r: PEER_KINDS.index(r["kind"])):
+        m = rows.get(f"memopt budget at {r['variant']}", {})
+        q = {"peer": r, "memopt": m, "peer_over": over(r), "memopt_over": over(m)}
+        q["peer_loss_ok"], q["loss_ok"] = loss_ok(r), loss_ok(m)
+        q["dominates"] = dominates(r, m)
+        peers.append(q)
     others = [
         {**r, "over": over(r), "loss_ok": loss_ok(r)}
         for r in d["rows"]
-        if r["kind"] in ("level1", "offload") or "error" in r
+        if (r["kind"] in ("level1", "offload") or "error" in r)
+        and r["kind"] not in PEER_KINDS
+        and not _is_peer_budget(r)
     ]
-    return {"base": base, "points": points, "others": others}
+    return {"base": base, "points": points, "others": others, "peers": peers}
+
+
+def dominates(peer: dict[str, Any], memopt: dict[str, Any]) -> dict[str, bool] | None:
+    """Whether memopt's point is at least as good as the peer's on both axes: its peak within
+    ``PEAK_SLACK`` of the peer's and its step no slower (None without both measured)."""
+    if any(r.get("peak") is None or "ms" not in r for r in (peer, memopt)):
+        return None
+    return {
+        "peak": memopt["peak"] <= PEAK_SLACK * peer["peak"],
+        "time": memopt["ms"] <= peer["ms"],
+    }
+
+
+def dominance_cell(dom: dict[str, bool] | None) -> str:
+    """``yes``, ``**no** (peak)``, ``**no** (time)``, ``**no** (peak, time)`` or ``-``."""
+    if dom is None:
+        return "-"
+    missed = [k for k in ("peak", "time") if not dom[k]]
+    return "yes" if not missed else f"**no** ({', '.join(missed)})"
+
+
+def brief_error(text: str, width: int = 160) -> str:
+    """An error's first line (benchmarks/zoo_gpu.py puts the exception there), or the last
+    line naming an exception in a process's log tail."""
+    lines = [x.strip() for x in str(text).splitlines() if x.strip()]
+    if not lines:
+        return "failed"
+    first = lines[0]
+    if first.endswith("raised:") and len(lines) > 1:  # torch's backend failure: the cause next
+        first = f"{first} {lines[1]}"
+    if first.startswith("exit ") or first.startswith("timeout"):
+        named = [x for x in lines[1:] if "Error" in x.split(":")[0] or "Exception" in x]
+        if named:
+            first = f"{first.rstrip(':')}: {named[-1]}"
+    return first[:width].replace("|", "\\|")
 
 
 def _mark(ok: bool | None, text: str = "") -> str:
@@ -122,6 +195,81 @@ def model_table(d: dict[str, Any]) -> str:
             )
         else:
             out.append(f"\n{r['variant']}: failed: `{r['error'].splitlines()[0][:200]}`")
+    if c["peers"]:
+        mb = {q["peer"].get("min_bytes") for q in c["peers"]} - {None}
+        size = f" ≥ {min(mb) / 2**20:g} MiB" if mb else ""
+        out.append(
+            f"\nPyTorch's native activation offload: saved tensors{size} tagged, offloaded "
+            "where torch can (no views or getitems); memopt's budget at each peer's peak "
+            f"dominates it at ≤ {PEAK_SLACK:g} x its peak and no more step time."
+        )
+        out += ["", *peer_table(c["peers"])]
+    return "\n".join(out) + "\n"
+
+
+def _native(r: dict[str, Any]) -> str:
+    """What a peer tagged and what torch offloaded of it: ``n (GiB) / n (GiB)``."""
+    n = r.get("native") or {}
+    if "tagged" not in n:
+        return "-"
+    off = "-" if n.get("offloaded") is None else f"{n['offloaded']} ({_gib(n['offloaded_bytes'])})"
+    return f"{n['tagged']} ({_gib(n['tagged_bytes'])}) / {off}"
+
+
+def _loss_pair(q: dict[str, Any]) -> str:
+    def one(ok):
+        return "-" if ok is None else ("close" if ok else "**differs**")
+
+    return f"{one(q['peer_loss_ok'])} / {one(q['loss_ok'])}"
+
+
+def peer_table(peers: list[dict[str, Any]]) -> list[str]:
+    """PyTorch's native activation offload (benchmarks/native_offload.py) against memopt's
+    budget at each peer's measured peak; failed peers with their error."""
+    out = [
+        "| peer | peer peak GiB | peer overhead | tagged / offloaded (GiB) | memopt peak GiB "
+        "| memopt overhead | memopt dominates | loss (peer / memopt) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for q in peers:
+        r, m = q["peer"], q["memopt"]
+        if "ms" not in r:
+            err = brief_error(r.get("error", "not run"))
+            out.append(f"| {r['variant']} | failed: `{err}` | | | | | | |")
+            continue
+        head = f"| {r['variant']} | {_gib(r.get('peak'))} | {_pct(q['peer_over'])} | {_native(r)} "
+        if "ms" not in m:
+            err = brief_error(m.get("error", "not run"))
+            out.append(head + f"| memopt: `{err}` | | | {_loss_pair(q)} |")
+            continue
+        out.append(
+            head + f"| {_gib(m.get('peak'))} | {_pct(q['memopt_over'])} "
+            f"| {dominance_cell(q['dominates'])} | {_loss_pair(q)} |"
+        )
+    return out
+
+
+def peer_summary(docs: list[dict[str, Any]]) -> str:
+    """Per model and peer: does memopt at the peer's peak dominate it (``peer failed``: the
+    peer has no measured point; ``-``: not run)."""
+    out = [
+        "| model | "
+        + " | ".join(f"memopt dominates {label}" for label in PEER_LABELS.values())
+        + " |",
+        "|---|" + "---|" * len(PEER_LABELS),
+    ]
+    for d in docs:
+        by_kind = {q["peer"]["kind"]: q for q in compare(d)["peers"]}
+        cells = []
+        for kind in PEER_KINDS:
+            q = by_kind.get(kind)
+            if q is None:
+                cells.append("-")
+            elif "ms" not in q["peer"]:
+                cells.append("peer failed")
+            else:
+                cells.append(dominance_cell(q["dominates"]))
+        out.append(f"| {d['model']} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -179,6 +327,12 @@ def plot(docs: list[dict[str, Any]], png: str) -> None:
         for r, style in zip(c["others"], ("^", "v")):
             if r.get("peak") is not None:
                 ax.plot([r["peak"] / 2**30], [100 * r["over"]], style, label=r["variant"])
+        for q, style in zip(c["peers"], ("x", "1", "+")):
+            for key, marker, name in (("peer", style, "{}"), ("memopt", "D", "memopt at {}")):
+                r = q[key]
+                if r.get("peak") is not None and q[f"{key}_over"] is not None:
+                    x, y = r["peak"] / 2**30, 100 * q[f"{key}_over"]
+                    ax.plot([x], [y], marker, ms=5, label=name.format(q["peer"]["variant"]))
         ax.set_xlabel("peak GiB", fontsize=8)
         ax.set_ylabel("overhead vs torch.compile (%)", fontsize=8)
         ax.tick_params(labelsize=7)
@@ -199,6 +353,7 @@ def markdown(docs: list[dict[str, Any]]) -> str:
         f"median of the timed steps; raw JSON: {files}.\n\n"
         + summary_table(docs)
         + "\n"
+        + (peer_summary(docs) + "\n" if any(compare(d)["peers"] for d in docs) else "")
         + "\n".join(model_table(d) for d in docs)
     )
 
