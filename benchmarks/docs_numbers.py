@@ -142,6 +142,20 @@ PRODUCERS: tuple[Producer, ...] = (
     ),
     Producer("fsdp_step*.json", f"{PY}fsdp_step.py --out docs/data/{{file}}", "gpu"),
     Producer(
+        "kernels_*.json",
+        "MEMOPT_CACHE_DIR=$OUT/cache (any budget or offload run on the GPU), then "
+        "cp $OUT/cache/rates/kernels-*.json docs/data/{file}",
+        "gpu",
+        "memopt's kernel-time cache of the run named in docs/planner.md / docs/zoo.md",
+    ),
+    Producer(
+        "diag_vit_offload*.json",
+        f"{PY}diag_zoo_offload.py --model vit "
+        "--variants compile,offload=1,budget=4221106688,budget_noffload=4221106688 "
+        "--out docs/data/{file}",
+        "gpu",
+    ),
+    Producer(
         "multi_gpu_steps_w2_2026-11-25.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps --out docs/data/{file}",
         "gpu-x2",

@@ -30,6 +30,7 @@ FILES = {
     "adamw25": "param_cpu_adamw_2026-11-25.json",
     "s9": "fsdp_step_2026-11-25_s9.json",
     "s9r": "fsdp_step_2026-11-25_s9_reuse.json",
+    "s11": "fsdp_step_2026-11-25_s11_kernels.json",
     "p9": "param_peers_2026-11-25_s9.json",
     "p9auto": "param_peers_2026-11-25_s9_auto.json",
     "ci": "ci_run.json",
@@ -73,7 +74,7 @@ def load(name: str) -> dict:
 def row(name: str, alias: str) -> dict:
     """A row of an fsdp_step.py file: ``compile``, ``eager``, ``l1`` (level 1), ``t0.5``
     (torch's budget 0.5), ``b0.5`` (memopt's budget at torch 0.5's peak; ``b0.5n``: its no
-    offload variant), ``b0.6`` (``budget=0.6``), ``k1`` (``offload_layers=1``)."""
+    offload variant, ``b0.5r``: priced by the roofline alone), ``b0.6`` (``budget=0.6``), ``k1`` (``offload_layers=1``)."""
     rows = load(name)["rows"]
     fixed = {"compile": "torch.compile", "eager": "eager FSDP2", "l1": "memopt level=1"}
     if alias in fixed:
@@ -85,12 +86,9 @@ def row(name: str, alias: str) -> dict:
     elif alias.startswith("b") and alias[1:] == "0.6":
         want = "memopt budget=0.6"
     elif alias.startswith("b"):
-        point, no = alias[1:].removesuffix("n"), alias.endswith("n")
-        want = next(
-            r["variant"]
-            for r in rows
-            if r["variant"].endswith(f"(torch {point})" + (", no offload" if no else ""))
-        )
+        tail = {"n": ", no offload", "r": ", roofline"}.get(alias[-1], "")
+        point = alias[1:].rstrip("nr")
+        want = next(r["variant"] for r in rows if r["variant"].endswith(f"(torch {point}){tail}"))
     else:
         raise KeyError(f"no row alias {alias!r} (see docs_prose.row)")
     return next(r for r in rows if r["variant"] == want)

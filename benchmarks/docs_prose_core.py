@@ -370,9 +370,14 @@ def zoo_row(model: str, variant: str, field: str) -> str:
     or ``over0`` (whole %), ``ms`` (step time added, ms), ``pred`` (predicted peak, GiB),
     ``movedGB`` (offloaded GB each way), ``serial50`` (those copies both ways one after the other
     at 50 GB/s, ms), ``basems`` (the torch.compile step it is compared with, ms). ``variant``: ``level1``,
-    ``offload``, ``t0.5`` (torch's budget), ``b0.5`` (memopt's budget at torch's peak)."""
+    ``offload``, ``native`` (torch's native offload), ``t0.5`` (torch's budget), ``b0.5``
+    (memopt's budget at torch's peak). ``model`` may carry a run suffix (``vit_s11``)."""
     d = load(f"zoo_gpu_{model}.json")
-    kinds = {"level1": "memopt level=1", "offload": "memopt offload half the layers"}
+    kinds = {
+        "level1": "memopt level=1",
+        "offload": "memopt offload half the layers",
+        "native": "native offload",
+    }
     if variant in kinds:
         want = kinds[variant]
     elif variant.startswith("t"):

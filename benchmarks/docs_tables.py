@@ -97,6 +97,8 @@ def cli_peak(d: dict) -> str:
 #: GPU zoo models in docs/zoo.md (zoo_gpu_dit.json records DiT's failure: diffusers is not
 #: installed on the device)
 ZOO_GPU = ("qwen2", "bert", "vit", "resnet", "whisper", "dit")
+#: the eleventh session's full re-run (kernel times, today's memory model, native-offload peers)
+ZOO_GPU_S11 = ("qwen2", "bert", "vit", "resnet")
 
 
 def zoo_gpu(*docs: dict) -> str:
@@ -104,6 +106,13 @@ def zoo_gpu(*docs: dict) -> str:
     from benchmarks.zoo_gpu_report import markdown
 
     return markdown(list(docs))
+
+
+def zoo_gpu_s11(*docs: dict) -> str:
+    """The same for the eleventh session's files (``zoo_gpu_<model>_s11.json``)."""
+    from benchmarks.zoo_gpu_report import markdown
+
+    return markdown(list(docs), suffix="_s11")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -141,6 +150,8 @@ SECTIONS: dict[str, Section] = {
     ),
     "multi_gpu_pcie": Section(("pcie_w2_2026-11-25.json",), multi.pcie),
     "zoo_gpu": Section(tuple(f"zoo_gpu_{m}.json" for m in ZOO_GPU), zoo_gpu),
+    "zoo_gpu_s11": Section(tuple(f"zoo_gpu_{m}_s11.json" for m in ZOO_GPU_S11), zoo_gpu_s11),
+    "fsdp_step_s11": Section(("fsdp_step_2026-11-25_s11_kernels.json",), fsdp_step_s8),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(
         ("offload_llama8_v4.json", "offload_llama8_v3.json"), offload_rows

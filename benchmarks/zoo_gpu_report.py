@@ -343,11 +343,12 @@ def plot(docs: list[dict[str, Any]], png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
-def markdown(docs: list[dict[str, Any]]) -> str:
+def markdown(docs: list[dict[str, Any]], suffix: str = "") -> str:
     """The GPU section of docs/zoo.md (between ``<!-- zoo gpu -->`` markers): the summary and
-    each model's table (benchmarks/docs_numbers.py checks it against docs/data)."""
+    each model's table (benchmarks/docs_numbers.py checks it against docs/data). ``suffix``:
+    the run's file-name suffix (``zoo_gpu_<model><suffix>.json``)."""
     d0 = docs[0]
-    files = ", ".join(f"`docs/data/zoo_gpu_{d['model']}.json`" for d in docs)
+    files = ", ".join(f"`docs/data/zoo_gpu_{d['model']}{suffix}.json`" for d in docs)
     return (
         f"Device {d0['device']}, torch {d0['torch']}, {d0['dtype']} weights, size {d0['size']}; "
         f"median of the timed steps; raw JSON: {files}.\n\n"
