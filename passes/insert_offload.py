@@ -179,8 +179,8 @@ class _Rewriter:
             return _Place(not_before.before, not_before.after, None)
         return place
 
-    def _emit(self, target, args: tuple, place: _Place, **kw) -> fx.Node:
-        node = self._new(target, (*args, place.after), before=place.before, **kw)
+    def _emit(self, target, args: tuple, place: _Place, *, extra: tuple = (), **kw) -> fx.Node:
+        node = self._new(target, (*args, place.after, *extra), before=place.before, **kw)
         if place.gate is not None:
             place.gate.deps.append(node)
         return node
@@ -194,7 +194,12 @@ class _Rewriter:
         # issued at the first matmul after the producer, which waits for the issue
         issue = self._place_at(fw_idx, fw_idx.nodes[fw_idx.pos[p] + 1])
         h = self._emit(
-            ops.offload, (p,), issue, layer=u.layer, name=None if fwd_wait else host_name
+            ops.offload,
+            (p,),
+            issue,
+            extra=_host_layout(p),
+            layer=u.layer,
+            name=None if fwd_wait else host_name,
         )
         device = p.meta["val"].device
         if not fwd_wait:
@@ -401,3 +406,14 @@ def insert_offload_pass(
         notes=tuple(rw.notes),
         synchronous=synchronous,
     )
+
+
+def _host_layout(p: fx.Node) -> tuple:
+    """The host copy's strides as the offload op's argument: the traced tensor's layout
+    (``ops.host_stride`` of its meta), so the host copy has the layout the graph was traced
+    with even when Inductor hands the op the tensor in another one; empty (the op decides at
+    run time) where a stride is symbolic."""
+    strides = ops.host_stride(p.meta["val"])
+    if not all(isinstance(x, int) for x in strides):
+        return ()
+    return (list(strides),)

@@ -52,6 +52,32 @@ def test_non_dense_tensor_is_made_contiguous():
     assert ops.copy_stats().contiguous_copies == 1
 
 
+def test_a_given_host_layout_wins_over_the_tensors_own():
+    """The rewrite fixes the host copy's layout (the traced tensor's): a tensor handed over in
+    another layout (Inductor picks its buffers' layouts) is copied into it on the device, so
+    the host copy is what the compiled graph was traced with (not restrided on the CPU)."""
+    t = torch.randn(8, 16, 32).permute(2, 0, 1)  # dense, permuted
+    h = ops.wait_offload(ops.offload(t, None, [128, 16, 1]), [t], None)
+    assert h.stride() == (128, 16, 1) and ops.POOL.owns(h)
+    assert torch.equal(h, t) and ops.copy_stats().contiguous_copies == 1
+    back = ops.wait_reload(ops.reload(h, t.device, None), None)
+    assert back.stride() == (128, 16, 1) and torch.equal(back, t)
+    ops.reset_copy_stats()
+    same = ops.offload(t, None, list(t.stride()))  # already in that layout: no device copy
+    assert same.stride() == t.stride() and ops.copy_stats().contiguous_copies == 0
+    ops.wait_offload(same, [t], None)
+    with FakeTensorMode():
+        f = torch.empty_strided((32, 8, 16), (1, 512, 32))
+        assert ops.offload(f, None, [128, 16, 1]).stride() == (128, 16, 1)
+        assert ops.offload(f).stride() == (1, 512, 32)  # none given: its own dense layout
+
+
+def test_size_one_dimensions_do_not_count_as_another_layout():
+    t = torch.randn(4, 1, 5)
+    assert ops.same_layout(t.shape, (5, 5, 1), (5, 1, 1))
+    assert not ops.same_layout(t.shape, (5, 5, 1), (1, 5, 4))
+
+
 def test_is_dense():
     assert ops.is_dense(torch.empty(4, 5))
     assert ops.is_dense(torch.empty(4, 5).t())

@@ -135,6 +135,10 @@ def test_default_two_of_five_layers():
     )
     assert r.synchronous and "copies synchronous (no CUDA device)" in r.summary()
     assert ops.pending_copies() == 0
+    # each offload carries its host layout: the traced tensor's
+    offloads = [n for n in r.fw.graph.nodes if n.target is ops.offload]
+    assert [n.args[2] for n in offloads] == [list(n.args[0].meta["val"].stride()) for n in offloads]
+    assert all(n.meta["val"].stride() == tuple(n.args[2]) for n in offloads)
 
 
 def test_waits_sit_at_the_layer_boundaries():
@@ -264,6 +268,9 @@ def test_symbolic_batch():
     check_offload(r)
     assert r.bytes_per_layer() == {0: MiB}  # two [256, 512] tensors, sized by the hint
     assert isinstance(r.offloaded[0].nbytes, int)
+    offloads = [n for n in r.fw.graph.nodes if n.target is ops.offload]
+    # a symbolic batch leaves the strides of [batch, 512] concrete: the layout is still given
+    assert [n.args[2] for n in offloads] == [[512, 1], [512, 1]]
 
 
 class _Direct(LayerOffloadPartitioner):

@@ -37,7 +37,10 @@ from memopt import _torch_compat as compat
 NAMESPACE = "memopt"
 _LIB = torch.library.Library(NAMESPACE, "FRAGMENT")
 
-_LIB.define("offload(Tensor t, Tensor? after=None) -> Tensor", tags=compat.exact_strides_tags())
+_LIB.define(
+    "offload(Tensor t, Tensor? after=None, SymInt[]? stride=None) -> Tensor",
+    tags=compat.exact_strides_tags(),
+)
 _LIB.define("wait_offload(Tensor(a) host, Tensor[] keep, Tensor? after=None) -> Tensor(a)")
 _LIB.define("reload(Tensor host, Device device, Tensor? after=None) -> Tensor")
 _LIB.define("wait_reload(Tensor(a) t, Tensor? after=None) -> Tensor(a)")
@@ -189,7 +192,8 @@ class CopyStats:
     sync_copies: int = 0
     """Copies done synchronously (the tensor was not on a CUDA device)."""
     contiguous_copies: int = 0
-    """Non-dense tensors made contiguous on the compute stream before their offload."""
+    """Tensors copied on the compute stream into their host layout before their offload
+    (non-dense ones, and those the compiled graph handed over in another layout)."""
     devices: set = field(default_factory=set)
 
 
@@ -269,14 +273,30 @@ def _issue_on_transfer_stream(device: torch.device, dst: torch.Tensor, src: torc
 _HOST_STRIDES: dict[tuple, tuple] = {}
 
 
-def _offload(t: torch.Tensor, after: torch.Tensor | None = None) -> torch.Tensor:
+def same_layout(shape: Sequence, a: Sequence, b: Sequence) -> bool:
+    """Whether strides ``a`` and ``b`` place every element of ``shape`` alike (dimensions of
+    size 1 have no stride that matters)."""
+    return all(int(s) == 1 or int(x) == int(y) for s, x, y in zip(shape, a, b))
+
+
+def _offload(
+    t: torch.Tensor, after: torch.Tensor | None = None, stride: Sequence[int] | None = None
+) -> torch.Tensor:
+    """``stride``: the host copy's layout, fixed when the graph was rewritten (the traced
+    tensor's); the compiled graph may hand over ``t`` in another layout (Inductor picks its
+    buffers' layouts), and then ``t`` is first copied on the device into that layout. Without
+    it, the host copy keeps ``t``'s layout when dense (``host_stride``)."""
     shape, strides = tuple(t.shape), t.stride()
-    stride = _HOST_STRIDES.get((shape, strides))
-    if stride is None:
-        stride = _HOST_STRIDES.setdefault((shape, strides), host_stride(t))
+    if stride is not None:
+        stride = tuple(int(x) for x in stride)
+    else:
+        stride = _HOST_STRIDES.get((shape, strides))
+        if stride is None:
+            stride = _HOST_STRIDES.setdefault((shape, strides), host_stride(t))
     src = t
-    if stride != strides:
-        src = t.contiguous()  # on the compute stream, before the copy is issued
+    if not same_layout(shape, stride, strides):
+        # on the compute stream, before the copy is issued: one flat copy to the host after
+        src = torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
         with _STATS_LOCK:
             _STATS.contiguous_copies += 1
     nbytes = t.numel() * t.element_size()
@@ -345,8 +365,9 @@ _LIB.impl("barrier", _barrier, "CompositeExplicitAutograd")
 # --------------------------------------------------------------------------- fake (meta) kernels
 
 
-def _offload_fake(t: torch.Tensor, after=None) -> torch.Tensor:
-    return torch.empty_strided(t.shape, host_stride(t), dtype=t.dtype, device="cpu")
+def _offload_fake(t: torch.Tensor, after=None, stride=None) -> torch.Tensor:
+    layout = tuple(stride) if stride is not None else host_stride(t)
+    return torch.empty_strided(t.shape, layout, dtype=t.dtype, device="cpu")
 
 
 def _reload_fake(host: torch.Tensor, device: torch.device, after=None) -> torch.Tensor:
