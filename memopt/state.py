@@ -224,7 +224,10 @@ class MemoptState:
         if self._step_plans >= MAX_STEP_PLANS:
             return
         if self.last_step == self._planned_for:
-            if (self._settled < SETTLE_STEPS or ranks.world_size() == 1) and self._outgrown():
+            if self.step_choice is None and self._probed is not None and self._overran():
+                self._step_plans += 1  # one region over its byte budget: a step plan now
+                self.plan_step(self.last_step)
+            elif (self._settled < SETTLE_STEPS or ranks.world_size() == 1) and self._outgrown():
                 self._step_plans += 1
                 self.plan_step(self.last_step)
             return
@@ -233,6 +236,26 @@ class MemoptState:
         self._plan_offload(self.last_step)
         if self.config.budget is not None and len(self.last_step) > 1:
             self.plan_step(self.last_step)
+        elif self._entry_last and isinstance(self.config.budget, int):
+            self._probe_next = True  # one region on CUDA: measure what its own plan holds
+
+    def _overran(self) -> bool:
+        """Whether the one region of the step, planned alone, peaked above its byte budget
+        (+ MEASURED_MARGIN) as measured: then the step is planned as steps of several regions
+        are, with the excess over the region's prediction as the first correction."""
+        if self._probed <= self.config.budget * (1 + MEASURED_MARGIN) or len(self.last_step) != 1:
+            return False
+        index, offsets = self.last_step[0], self._offsets(self.last_step)
+        planner = self.regions[index].extra.get("planner") or {}
+        if offsets is None or planner.get("predicted_peak") is None:
+            return False
+        self.measured_peak = self._probed
+        self._correction = max(0, self._probed - planner["predicted_peak"] - offsets[0])
+        log.info(
+            "memopt: measured step peak %d bytes, above the budget %d: planning the step "
+            "(correction %d)", self._probed, self.config.budget, self._correction
+        )  # fmt: skip
+        return True
 
     def _finish_probe(self, peak: int | None) -> None:
         """The probed step's peak, kept only if nothing compiled during the step (autotuning

@@ -1,0 +1,73 @@
+"""A step of one compiled region under a byte budget: its own plan is measured once (the
+allocator's record of a steady step, on CUDA), and only a measured overrun of the budget
+makes it a step plan with that excess as the first correction. The CUDA measurements are
+given here by hand (the state's inputs), the region is a real CPU compile."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from memopt.api import MemoptBackend
+from memopt.config import resolve_config
+from memopt.state import MEASURED_MARGIN, MemoptState
+
+BUDGET = 400_000
+
+
+def _state() -> MemoptState:
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.GELU()) for _ in range(4)])
+    config = resolve_config(budget=BUDGET)
+    state = MemoptState(config)
+    compiled = torch.compile(model, backend=MemoptBackend(config, state))
+    compiled(torch.randn(128, 64)).sum().backward()
+    assert len(state.regions) == 1 and 0 in state.problems
+    return state
+
+
+def _cuda_step(state: MemoptState, entry: int, probed: int | None = None) -> None:
+    """What enter()/backward_started() record on CUDA for one step of the one region."""
+    state._seq, state._backward_seen = [0], True
+    state._entry, state._bwd_entry = [entry], {0: 0}
+    state._compiled_in_step = False
+    state._probe = None if probed is None else SimpleNamespace(finish=lambda: probed)
+    state._finish_step()
+
+
+def _static(state: MemoptState) -> int:
+    return state.problems[0].problem.timeline.static_bytes
+
+
+def test_one_region_within_its_budget_is_measured_once_and_left_alone():
+    state = _state()
+    entry = _static(state) + 1000
+    _cuda_step(state, entry)
+    assert state._planned_for == (0,) and state._probe_next  # the next step is measured
+    _cuda_step(state, entry, probed=BUDGET)
+    assert state._probed == BUDGET and not state._probe_next
+    assert state.step_choice is None and state._correction == 0  # its own plan stays
+
+
+def test_one_region_over_its_budget_becomes_a_step_plan_with_the_excess_corrected():
+    state = _state()
+    entry = _static(state) + 1000  # 1000 bytes outside the region's graph
+    _cuda_step(state, entry)
+    over = int(BUDGET * 1.05)
+    _cuda_step(state, entry, probed=over)
+    predicted = state.regions[0].extra["planner"]["predicted_peak"]
+    assert state._correction == over - predicted - 1000
+    assert state.measured_peak == over
+    choice = state.step_choice
+    assert choice is not None and state._probe_next  # the step plan is measured in turn
+    assert choice.target == BUDGET - int(MEASURED_MARGIN * BUDGET)  # measured: no reserve
+
+
+def test_an_overrun_within_the_margin_is_no_overrun():
+    state = _state()
+    entry = _static(state) + 1000
+    _cuda_step(state, entry)
+    _cuda_step(state, entry, probed=int(BUDGET * (1 + MEASURED_MARGIN)))
+    assert state.step_choice is None
