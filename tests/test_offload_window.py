@@ -49,3 +49,42 @@ def test_the_note_reaches_the_report(monkeypatch, caplog):
         opt(torch.randn(8, 64)).sum().backward()
     assert "the copies cannot hide" in memopt.report(opt).table()
     assert any("the copies cannot hide" in r.getMessage() for r in caplog.records)
+
+
+def test_the_compute_seconds_probe_runs_on_the_graphs(monkeypatch):
+    """The probe itself (CUDA only; here the device is said to be one): forward and backward
+    seconds over the graphs' ops, a measured kernel time where the table has one. It once
+    failed on every graph (``find_nodes`` without a target) and the window note never came."""
+    import torch
+
+    import memopt
+    import memopt.passes.pipeline as pipeline
+    import memopt.passes.plan_budget as plan_budget
+    from memopt.planner.costs import H100_DEFAULTS
+    from tests.helpers import MLP
+
+    seen = []
+    real = pipeline._compute_seconds
+
+    def probe(r):
+        out = real(r)
+        seen.append((out, r))
+        return out
+
+    monkeypatch.setattr(pipeline, "_device", lambda inputs: torch.device("cuda"))
+    monkeypatch.setattr(plan_budget, "device_rates", lambda device: H100_DEFAULTS)
+    monkeypatch.setattr(pipeline.kernel_times, "measure", lambda *a: {})
+    monkeypatch.setattr(pipeline, "_compute_seconds", probe)
+    torch.manual_seed(0)
+    opt = memopt.optimize(MLP(n=3), offload_layers=2, offload_min_bytes=0)
+    opt(torch.randn(8, 64)).sum().backward()
+    (fwd_s, bwd_s, rates), region = seen[0]
+    assert fwd_s > 0 and bwd_s > 0 and rates is H100_DEFAULTS
+    # a measured kernel replaces its roofline time: one mm of the forward at 1 s
+    region.kernels = {}
+    fwd0, bwd0, _ = real(region)  # the graphs as rewritten (the probe saw them before)
+    mm = next(n for n in region.fw.graph.nodes if "mm" in str(n.target))
+    value = pipeline._value(region)
+    region.kernels = {pipeline.kernel_times.signature(mm, value): 1.0}
+    fwd2, bwd2, _ = real(region)
+    assert fwd2 > 1.0 > fwd0 and bwd2 == bwd0
