@@ -279,8 +279,10 @@ def measure(
                 got[s] = None  # the roofline for this process; timed again by a later one
                 no_memory.add(s)
         # what cannot run alone is written as such (None), so no rank of this host waits
-        # for it; what ran out of memory under a cap is not written
-        write_cache(path, {s: t for s, t in got.items() if s not in no_memory})
+        # for it; what ran out of memory under a cap is not written (a later process times
+        # it), except where this host's other ranks wait for the same table
+        shared = ranks.world_size() > 1
+        write_cache(path, {s: t for s, t in got.items() if shared or s not in no_memory})
         table.update(got)
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the inputs made for timing go back to the device

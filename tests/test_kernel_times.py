@@ -132,6 +132,19 @@ def test_cache_keeps_what_cannot_run_alone_and_retries_what_ran_out_of_memory(
     assert not any("addmm" in k for k in cached)  # timed again by a later process
 
 
+def test_a_hosts_first_rank_writes_what_ran_out_of_memory_so_no_rank_waits(tmp_path, monkeypatch):
+    def fake_time(node, device, value):
+        if "addmm" in str(node.target):
+            raise kt.NoMemory("capped")
+        return 1e-3
+
+    _world(monkeypatch, 2, 2, 0)
+    monkeypatch.setattr(kt, "time_kernel", fake_time)
+    kt.measure([_graph()], CPU, _value, str(tmp_path))
+    cached = kt.read_cache(kt.cache_path(CPU, str(tmp_path)))
+    assert [k.split("(")[0] for k, v in cached.items() if v is None] == ["aten.addmm.default"]
+
+
 def test_cache_of_another_version_or_with_implausible_times_is_ignored(tmp_path):
     path = kt.cache_path(CPU, str(tmp_path))
     with open(path, "w") as f:
