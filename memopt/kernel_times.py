@@ -1,10 +1,10 @@
 """The graph's own compute kernels, timed on the device.
 
 The roofline (:mod:`memopt.planner.costs`) prices a matmul at the rate of one large square
-matmul and an attention at that rate over its full ``4·b·h·s²·d`` FLOPs; a convolution has no
-FLOP formula there at all. Real kernels miss those numbers by a shape-dependent factor (a thin
-matmul, a causal attention that skips half its blocks, a backward kernel, a 3x3 convolution),
-and a recompute is chosen or refused on exactly these costs. So every matmul, attention and
+matmul, an attention at that rate over its full ``4·b·h·s²·d`` FLOPs and a convolution by
+its multiply-adds at that rate too. Real kernels miss those numbers by a shape-dependent
+factor (a thin matmul, a causal attention that skips half its blocks, a backward kernel, a
+3x3 convolution), and a recompute is chosen or refused on exactly these costs. So every matmul, attention and
 convolution of a graph (forward, backward and the joint graph the recompute subgraphs come
 from) is timed once on the device with real tensors of its shapes, strides and dtypes, and
 the time is cached per device, torch version and signature (``kernels-<device>-torch<v>.json``
