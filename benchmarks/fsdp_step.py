@@ -187,24 +187,20 @@ def measure(args) -> None:
             {"target": peak},
             memopt_row=True,
         )
-        if args.roofline_too:  # the same budget priced by the roofline alone
-            run(
-                f"memopt budget={peak / 2**30:.2f}GiB (torch {b}), roofline",
-                lambda peak=peak: memopt.optimize(
-                    model, budget=int(peak), disable_passes=("time_kernels",)
-                ),
-                {"target": peak},
-                memopt_row=True,
-            )
-        if args.recompute_only_too:  # the same budget with offload switched off
-            run(
-                f"memopt budget={peak / 2**30:.2f}GiB (torch {b}), no offload",
-                lambda peak=peak: memopt.optimize(
-                    model, budget=int(peak), disable_passes=("offload",)
-                ),
-                {"target": peak},
-                memopt_row=True,
-            )
+        # the same budget priced by the roofline alone / with offload switched off
+        for on, suffix, off in (
+            (args.roofline_too, "roofline", "time_kernels"),
+            (args.recompute_only_too, "no offload", "offload"),
+        ):
+            if on:
+                run(
+                    f"memopt budget={peak / 2**30:.2f}GiB (torch {b}), {suffix}",
+                    lambda peak=peak, off=off: memopt.optimize(
+                        model, budget=int(peak), disable_passes=(off,)
+                    ),
+                    {"target": peak},
+                    memopt_row=True,
+                )
     if want("fraction"):
         run("memopt budget=0.6", lambda: memopt.optimize(model, budget=0.6), memopt_row=True)
     for k in (1, 2) if want("offload") else ():

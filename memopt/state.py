@@ -452,8 +452,8 @@ class MemoptState:
         states, the batch), from what was allocated as each run began in the step just done:
         allocated - bytes held by earlier runs - the run's own inputs. A byte budget is for
         the step's real peak, so they count."""
-        if len(self._entry_last) != len(sequence):
-            return None
+        if len(self._entry_last) != len(sequence) or not set(sequence) <= self.problems.keys():
+            return None  # a region restored from a compile cache without its problem
         ran = self.last_report_step if len(self.last_report_step) == len(sequence) else sequence
         saved = [self.regions[r].final_saved_bytes or 0 for r in ran]
         # runs offloaded in the step just done were not allocated while away: add them back

@@ -71,3 +71,15 @@ def test_an_overrun_within_the_margin_is_no_overrun():
     _cuda_step(state, entry)
     _cuda_step(state, entry, probed=int(BUDGET * (1 + MEASURED_MARGIN)))
     assert state.step_choice is None
+
+
+def test_an_overrun_without_a_planning_problem_leaves_the_plan_alone():
+    """A region restored from a compile cache without its planning problem: measured, but
+    nothing to plan with, and no error in the training step (the step's outside bytes needed
+    every region's problem and raised a KeyError on CUDA)."""
+    state = _state()
+    entry = _static(state) + 1000
+    _cuda_step(state, entry)
+    del state.problems[0]
+    _cuda_step(state, entry, probed=int(BUDGET * 1.05))
+    assert state.step_choice is None and state._correction == 0
