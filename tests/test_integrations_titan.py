@@ -165,9 +165,14 @@ def _train(model, loss_fn) -> tuple[list[float], list[int]]:
     return losses, saved
 
 
-def test_torchtitan_llama3_trains_through_its_apply_compile_with_memopt(titan, monkeypatch):
+def test_torchtitan_llama3_trains_through_its_apply_compile_with_memopt(
+    titan, monkeypatch, tmp_path
+):
     for k, v in memopt_env(level=1).items():
         monkeypatch.setenv(k, v)
+    # its own caches: a report persisted by an earlier run is not restored into this one
+    monkeypatch.setenv("MEMOPT_CACHE_DIR", str(tmp_path / "memopt"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     torch._dynamo.reset()
     cfg = _model_config(titan)
     check_attention(cfg)  # SDPA: no FlexAttention, nothing to refuse
