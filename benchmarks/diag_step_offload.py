@@ -3,6 +3,11 @@
 idle gaps (CPU or wait), the copies' start times and durations.
 
     torchrun --nproc-per-node 1 benchmarks/diag_step_offload.py --ks 1,2 --out diag.json
+    torchrun --nproc-per-node 2 benchmarks/diag_step_offload.py --ks 1,2 --out diag_w2.json
+
+At world size > 1 each rank takes its own rows of one global batch and profiles itself; each
+rank writes ``<out>`` with ``.rank<r>`` before the suffix, rows tagged with rank and world.
+Idle gaps are split by what the CPU was doing in them (memopt ops, FSDP2 hooks, NCCL waits).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -33,9 +39,17 @@ def main() -> None:
     args = p.parse_args()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29512")
-    dist.init_process_group("nccl", rank=0, world_size=1)
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl", rank=rank, world_size=world)
     model = build(8, 2048, 32, 8, 8192)
-    ids = torch.randint(0, 32000, (args.batch, args.seq), device="cuda")
+    g = torch.Generator().manual_seed(0)
+    full = torch.randint(0, 32000, (world * args.batch, args.seq), generator=g)
+    ids = full[rank * args.batch : (rank + 1) * args.batch].cuda()
+    if world > 1:
+        root, ext = os.path.splitext(args.out)
+        args.out = f"{root}.rank{rank}{ext}"
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     rows = []
     variants = [("torch.compile", lambda: torch.compile(model))]
@@ -54,16 +68,26 @@ def main() -> None:
 
         for _ in range(4):
             step()
-        row = {"variant": label, **profile_summary(step), "gaps": gaps(step)}
+        t = []
+        for _ in range(6):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            t.append((time.perf_counter() - t0) * 1e3)
+        row = {"variant": label, "rank": rank, "world": world, "step_ms": sorted(t)[3]}
+        row.update(profile_summary(step))
+        row["gaps"] = gaps(step)
         row.pop("per_name_us")
         rows.append(row)
-        print(json.dumps({k: v for k, v in row.items() if k != "gaps"}), flush=True)
+        print(rank, json.dumps({k: v for k, v in row.items() if k != "gaps"}), flush=True)
         g = row["gaps"]
         print(label, "cpu_us", g["cpu_us"], "wait_us", g["wait_us"], "span", g["span_ms"])
         print(" top gaps", g["top"][:8])
         print(" copies", g["copies"][:40])
         with open(args.out, "w") as f:
             json.dump(rows, f)
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

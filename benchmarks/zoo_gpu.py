@@ -51,6 +51,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 POINTS = (0.8, 0.5, 0.3, 0.1)
+MEMOPT_KINDS = ("level1", "offload", "budget")
 TAG = "@@zoo_gpu "
 
 from benchmarks.zoo_gpu_report import AGAIN, PEER_LABELS, write_docs  # noqa: E402
@@ -157,6 +158,7 @@ def worker(spec: dict[str, Any]) -> None:
     from memopt import _torch_compat as compat
 
     device, variant = spec["device"], spec["variant"]
+    os.environ.update(variant.get("env", {}))  # an A/B variant's settings (--ab)
     with compat.no_compile_caches():  # a cache hit would skip memopt's partitioner
         model, inputs = build(
             BY_NAME[spec["model"]], spec["size"], device, getattr(torch, spec["dtype"])
@@ -344,9 +346,20 @@ class Runner:
             if kept and args.again:  # a baseline timed beside the rows this run adds
                 self.todo.append(self._spec(name, {"label": AGAIN, "kind": "compile"}))
             for v in _variants(args.points, args.peers, args.peer_min_bytes):
-                if v["label"] not in done:
-                    self.todo.append(self._spec(name, v))
+                if args.kinds and v["kind"] not in args.kinds:
+                    continue
+                for w in [v, *self._ab(v)]:
+                    if w["label"] not in done:
+                        self.todo.append(self._spec(name, w))
             self._queue_budgets(name)
+
+    def _ab(self, variant: dict[str, Any]) -> list[dict[str, Any]]:
+        """The copy of a memopt variant run with ``--ab``'s settings (none without it)."""
+        if not self.args.ab or variant["kind"] not in MEMOPT_KINDS:
+            return []
+        tag, _, pairs = self.args.ab.partition(":")
+        env = dict(kv.split("=", 1) for kv in pairs.split(",") if kv)
+        return [{**variant, "label": f"{variant['label']} [{tag}]", "env": env, "ab": tag}]
 
     def _spec(self, name: str, variant: dict[str, Any]) -> dict[str, Any]:
         a = self.args
@@ -396,9 +409,12 @@ class Runner:
             if r.get("peak") is None and not cpu:
                 continue  # that point failed: no peak to aim at
             target = r["peak"] if r.get("peak") is not None else cpu_target
+            if self.args.kinds and "budget" not in self.args.kinds:
+                continue
             self.queued[name].add(label)
             v = {"label": label, "kind": "budget", "target": target, "at": at}
-            self.todo.append(self._spec(name, v))
+            for w in [v, *self._ab(v)]:
+                self.todo.append(self._spec(name, w))
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -489,6 +505,17 @@ def main(argv=None) -> None:
         default=2**20,
         help="the peers offload saved tensors of at least this many bytes",
     )
+    p.add_argument(
+        "--kinds",
+        default="",
+        help="only these variant kinds (compile,torch,level1,offload,budget,...; default all)",
+    )
+    p.add_argument(
+        "--ab",
+        default="",
+        help="TAG:NAME=VALUE,...: every memopt variant also runs with these environment "
+        "settings, labelled '[TAG]'",
+    )
     p.add_argument("--suffix", default="", help="appended to zoo_gpu_<model> in file names")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--plot", nargs="*", help="JSON files: write tables and the plot instead")
@@ -503,6 +530,7 @@ def main(argv=None) -> None:
         return
     a.models = [m for m in a.models.split(",") if m]
     a.points = tuple(float(x) for x in a.points.split(",") if x)
+    a.kinds = {k for k in a.kinds.split(",") if k}
     Runner(a).run()
 
 
