@@ -7,7 +7,7 @@ idle gaps (CPU or wait), the copies' start times and durations.
 
 At world size > 1 each rank takes its own rows of one global batch and profiles itself; each
 rank writes ``<out>`` with ``.rank<r>`` before the suffix, rows tagged with rank and world.
-Idle gaps are split by what the CPU was doing in them (memopt ops, FSDP2 hooks, NCCL waits).
+Idle gaps are blamed on the CPU or on a wait, with what the CPU ran during the CPU ones.
 """
 
 from __future__ import annotations
@@ -17,6 +17,12 @@ import json
 import os
 import sys
 import time
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off
+if "LOCAL_RANK" in os.environ:  # private compile caches per rank and world size
+    _tag = f"w{os.environ.get('WORLD_SIZE', '1')}_rank{os.environ['LOCAL_RANK']}"
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"/tmp/inductor_diag_step_{_tag}"
+    os.environ["MEMOPT_CACHE_DIR"] = f"/tmp/memopt_diag_step_{_tag}"
 
 import torch
 
@@ -42,7 +48,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("nccl", rank=rank, world_size=world)
+    dist.init_process_group("cuda:nccl,cpu:gloo", rank=rank, world_size=world)
     model = build(8, 2048, 32, 8, 8192)
     g = torch.Generator().manual_seed(0)
     full = torch.randint(0, 32000, (world * args.batch, args.seq), generator=g)

@@ -51,7 +51,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 POINTS = (0.8, 0.5, 0.3, 0.1)
-MEMOPT_KINDS = ("level1", "offload", "budget")
+MEMOPT_KINDS = ("level1", "budget")  # the kinds --ab runs again
 TAG = "@@zoo_gpu "
 
 from benchmarks.zoo_gpu_report import AGAIN, PEER_LABELS, write_docs  # noqa: E402
