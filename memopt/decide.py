@@ -254,19 +254,30 @@ def _resolve_chains(
     from its start; unbounded, along a residual stream, that is every layer at once at the
     start of backward, and the memory comes back. A recompute may read at most
     ``MAX_RECOMPUTE_DEPTH - 1`` recomputed tensors deep. Explicit plans go first, then larger
-    savings, then those without matmuls; a candidate that would make a chain too deep is kept
-    (counted in ``skipped``). Offload decisions never conflict.
+    savings; among equal savings, first the tensor that fewer other requested recomputes read
+    (accepting a tensor many read would block them all: a patch-embedding convolution against
+    every first-block ``Gemm+``), then those without matmuls. A candidate that would make a
+    chain too deep is kept (counted in ``skipped``). Offload decisions never conflict.
     """
-    wanted: list[tuple[tuple, SavedActivation, Strategy]] = []
+    picked: list[tuple[str, SavedActivation, Strategy]] = []
     for cid, occ in by_cluster.items():
         strategy, count, source = requested[cid][:3]
         if strategy == Strategy.KEEP:
             continue
-        for c in occ:
-            if count < 0 or c.occurrence < count:
-                size = value(c.savings.get(strategy, c.nbytes)) or 0
-                key = (source != "plan", -size, "Gemm" in cid or "MatMul" in cid, c.root)
-                wanted.append((key, c, strategy))
+        picked += [(source, c, strategy) for c in occ if count < 0 or c.occurrence < count]
+    readers = _readers(picked)
+    wanted: list[tuple[tuple, SavedActivation, Strategy]] = []
+    for source, c, strategy in picked:
+        size = value(c.savings.get(strategy, c.nbytes)) or 0
+        cid = c.cluster_id
+        key = (
+            source != "plan",
+            -size,
+            readers.get(c.root, 0),
+            "Gemm" in cid or "MatMul" in cid,
+            c.root,
+        )
+        wanted.append((key, c, strategy))
     wanted.sort(key=lambda t: t[0])
     per_root: dict[str, Strategy] = {}
     skipped: dict[str, int] = {}
@@ -287,6 +298,22 @@ def _resolve_chains(
         producer, inputs = trial_producer, trial_inputs
         per_root[c.root] = s
     return per_root, skipped
+
+
+def _readers(picked) -> dict[str, int]:
+    """Per requested recompute: how many other requested recomputes read one of its tensors
+    (accepting it first would deepen their chains)."""
+    made = {}
+    for _src, c, _s in picked:
+        for o in (c.root, *c.members):
+            made[o] = c.root
+    count: dict[str, int] = {}
+    for _src, c, s in picked:
+        if s not in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
+            continue
+        for r in {made[i] for i in c.boundary[s] if i in made and made[i] != c.root}:
+            count[r] = count.get(r, 0) + 1
+    return count
 
 
 def _depths(inputs: dict[str, set[str]], producer: dict[str, str]) -> dict[str, int]:

@@ -5,7 +5,8 @@ Reads ``node.meta[SAVED_INDEX]`` (from find_saved_activations_pass), ``original_
 ``nn_module_stack``; returns one :class:`Subgraph` per saved storage group.
 
 The search walks producers from the root over an allow-list that depends on the probe level
-(0: elementwise, casts, views, gather/slice/where/expand; 1: also matmuls, norms, softmax).
+(0: elementwise, casts, views, gather/slice/where/expand; 1: also matmuls, convolutions,
+norms, softmax).
 A branch stops at an input that is already saved or is a graph input. Random ops (dropout)
 end the search: recomputing them would draw new numbers. A second search, the *compromise*,
 treats the input of a widening cast as a boundary, so that the smaller pre-cast tensor is
@@ -29,10 +30,13 @@ from memopt.passes.find_saved_activations import SavedGroup
 aten = torch.ops.aten
 
 #: Op classes allowed in recompute subgraphs, per probe level.
+_BASIC = frozenset({"view", "pointwise", "cast", "gather", "constant"})
 PROBE_ALLOW = {
-    0: frozenset({"view", "pointwise", "cast", "gather", "constant"}),
-    1: frozenset({"view", "pointwise", "cast", "gather", "constant", "matmul", "norm", "softmax"}),
+    0: _BASIC,
+    1: _BASIC | {"matmul", "convolution", "norm", "softmax"},
 }
+#: Op classes counted against a subgraph's ``max_matmuls``: a convolution is a matmul.
+HEAVY = frozenset({"matmul", "convolution"})
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ def _search(
             src = n.args[0] if n.target is operator.getitem else n
             reason = f"op {_packet(src.target)} ({cls}) is not in the probe-level allow-list"
             break
-        if cls == "matmul":
+        if cls in HEAVY:
             matmuls += 1
             if matmuls > max_matmuls:
                 reason = f"needs more than {max_matmuls} matmul(s) to recompute"

@@ -215,10 +215,17 @@ def test_brief_error_of_a_log_tail():
 # --- the runner's queue ---------------------------------------------------------------------
 
 
-def _runner(device="cuda", points=(0.5,)):
+def _runner(device="cuda", points=(0.5,), kinds=(), ab=""):
     r = Runner.__new__(Runner)
     r.args = argparse.Namespace(
-        points=points, device=device, size="gpu", dtype="bfloat16", warmup=0, iters=1
+        points=points,
+        device=device,
+        size="gpu",
+        dtype="bfloat16",
+        warmup=0,
+        iters=1,
+        kinds=set(kinds),
+        ab=ab,
     )
     r.docs = {"m": {"rows": []}}
     r.queued = collections.defaultdict(set)
@@ -292,3 +299,21 @@ def test_zoo_gpu_runs_the_peers_on_the_cpu(tmp_path):
     assert "ms" not in stream and stream["error"].startswith("BackendCompilerFailed"), stream
     assert "memopt budget at native offload, stream" not in rows
     assert "| vit | - | peer failed | - |" in markdown([doc])
+
+
+def test_ab_runs_each_memopt_budget_again_under_its_settings():
+    r = _runner(ab="exp:MEMOPT_X=1,MEMOPT_Y=2")
+    r.docs["m"]["rows"].append(_row("torch budget=0.5", "torch", 30.0, 3 * GIB, budget=0.5))
+    r._queue_budgets("m")
+    assert [(s["label"], s["variant"].get("env")) for s in r.todo] == [
+        ("memopt budget at torch 0.5", None),
+        ("memopt budget at torch 0.5 [exp]", {"MEMOPT_X": "1", "MEMOPT_Y": "2"}),
+    ]
+    assert r._ab({"label": "torch.compile", "kind": "compile"}) == []  # torch's rows: once
+
+
+def test_kinds_leave_out_the_budgets():
+    r = _runner(kinds=("compile", "torch"))
+    r.docs["m"]["rows"].append(_row("torch budget=0.5", "torch", 30.0, 3 * GIB, budget=0.5))
+    r._queue_budgets("m")
+    assert list(r.todo) == []
