@@ -264,8 +264,18 @@ PRODUCERS: tuple[Producer, ...] = (
     ),
     Producer("diag_step_offload_v2_chunked.json", "(historical: chunked copies, reverted)", "gpu"),
     Producer(
+        "diag_step_offload_w2*.json",
+        f"torchrun --nproc-per-node 2 {PY[7:]}diag_step_offload.py --ks 1,2 --out {{file}}",
+        "gpu",
+    ),
+    Producer(
         "diag_step_offload*.json",
         f"{PY}diag_step_offload.py --ks 1,2 --out docs/data/{{file}}",
+        "gpu",
+    ),
+    Producer(
+        "collective_pcie_w2*.json",
+        f"torchrun --nproc-per-node 2 {PY[7:]}diag_collective_pcie.py --out {{file}}",
         "gpu",
     ),
 )

@@ -99,6 +99,9 @@ def cli_peak(d: dict) -> str:
 ZOO_GPU = ("qwen2", "bert", "vit", "resnet", "whisper", "dit")
 #: the eleventh session's full re-run (kernel times, today's memory model, native-offload peers)
 ZOO_GPU_S11 = ("qwen2", "bert", "vit", "resnet")
+#: the twelfth session's re-run on an H200 (offload layout fix, one-region re-plan,
+#: convolutions in recompute, Whisper and DiT with 9 warm-up steps)
+ZOO_GPU_S12 = ("qwen2", "vit", "resnet", "whisper", "dit")
 
 
 def zoo_gpu(*docs: dict) -> str:
@@ -113,6 +116,13 @@ def zoo_gpu_s11(*docs: dict) -> str:
     from benchmarks.zoo_gpu_report import markdown
 
     return markdown(list(docs), suffix="_s11")
+
+
+def zoo_gpu_s12(*docs: dict) -> str:
+    """The same for the twelfth session's files (``zoo_gpu_<model>_s12.json``)."""
+    from benchmarks.zoo_gpu_report import markdown
+
+    return markdown(list(docs), suffix="_s12")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -151,6 +161,7 @@ SECTIONS: dict[str, Section] = {
     "multi_gpu_pcie": Section(("pcie_w2_2026-11-25.json",), multi.pcie),
     "zoo_gpu": Section(tuple(f"zoo_gpu_{m}.json" for m in ZOO_GPU), zoo_gpu),
     "zoo_gpu_s11": Section(tuple(f"zoo_gpu_{m}_s11.json" for m in ZOO_GPU_S11), zoo_gpu_s11),
+    "zoo_gpu_s12": Section(tuple(f"zoo_gpu_{m}_s12.json" for m in ZOO_GPU_S12), zoo_gpu_s12),
     "fsdp_step_s11": Section(("fsdp_step_2026-11-25_s11_kernels.json",), fsdp_step_s8),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(
