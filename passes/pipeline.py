@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -262,7 +263,39 @@ def offload(r: Region) -> Region:
         r.fw, r.bw = r.offload.fw, r.offload.bw
         if window is not None and r.offload.offloaded:
             r.offload = _window_note(r.offload, *window)
+        if r.config.offload_k or r.config.sync:
+            r.offload = _nothing_moved_note(r.offload, r.config)
     return r
+
+
+def _nothing_moved_note(result, config: MemoptConfig):
+    """The offload result with a warning when the user's ``offload_layers`` / sync dict moved
+    no bytes in this region, saying why (the kept tensors' reasons, most frequent first)."""
+    if result.offloaded:
+        return result
+    asked = f"offload_layers={config.offload_k}" if config.offload_k else "the sync dict"
+    counts: dict[str, int] = {}
+    for _i, _name, reason in result.kept:
+        generic = re.sub(r"\b(layer |saved\[)\d+", r"\1N", reason)
+        generic = re.sub(r"^\d+ bytes < ", "fewer bytes than ", generic)
+        counts[generic] = counts.get(generic, 0) + 1
+    # inputs never move and unscheduled layers are not asked for: the other reasons are news
+    usual = ("a graph input", "a view of a graph input", "in no detected layer")
+    news = {
+        why: n for why, n in counts.items() if why not in usual and "not in the sync" not in why
+    }
+    if not news:
+        return result  # the scheduled layers saved nothing of their own here
+    reasons = sorted(news.items(), key=lambda kv: -kv[1])
+    said = "; ".join(f"{n} saved tensor(s): {why}" for why, n in reasons[:3])
+    hint = ""
+    if any("matmul" in why for why, _ in reasons):
+        hint = " Use a budget or level= recompute for such layers instead."
+    elif any("smaller than" in why or "min_bytes" in why for why, _ in reasons):
+        hint = " A smaller offload_min_bytes lets smaller tensors move."
+    note = f"{asked} offloaded nothing in this region: {said}.{hint}"
+    log.warning("memopt offload: %s", note)
+    return replace(result, notes=(*result.notes, note))
 
 
 def _compute_seconds(r: Region):

@@ -42,15 +42,24 @@ def _grads(compiled, model, x):
     return [p.grad.clone() for p in model.parameters()]
 
 
-def test_conv_layers_stay_on_the_device_with_the_reason():
+def test_conv_layers_stay_on_the_device_with_the_reason(caplog):
     x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)
     model = ConvNet()
     ref = _grads(torch.compile(model), model, x)
     torch._dynamo.reset()
     opt = memopt.optimize(model, offload_layers=2, offload_min_bytes=0)
-    for _ in range(2):
-        got = _grads(opt, model, x)
+    with caplog.at_level("WARNING", logger="memopt"):
+        for _ in range(2):
+            got = _grads(opt, model, x)
+    # the user's setting moved nothing: a warning says so and why, never a silent no-op
+    said = [r.getMessage() for r in caplog.records if "offloaded nothing" in r.getMessage()]
+    assert said == [
+        "memopt offload: offload_layers=2 offloaded nothing in this region: 8 saved "
+        "tensor(s): layer N has no matmul in its forward and backward to order its copies by "
+        "(a conv-only block): offloading would queue every copy at the graph's next matmul, "
+        "serialized with compute. Use a budget or level= recompute for such layers instead."
+    ]
     for a, b in zip(got, ref):
         torch.testing.assert_close(a, b)
     rep = memopt.report(opt)
@@ -58,6 +67,18 @@ def test_conv_layers_stay_on_the_device_with_the_reason():
     table = rep.table()
     assert "layer 0 has no matmul in its forward and backward to order its copies by" in table
     assert "layer 1 has no matmul" in table
+    assert "offload_layers=2 offloaded nothing in this region" in table
+
+
+def test_tensors_under_min_bytes_warn_with_the_setting_to_change(caplog):
+    torch.manual_seed(0)
+    model = ConvNet()
+    opt = memopt.optimize(model, offload_layers=1)  # the default min_bytes: 1 MiB
+    with caplog.at_level("WARNING", logger="memopt"):
+        opt(torch.randn(4, 3, 16, 16)).backward()
+    said = [r.getMessage() for r in caplog.records if "offloaded nothing" in r.getMessage()]
+    assert len(said) == 1 and "fewer bytes than min_bytes=1048576" in said[0]
+    assert said[0].endswith("A smaller offload_min_bytes lets smaller tensors move.")
 
 
 def test_the_budget_planner_does_not_offer_conv_layers_for_offload(monkeypatch):
