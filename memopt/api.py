@@ -196,10 +196,11 @@ def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> None:
                 f"model; its layer containers (with their sizes): {listed}"
             )
         n = found[path]
-    elif found:  # the largest container and those of its attribute name (detect_layers)
-        name = max(found, key=found.get).rsplit(".", 1)[-1]
-        stacks = [k for k in found if k.rsplit(".", 1)[-1] == name]
-        n = sum(found[k] for k in stacks)
+    elif found:  # detect_layers' layers: the outermost containers, the largest one's name
+        outer = {k: v for k, v in found.items() if not any(k.startswith(o + ".") for o in found)}
+        name = max(outer, key=outer.get).rsplit(".", 1)[-1]
+        stacks = [k for k in outer if k.rsplit(".", 1)[-1] == name]
+        n = sum(outer[k] for k in stacks)
     else:
         return  # no container: the step tells whether layers compile as regions
     if cfg.offload_k and cfg.offload_k >= n:
@@ -214,7 +215,7 @@ def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> None:
             f"sync: layer(s) {', '.join(map(str, bad))} outside 0..{n - 1} (the model has "
             f"{n} layers; containers: {listed})"
         )
-    if cfg.sync and (cfg.layers is not None or len(stacks) == len(found)):
+    if cfg.sync and (cfg.layers is not None or len(stacks) == len(outer)):
         from memopt.offload.sync import build_schedule
 
         build_schedule(dict(cfg.sync), n)  # SyncError names the layer that cannot be scheduled

@@ -129,3 +129,41 @@ def test_the_planner_counts_inductors_channels_last_copies(monkeypatch):
     assert shapes == [(4, 3, 16, 16), (8, 3, 3, 3), (8, 8, 3, 3), (8, 8, 3, 3), (8, 8, 3, 3)]
     assert memory_profile(problem, {}).peak - memory_profile(without, {}).peak == 20_064
     assert problem.timeline.bwd_live_bytes[0] - without.timeline.bwd_live_bytes[0] == 20_064
+
+
+class Stage(nn.Module):
+    def __init__(self, n: int, c: int = 8):
+        super().__init__()
+        self.layers = nn.ModuleList(ConvBlock(c) for _ in range(n))
+
+    def forward(self, x):
+        for b in self.layers:
+            x = b(x)
+        return x
+
+
+class StagedNet(ConvNet):
+    """ResNet's nesting: stages of blocks; the layers are the outermost container's."""
+
+    def __init__(self, c: int = 8):
+        super().__init__(n=0, c=c)
+        self.stages = nn.ModuleList(Stage(n, c) for n in (3, 4, 3))
+        del self.blocks
+
+    def forward(self, x):
+        x = self.stem(x)
+        for s in self.stages:
+            x = s(x)
+        return self.head(x.mean((2, 3))).pow(2).mean()
+
+
+def test_nested_layer_containers_count_the_outermost_before_compiling():
+    import pytest
+
+    from memopt.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"offload_layers=3 must be below the number of layers \(3"
+    ):
+        memopt.optimize(StagedNet(), offload_layers=3)
+    memopt.optimize(StagedNet(), offload_layers=2)  # the stages: 3 layers
