@@ -218,4 +218,4 @@ def test_tiny_qwen2_live_bytes_against_the_profiler():
     pred, meas = _live_above_static("qwen2", config="MatMul+In_lm_head+:1:-1")
     assert (pred, meas - pred) == (6_326_308, 2_056)
     pred, meas = _live_above_static("qwen2", level=1)
-    assert (pred, meas - pred) == (3_569_700, 156_004)
+    assert (pred, meas - pred) == (3_307_556, 156_004)  # 3,569,700 before the reader rule
