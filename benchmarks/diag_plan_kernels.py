@@ -1,0 +1,107 @@
+"""Where does a plan's extra step time go? Per variant of a GPU zoo model: the median step
+after the plan settled, GPU kernel time and kernel launches per step, the top kernels, and
+memopt's compiles and step plans. Compares a plan's measured cost with its prediction when
+recompute is many small kernels (Whisper's budget plans: +21% measured, ~4% predicted).
+
+    python benchmarks/diag_plan_kernels.py --model whisper --variants compile,level1,budget=1950156800 --out $OUT/diag_whisper.json
+
+Each variant runs in its own process (fresh dynamo state and caching allocator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def one(model: str, variant: str, warmup: int, iters: int) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import memopt
+    from benchmarks.zoo import build
+    from benchmarks.zoo_models import BY_NAME, step_loss
+    from memopt import _torch_compat as compat
+    from memopt import api
+
+    with compat.no_compile_caches():
+        m, x = build(BY_NAME[model], "gpu", "cuda", torch.bfloat16)
+        if variant == "compile":
+            c = torch.compile(m)
+        elif variant == "level1":
+            c = memopt.optimize(m, level=1)
+        else:
+            c = memopt.optimize(m, budget=int(variant.split("=", 1)[1]))
+        state = api._STATES.get(c)
+
+        def step():
+            m.zero_grad(set_to_none=True)
+            torch.manual_seed(0)
+            step_loss(c(**x)).backward()
+
+        for _ in range(warmup):
+            step()
+        times = []
+        for _ in range(iters):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times.append(1e3 * (time.perf_counter() - t0))
+        acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        with profile(activities=acts) as prof:
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+    ks = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    top = sorted(ks, key=lambda e: -e.self_device_time_total)[:12]
+    return {
+        "model": model,
+        "variant": variant,
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "ms": statistics.median(times),
+        "times": [round(t, 2) for t in times],
+        "gpu_ms": sum(e.self_device_time_total for e in ks) / 3e3,
+        "launches": sum(e.count for e in ks) // 3,
+        "top": [(e.key[:90], e.self_device_time_total / 3e3, e.count // 3) for e in top],
+        "step_plans": getattr(state, "_step_plans", None),
+        "runs": list(getattr(state, "last_report_step", ()) or ()),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="whisper")
+    p.add_argument("--variants", default="compile,level1")
+    p.add_argument("--warmup", type=int, default=9)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--out", default="diag_plan_kernels.json")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.one:
+        print("@@" + json.dumps(one(a.model, a.one, a.warmup, a.iters)), flush=True)
+        return
+    rows = []
+    for v in [v for v in a.variants.split(",") if v]:
+        cmd = [sys.executable, __file__, "--model", a.model, "--one", v]
+        cmd += ["--warmup", str(a.warmup), "--iters", str(a.iters)]
+        env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        got = [ln[2:] for ln in out.stdout.splitlines() if ln.startswith("@@")]
+        row = json.loads(got[0]) if got else {"variant": v, "error": out.stderr[-2000:]}
+        rows.append(row)
+        print(json.dumps({k: row.get(k) for k in ("variant", "ms", "gpu_ms", "launches")}))
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
