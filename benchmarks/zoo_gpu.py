@@ -27,6 +27,8 @@ plan. A process that runs out of memory while others compile is run again alone.
     python benchmarks/zoo_gpu.py --models vit,resnet --resume docs/data --again --out $OUT
         # the H100: the rows docs/data lacks (the peers, memopt at their peaks), timed beside
         # torch.compile again
+    python benchmarks/zoo_gpu.py --models llama,bert --kinds compile,level1 --no-peers \
+        --ab exp:MEMOPT_X=1 --out $OUT   # level 1 beside itself under other settings (A/B)
     python benchmarks/zoo_gpu.py --plot docs/data/zoo_gpu_*_2026-11-25.json \
         --png docs/zoo_gpu.png --markdown docs/zoo.md   # tables into docs/zoo.md, the plot
 """
