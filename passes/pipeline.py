@@ -271,31 +271,45 @@ def offload(r: Region) -> Region:
 def _nothing_moved_note(result, config: MemoptConfig):
     """The offload result with a warning when the user's ``offload_layers`` / sync dict moved
     no bytes in this region, saying why (the kept tensors' reasons, most frequent first)."""
+    from memopt.offload import units
+    from memopt.passes.insert_offload import GATELESS
+
     if result.offloaded:
         return result
     asked = f"offload_layers={config.offload_k}" if config.offload_k else "the sync dict"
+    expected = re.compile(
+        "|".join(
+            _template_re(t)
+            for t in (units.GRAPH_INPUT, units.VIEW_OF_INPUT, units.NO_LAYER, units.UNSCHEDULED)
+        )
+    )
+    small, gateless = re.compile(_template_re(units.TOO_SMALL)), re.compile(_template_re(GATELESS))
     counts: dict[str, int] = {}
     for _i, _name, reason in result.kept:
-        generic = re.sub(r"\b(layer |saved\[)\d+", r"\1N", reason)
-        generic = re.sub(r"^\d+ bytes < ", "fewer bytes than ", generic)
-        counts[generic] = counts.get(generic, 0) + 1
-    # inputs never move and unscheduled layers are not asked for: the other reasons are news
-    usual = ("a graph input", "a view of a graph input", "in no detected layer")
-    news = {
-        why: n for why, n in counts.items() if why not in usual and "not in the sync" not in why
-    }
-    if not news:
+        if expected.fullmatch(reason):
+            continue  # inputs never move, unscheduled layers were not asked for
+        if small.fullmatch(reason):
+            reason = f"fewer bytes than min_bytes={config.offload_min_bytes}"
+        reason = re.sub(r"\blayer \d+\b", "layer N", reason)
+        counts[reason] = counts.get(reason, 0) + 1
+    if not counts:
         return result  # the scheduled layers saved nothing of their own here
-    reasons = sorted(news.items(), key=lambda kv: -kv[1])
+    reasons = sorted(counts.items(), key=lambda kv: -kv[1])
     said = "; ".join(f"{n} saved tensor(s): {why}" for why, n in reasons[:3])
     hint = ""
-    if any("matmul" in why for why, _ in reasons):
+    if any(gateless.fullmatch(why.replace("layer N", "layer 0")) for why in counts):
         hint = " Use a budget or level= recompute for such layers instead."
-    elif any("smaller than" in why or "min_bytes" in why for why, _ in reasons):
+    elif any(why.startswith("fewer bytes than") for why in counts):
         hint = " A smaller offload_min_bytes lets smaller tensors move."
     note = f"{asked} offloaded nothing in this region: {said}.{hint}"
     log.warning("memopt offload: %s", note)
     return replace(result, notes=(*result.notes, note))
+
+
+def _template_re(template: str) -> str:
+    """A regex matching ``template`` with each ``{field}`` filled in."""
+    parts = re.split(r"\{\w+\}", template)
+    return ".+".join(re.escape(p) for p in parts)
 
 
 def _compute_seconds(r: Region):

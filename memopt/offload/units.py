@@ -32,6 +32,15 @@ class Unit:
     via_base: bool
 
 
+#: Why a chosen saved tensor stays on the device (``OffloadResult.kept``). The first four are
+#: expected (inputs never move, unscheduled layers were not asked for); the others are news.
+GRAPH_INPUT = "a graph input"
+VIEW_OF_INPUT = "a view of a graph input"
+NO_LAYER = "in no detected layer"
+UNSCHEDULED = "layer {layer} is not in the sync dict"
+TOO_SMALL = "{nbytes} bytes < min_bytes={min_bytes}"
+
+
 def plan_units(
     slots: Slots,
     indices: Sequence[int],
@@ -47,13 +56,13 @@ def plan_units(
         layer = layer_of(i)
         reason = None
         if node.op == "placeholder":
-            reason = "a graph input"
+            reason = GRAPH_INPUT
         elif storage_root(node).op == "placeholder":
-            reason = "a view of a graph input"
+            reason = VIEW_OF_INPUT
         elif layer is None:
-            reason = "in no detected layer"
+            reason = NO_LAYER
         elif schedule.get(layer) is None:
-            reason = f"layer {layer} is not in the sync dict"
+            reason = UNSCHEDULED.format(layer=layer)
         if reason:
             kept.append((i, node.name, reason))
         else:
@@ -62,7 +71,7 @@ def plan_units(
     for root, members in by_root.items():
         unit, reason = _make_unit(slots, root, members, layer_of)
         if unit is not None and unit.nbytes < min_bytes:
-            unit, reason = None, f"{unit.nbytes} bytes < min_bytes={min_bytes}"
+            unit, reason = None, TOO_SMALL.format(nbytes=unit.nbytes, min_bytes=min_bytes)
         if unit is None:
             kept.extend((i, slots.fw_node(i).name, reason) for i in members)
         else:
