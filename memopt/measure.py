@@ -56,24 +56,31 @@ def measure_saved(
     storages saved for backward, ``exclude`` (parameters, buffers, inputs) left out, each
     marked compiled or eager."""
     skip = {_storage_key(t) for t in exclude if isinstance(t, torch.Tensor)}
-    seen: dict[tuple[int, str], SavedTensor] = {}
+    seen: list[SavedTensor] = []
+    # the storage counted at each address. FSDP2 frees an unsharded parameter's memory
+    # (``resize_(0)``) while autograd still holds it, and a later all-gather may get the same
+    # address: a storage no longer at its address was freed, and the new one counts too
+    at: dict[tuple[int, str], torch.UntypedStorage] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         if t.device.type != "meta":
             key = _storage_key(t)
-            if key not in skip and key[0] != 0 and key not in seen:
-                seen[key] = SavedTensor(
-                    tuple(t.shape),
-                    t.dtype,
-                    tuple(t.stride()),
-                    t.untyped_storage().nbytes(),
-                    compat.packing_in_compiled_region(),
+            if key not in skip and key[0] != 0 and not (key in at and at[key].data_ptr() == key[0]):
+                at[key] = t.untyped_storage()
+                seen.append(
+                    SavedTensor(
+                        tuple(t.shape),
+                        t.dtype,
+                        tuple(t.stride()),
+                        at[key].nbytes(),
+                        compat.packing_in_compiled_region(),
+                    )
                 )
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = step()
-    return out, SavedMeasurement(list(seen.values()))
+    return out, SavedMeasurement(seen)
 
 
 def measure_saved_activation_bytes(

@@ -193,7 +193,10 @@ def test_torchtitan_llama3_trains_through_its_apply_compile_with_memopt(
     assert before is not None and after is not None and after < before
     assert len(report.regions) == 2  # one TransformerBlock graph (run twice) and the loss
     print(table, "\nmeasured:", measured, "eager:", eager_saved, "predicted:", before, after)
-    assert all(m < e for m, e in zip(measured, eager_saved))
+    # the same shapes every step save the same bytes (keyed by address, FSDP2's freed
+    # all-gathers made both vary from step to step with the allocator)
+    assert len(set(eager_saved)) == 1 and len(set(measured)) == 1
+    assert measured[0] < eager_saved[0]
 
 
 def test_torchtitan_flex_attention_refuses_memopt_before_any_step(titan):
