@@ -11,8 +11,11 @@ Each variant runs in its own process (fresh dynamo state and caching allocator).
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -41,26 +44,46 @@ def one(model: str, variant: str, warmup: int, iters: int) -> dict:
             c = memopt.optimize(m, budget=int(variant.split("=", 1)[1]))
         state = api._STATES.get(c)
 
+        fwd: list[float] = []
+
         def step():
             m.zero_grad(set_to_none=True)
             torch.manual_seed(0)
-            step_loss(c(**x)).backward()
+            t0 = time.perf_counter()
+            loss = step_loss(c(**x))
+            fwd.append(1e3 * (time.perf_counter() - t0))
+            loss.backward()
 
         for _ in range(warmup):
             step()
-        times = []
+        times, cpu = [], []
+        fwd.clear()
         for _ in range(iters):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             step()
+            cpu.append(1e3 * (time.perf_counter() - t0))  # the host's time to issue the step
             torch.cuda.synchronize()
             times.append(1e3 * (time.perf_counter() - t0))
+        fwd_ms = statistics.median(fwd)
+        prof_py = cProfile.Profile()  # the forward's Python (backward runs in autograd's thread)
+        torch.cuda.synchronize()
+        prof_py.enable()
+        for _ in range(3):
+            step()
+        prof_py.disable()
+        torch.cuda.synchronize()
         acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
         with profile(activities=acts) as prof:
             for _ in range(3):
                 step()
             torch.cuda.synchronize()
-    ks = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    avg = prof.key_averages()
+    ks = [e for e in avg if e.self_device_time_total > 0]
+    waits = ("Synchronize", "cudaMemcpy", "_local_scalar_dense", "cudaStreamWaitEvent")
+    host = {e.key: e.count // 3 for e in avg if any(w in e.key for w in waits)}
+    text = io.StringIO()
+    pstats.Stats(prof_py, stream=text).sort_stats("tottime").print_stats(30)
     top = sorted(ks, key=lambda e: -e.self_device_time_total)[:12]
     return {
         "model": model,
@@ -69,11 +92,32 @@ def one(model: str, variant: str, warmup: int, iters: int) -> dict:
         "torch": torch.__version__,
         "ms": statistics.median(times),
         "times": [round(t, 2) for t in times],
+        "cpu_ms": statistics.median(cpu),
+        "fwd_cpu_ms": fwd_ms,
+        "host_waits": host,
+        "python_top": text.getvalue()[-6000:],
         "gpu_ms": sum(e.self_device_time_total for e in ks) / 3e3,
         "launches": sum(e.count for e in ks) // 3,
         "top": [(e.key[:90], e.self_device_time_total / 3e3, e.count // 3) for e in top],
         "step_plans": getattr(state, "_step_plans", None),
         "runs": list(getattr(state, "last_report_step", ()) or ()),
+        "predicted": _predicted(state),
+    }
+
+
+def _predicted(state) -> dict | None:
+    """The step plan's predicted overhead and peak, and each region's chosen plans."""
+    c = getattr(state, "step_choice", None)
+    if c is None:
+        return None
+    return {
+        "overhead_ms": c.overhead_s * 1e3,
+        "peak": c.peak,
+        "target": c.target,
+        "regions": {
+            str(r): {"plans": list(o.plans), "overhead_ms": o.overhead_s * 1e3}
+            for r, o in c.chosen.items()
+        },
     }
 
 
@@ -98,7 +142,9 @@ def main() -> None:
         got = [ln[2:] for ln in out.stdout.splitlines() if ln.startswith("@@")]
         row = json.loads(got[0]) if got else {"variant": v, "error": out.stderr[-2000:]}
         rows.append(row)
-        print(json.dumps({k: row.get(k) for k in ("variant", "ms", "gpu_ms", "launches")}))
+        print(
+            json.dumps({k: row.get(k) for k in ("variant", "ms", "cpu_ms", "gpu_ms", "launches")})
+        )
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)
 

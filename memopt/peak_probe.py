@@ -56,6 +56,17 @@ def replay_peak(
     return peak, now
 
 
+def allocated(device: torch.device) -> tuple[int, int]:
+    """(current, peak) CUDA bytes allocated on ``device``, as ``torch.cuda.memory_allocated``
+    and ``max_memory_allocated`` give them, read from the allocator's nested statistics:
+    those two flatten every statistic into a new dict per call (about 250 µs on an H200 host),
+    and memopt reads the allocator twice per region run under a byte budget (Whisper, 12 runs
+    a step, paid 7 ms per 25 ms step for it)."""
+    stats = torch.cuda.memory_stats_as_nested_dict(device).get("allocated_bytes", {})
+    a = stats.get("all", {})
+    return a.get("current", 0), a.get("peak", 0)
+
+
 @dataclass
 class PeakProbe:
     device: torch.device
@@ -71,14 +82,14 @@ class PeakProbe:
             return None
         torch.cuda.synchronize(device)
         live = compat.live_blocks(device)
-        base = torch.cuda.memory_allocated(device)
+        base = allocated(device)[0]
         compat.alloc_history(True)
         return cls(device, base, live)
 
     def finish(self) -> int | None:
         """Stop recording; the step's peak allocated bytes (None if the record overflowed)."""
         torch.cuda.synchronize(self.device)
-        end_allocated = torch.cuda.memory_allocated(self.device)
+        end_allocated = allocated(self.device)[0]
         events = compat.alloc_events(self.device)
         compat.alloc_history(False)
         if events is None:

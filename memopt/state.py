@@ -30,7 +30,7 @@ from memopt import ranks
 from memopt.config import MemoptConfig, cache_dir
 from memopt.errors import ConfigError
 from memopt.offload.step_offload import StepOffload, sync_schedule
-from memopt.peak_probe import PeakProbe
+from memopt.peak_probe import PeakProbe, allocated
 from memopt.planner import progress as planner_progress
 from memopt.report import RegionReport, Report, StepInfo
 from memopt.step import (
@@ -170,13 +170,14 @@ class MemoptState:
             self._finish_step()
         self._seq.append(index)
         if isinstance(self.config.budget, int) and device is not None and device.type == "cuda":
+            now, record = allocated(device)
             if len(self._seq) == 1:  # the step's first run
-                self._step_max0 = torch.cuda.max_memory_allocated(device)
+                self._step_max0 = record
                 self._compiled_in_step = False
                 if self._probe_next and self._probes_left > 0:
                     self._probe = PeakProbe.start(device)
             self._entry_device = device
-            self._entry.append(torch.cuda.memory_allocated(device))
+            self._entry.append(now)
         if self.offload is not None:
             self.offload.forward_reached(len(self._seq) - 1)
         return len(self._seq) - 1
@@ -197,7 +198,7 @@ class MemoptState:
         self._backward_seen = True
         if self._entry and pos < len(self._entry):
             dev = self._entry_device
-            self._bwd_entry[pos] = torch.cuda.memory_allocated(dev)
+            self._bwd_entry[pos] = allocated(dev)[0]
         if self.offload is not None:
             self.offload.backward_reached(pos)
 
@@ -327,7 +328,7 @@ class MemoptState:
         dev, start = self._entry_device, self._step_max0
         if dev is None or start is None or self._compiled_in_step:
             return None
-        now = torch.cuda.max_memory_allocated(dev)
+        now = allocated(dev)[1]
         return now if now > start else None
 
     def note_compile(self) -> None:

@@ -115,3 +115,21 @@ def test_step_probe_measures_the_planned_steps_peak_below_an_earlier_record():
     assert state.measured_peak is not None, state
     assert abs(state.measured_peak - counted) <= 0.01 * counted, (state.measured_peak, counted)
     assert not torch._C._cuda_isHistoryEnabled()  # recording is off again
+
+
+def test_allocator_reader_equals_torchs_counters():
+    """memopt.peak_probe.allocated (read per region run under a byte budget) gives exactly
+    torch.cuda.memory_allocated and max_memory_allocated, without their per-call flattening."""
+    from memopt.peak_probe import allocated
+
+    dev = torch.device("cuda")
+    torch.cuda.reset_peak_memory_stats(dev)
+    a = torch.empty(3 << 20, device=dev)
+    b = torch.empty(5 << 20, device=dev)
+    del b
+    assert allocated(dev) == (
+        torch.cuda.memory_allocated(dev),
+        torch.cuda.max_memory_allocated(dev),
+    )
+    assert allocated(dev)[1] - allocated(dev)[0] >= 5 << 22
+    del a
