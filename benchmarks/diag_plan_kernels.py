@@ -4,6 +4,9 @@ memopt's compiles and step plans. Compares a plan's measured cost with its predi
 recompute is many small kernels (Whisper's budget plans: +21% measured, ~4% predicted).
 
     python benchmarks/diag_plan_kernels.py --model whisper --variants compile,level1,budget=1950156800 --out $OUT/diag_whisper.json
+    python benchmarks/diag_plan_kernels.py --model whisper --batch 32 \
+        --variants compile,torch=0.5,budget=@torch=0.5 --out $OUT/diag_whisper_b32.json
+        # ``budget=@V``: memopt at the peak variant V measured
 
 Each variant runs in its own process (fresh dynamo state and caching allocator).
 """
@@ -24,19 +27,29 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def one(model: str, variant: str, warmup: int, iters: int) -> dict:
+def one(model: str, variant: str, warmup: int, iters: int, batch: int | None = None) -> dict:
     import torch
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     import memopt
-    from benchmarks.zoo import build
+    from benchmarks.zoo import _to, build
     from benchmarks.zoo_models import BY_NAME, step_loss
     from memopt import _torch_compat as compat
     from memopt import api
 
     with compat.no_compile_caches():
-        m, x = build(BY_NAME[model], "gpu", "cuda", torch.bfloat16)
+        if batch:  # a batch of one's own: the same model, built as zoo.build does
+            torch.manual_seed(0)
+            m, x = BY_NAME[model].build("gpu", batch)
+            m = m.to(device="cuda", dtype=torch.bfloat16)
+            x = {k: _to(v, "cuda", torch.bfloat16) for k, v in x.items()}
+        else:
+            m, x = build(BY_NAME[model], "gpu", "cuda", torch.bfloat16)
         if variant == "compile":
+            c = torch.compile(m)
+        elif variant.startswith("torch="):  # torch.compile's activation_memory_budget
+            torch._functorch.config.activation_memory_budget = float(variant.split("=", 1)[1])
             c = torch.compile(m)
         elif variant == "level1":
             c = memopt.optimize(m, level=1)
@@ -56,6 +69,8 @@ def one(model: str, variant: str, warmup: int, iters: int) -> dict:
 
         for _ in range(warmup):
             step()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
         times, cpu = [], []
         fwd.clear()
         for _ in range(iters):
@@ -66,6 +81,7 @@ def one(model: str, variant: str, warmup: int, iters: int) -> dict:
             torch.cuda.synchronize()
             times.append(1e3 * (time.perf_counter() - t0))
         fwd_ms = statistics.median(fwd)
+        peak = torch.cuda.max_memory_allocated()
         prof_py = cProfile.Profile()  # the forward's Python (backward runs in autograd's thread)
         torch.cuda.synchronize()
         prof_py.enable()
@@ -79,7 +95,7 @@ def one(model: str, variant: str, warmup: int, iters: int) -> dict:
                 step()
             torch.cuda.synchronize()
     avg = prof.key_averages()
-    ks = [e for e in avg if e.self_device_time_total > 0]
+    ks = [e for e in avg if e.self_device_time_total > 0 and e.device_type == DeviceType.CUDA]
     waits = ("Synchronize", "cudaMemcpy", "_local_scalar_dense", "cudaStreamWaitEvent")
     host = {e.key: e.count // 3 for e in avg if any(w in e.key for w in waits)}
     text = io.StringIO()
@@ -92,6 +108,8 @@ def one(model: str, variant: str, warmup: int, iters: int) -> dict:
         "torch": torch.__version__,
         "ms": statistics.median(times),
         "times": [round(t, 2) for t in times],
+        "peak": peak,
+        "batch": batch,
         "cpu_ms": statistics.median(cpu),
         "fwd_cpu_ms": fwd_ms,
         "host_waits": host,
@@ -127,23 +145,29 @@ def main() -> None:
     p.add_argument("--variants", default="compile,level1")
     p.add_argument("--warmup", type=int, default=9)
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--batch", type=int, default=0, help="the model's GPU size at this batch")
     p.add_argument("--out", default="diag_plan_kernels.json")
     p.add_argument("--one", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one:
-        print("@@" + json.dumps(one(a.model, a.one, a.warmup, a.iters)), flush=True)
+        print("@@" + json.dumps(one(a.model, a.one, a.warmup, a.iters, a.batch)), flush=True)
         return
     rows = []
     for v in [v for v in a.variants.split(",") if v]:
+        if v.startswith("budget=@"):  # at the peak an earlier variant measured
+            peaks = {r["variant"]: r.get("peak") for r in rows}
+            v = f"budget={peaks[v.split('@', 1)[1]]}"
         cmd = [sys.executable, __file__, "--model", a.model, "--one", v]
-        cmd += ["--warmup", str(a.warmup), "--iters", str(a.iters)]
+        cmd += ["--warmup", str(a.warmup), "--iters", str(a.iters), "--batch", str(a.batch)]
         env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
         out = subprocess.run(cmd, capture_output=True, text=True, env=env)
         got = [ln[2:] for ln in out.stdout.splitlines() if ln.startswith("@@")]
         row = json.loads(got[0]) if got else {"variant": v, "error": out.stderr[-2000:]}
         rows.append(row)
         print(
-            json.dumps({k: row.get(k) for k in ("variant", "ms", "cpu_ms", "gpu_ms", "launches")})
+            json.dumps(
+                {k: row.get(k) for k in ("variant", "ms", "cpu_ms", "gpu_ms", "launches", "peak")}
+            )
         )
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)
