@@ -95,6 +95,31 @@ def step_stats(step, warmup: int = 3, iters: int = 10):
     return statistics.median(times), torch.cuda.max_memory_allocated()
 
 
+def kernel_ms(step, n: int = 3) -> tuple[float, float]:
+    """(GPU kernel ms, host issue ms) per step of ``step()``, over ``n`` profiled steps: the
+    kernels' own time (no idle gaps, no host) and the median time the host takes to issue a
+    step (until ``step()`` returns, before the GPU finishes). Where the host's time nears the
+    step's, step times measure the host (which varies between processes); kernel time does
+    not."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    host = []
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            step()
+            host.append(1e3 * (time.perf_counter() - t0))
+            torch.cuda.synchronize()
+    gpu = sum(
+        e.self_device_time_total
+        for e in prof.key_averages()
+        if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0
+    )
+    return gpu / 1e3 / n, statistics.median(host)
+
+
 def gib(n) -> str:
     return f"{n / 2**30:.2f}"
 

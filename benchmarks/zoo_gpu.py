@@ -18,7 +18,9 @@ peak counters):
 Processes compile side by side (``--parallel`` at a time); a batch is timed only when all of
 it has compiled, one process after the other, so no compile runs beside a timed step. Per
 variant: median step ms over ``--iters`` steps after ``--warmup`` (benchmarks/common.py
-``step_stats``), peak ``torch.cuda.max_memory_allocated`` over those steps, the loss of the
+``step_stats``), peak ``torch.cuda.max_memory_allocated`` over those steps, then three
+profiled steps: GPU kernel ms and host issue ms per step (``kernel_ms``; where the host's
+time nears the step's, step times measure the host, which varies between processes), the loss of the
 first step (seed 0), compile seconds; for memopt, the planner's verdict, predicted peak and
 plan. A process that runs out of memory while others compile is run again alone. ::
 
@@ -194,10 +196,12 @@ def worker(spec: dict[str, Any]) -> None:
             return
         try:
             ms, peak = _time_steps(step, device, spec["warmup"], spec["iters"])
+            kernels = _kernel_ms(step) if device.startswith("cuda") else {}
         except Exception as e:
             _emit("ERROR", {"error": _error_text(e)})
             return
         row = {
+            **kernels,
             **({"k": variant["k"]} if "k" in variant else {}),
             "ms": ms,
             "peak": peak,
@@ -212,6 +216,15 @@ def worker(spec: dict[str, Any]) -> None:
         elif variant["kind"] not in ("compile", "torch"):
             row.update(_memopt_facts(compiled))
     _emit("RESULT", row)
+
+
+def _kernel_ms(step) -> dict[str, float]:
+    """GPU kernel ms and host issue ms per step (benchmarks/common.py ``kernel_ms``), after
+    the timed steps (the peak is theirs)."""
+    from benchmarks.common import kernel_ms
+
+    gpu, host = kernel_ms(step)
+    return {"gpu_ms": gpu, "host_ms": host}
 
 
 def _time_steps(step, device: str, warmup: int, iters: int) -> tuple[float, int | None]:

@@ -21,6 +21,8 @@ PEER_LABELS = {
 PEER_KINDS = tuple(PEER_LABELS)
 #: memopt's peak may exceed a peer's by this much and still dominate it (allocator rounding)
 PEAK_SLACK = 1.005
+#: A step is host-bound when the host takes at least this share of the step to issue it.
+HOST_BOUND = 0.8
 
 
 def _gib(n: float | None) -> str:
@@ -67,6 +69,14 @@ def compare(d: dict[str, Any]) -> dict[str, Any]:
         ref = again if "ms" in again and r.get("resumed") else base
         return r["ms"] / ref["ms"] - 1
 
+    def kover(r):
+        """Overhead in GPU kernel time (host-independent; rows that have it)."""
+        again = agains.get(r.get("variant"), {})
+        ref = again if "gpu_ms" in again and r.get("resumed") else base
+        if "gpu_ms" not in r or "gpu_ms" not in ref:
+            return None
+        return r["gpu_ms"] / ref["gpu_ms"] - 1
+
     def loss_ok(r):
         if "loss" not in r:
             return None
@@ -79,6 +89,9 @@ def compare(d: dict[str, Any]) -> dict[str, Any]:
         m = rows.get(f"memopt budget at torch {r['budget']}", {})
         p = {"budget": r["budget"], "torch": r, "memopt": m}
         p["torch_over"], p["memopt_over"] = over(r), over(m)
+        p["torch_kover"], p["memopt_kover"] = kover(r), kover(m)
+        tk, mk = p["torch_kover"], p["memopt_kover"]
+        p["kratio"] = mk / tk if tk and tk > 0 and mk is not None else None
         if "peak" in r and m.get("peak") is not None and r.get("peak") is not None:
             to, mo = p["torch_over"], p["memopt_over"]
             p["peak_ok"] = m["peak"] <= r["peak"]
@@ -153,14 +166,30 @@ def model_table(d: dict[str, Any]) -> str:
     if "ms" not in base:
         return head + f"torch.compile failed: {base.get('error', 'not run')}\n"
     unit = base["unit"]
-    out = [
+    kern = "gpu_ms" in base  # rows with GPU kernel time (from the thirteenth session)
+    first = (
         head + f"torch.compile: peak {_gib(base['peak'])} GiB, {base['ms']:.1f} ms/step, "
-        f"{base['per_s']:,.0f} {unit}/s, compile {base['compile_s']} s, loss {base['loss']:.4f}.",
+        f"{base['per_s']:,.0f} {unit}/s, compile {base['compile_s']} s, loss {base['loss']:.4f}."
+    )
+    if kern:
+        first += (
+            f" GPU kernels {base['gpu_ms']:.1f} ms per step; the host issues a step in "
+            f"{base['host_ms']:.1f} ms"
+            + (
+                " (host-bound: step times measure the host, which varies between processes; "
+                "the kernel-time column does not)."
+                if base["host_ms"] >= HOST_BOUND * base["ms"]
+                else "."
+            )
+        )
+    out = [
+        first,
         "",
         "| torch budget | torch peak GiB | torch overhead | memopt peak GiB | memopt overhead "
         "| memopt / torch overhead | peak ≤ torch's, overhead ≤ ½ | memopt: feasible, honored "
-        "| predicted peak (error) | loss |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| predicted peak (error) | loss |"
+        + (" kernel-time overhead, torch / memopt (ratio) |" if kern else ""),
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if kern else ""),
     ]
     for p in c["points"]:
         t, m = p["torch"], p["memopt"]
@@ -181,7 +210,7 @@ def model_table(d: dict[str, Any]) -> str:
         out.append(
             f"| {p['budget']} | {_gib(t['peak'])} | {_pct(p['torch_over'])} | {_gib(m['peak'])} "
             f"| {_pct(p['memopt_over'])} | {ratio} | {_mark(both)} | {feas} | {pe} "
-            f"| {_mark(p['loss_ok'], ' (differs)')} |"
+            f"| {_mark(p['loss_ok'], ' (differs)')} |" + (f" {_kernel_cell(p)} |" if kern else "")
         )
     for r in c["others"]:
         if "ms" in r:
@@ -205,6 +234,14 @@ def model_table(d: dict[str, Any]) -> str:
         )
         out += ["", *peer_table(c["peers"])]
     return "\n".join(out) + "\n"
+
+
+def _kernel_cell(p: dict[str, Any]) -> str:
+    """``torch% / memopt% (ratio)`` in GPU kernel time."""
+    if p.get("torch_kover") is None or p.get("memopt_kover") is None:
+        return "-"
+    ratio = "" if p.get("kratio") is None else f" ({p['kratio']:.2f})"
+    return f"{_pct(p['torch_kover'])} / {_pct(p['memopt_kover'])}{ratio}"
 
 
 def _native(r: dict[str, Any]) -> str:
@@ -274,11 +311,13 @@ def peer_summary(docs: list[dict[str, Any]]) -> str:
 
 
 def summary_table(docs: list[dict[str, Any]]) -> str:
+    kern = any("gpu_ms" in compare(d)["base"] for d in docs)
     out = [
         "| model | torch points where memopt's peak ≤ torch's and overhead ≤ ½ "
         "| memopt / torch overhead | feasible budgets honored (+0.5%) "
-        "| predicted peak vs measured |",
-        "|---|---|---|---|---|",
+        "| predicted peak vs measured |"
+        + (" memopt / torch overhead in kernel time |" if kern else ""),
+        "|---|---|---|---|---|" + ("---|" if kern else ""),
     ]
     for d in docs:
         ps = [p for p in compare(d)["points"] if p.get("peak_ok") is not None]
@@ -291,9 +330,10 @@ def summary_table(docs: list[dict[str, Any]]) -> str:
         hon = sum(bool(p["honored"]) for p in feas)
         errs = [p["pred_err"] for p in ps if p.get("pred_err") is not None]
         rng = f"{_pct(min(errs))} .. {_pct(max(errs))}" if errs else "-"
+        kr = [f"{p['kratio']:.2f}" if p.get("kratio") is not None else "-" for p in ps]
         out.append(
             f"| {d['model']} | {met} of {len(ps)} | {' / '.join(ratios)} "
-            f"| {hon} of {len(feas)} | {rng} |"
+            f"| {hon} of {len(feas)} | {rng} |" + (f" {' / '.join(kr)} |" if kern else "")
         )
     return "\n".join(out) + "\n"
 
