@@ -274,6 +274,12 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "diag_plan_kernels_*.json",
+        f"{PY}diag_plan_kernels.py --model MODEL --variants ... --out docs/data/{{file}} "
+        "(the variants are in each row; docs/zoo.md, thirteenth session, has the commands)",
+        "gpu",
+    ),
+    Producer(
         "collective_pcie_w2*.json",
         f"torchrun --nproc-per-node 2 {PY[7:]}diag_collective_pcie.py --out {{file}}",
         "gpu",

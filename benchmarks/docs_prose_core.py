@@ -369,11 +369,14 @@ def zoo_row(model: str, variant: str, field: str) -> str:
     """A GPU zoo row: ``peak`` (GiB), ``over`` (step time against torch.compile, 1 decimal)
     or ``over0`` (whole %), ``ms`` (step time added, ms), ``pred`` (predicted peak, GiB),
     ``movedGB`` (offloaded GB each way), ``serial50`` (those copies both ways one after the other
-    at 50 GB/s, ms), ``basems`` (the torch.compile step it is compared with, ms). ``variant``: ``level1``,
+    at 50 GB/s, ms), ``basems`` (the torch.compile step it is compared with, ms), ``kover``
+    (GPU kernel time against torch.compile's, 1 decimal), ``gpums`` / ``hostms`` (kernel ms,
+    host issue ms per step). ``variant``: ``compile``, ``level1``,
     ``offload``, ``native`` (torch's native offload), ``t0.5`` (torch's budget), ``b0.5``
     (memopt's budget at torch's peak). ``model`` may carry a run suffix (``vit_s11``)."""
     d = load(f"zoo_gpu_{model}.json")
     kinds = {
+        "compile": "torch.compile",
         "level1": "memopt level=1",
         "offload": "memopt offload half the layers",
         "native": "native offload",
@@ -400,6 +403,10 @@ def zoo_row(model: str, variant: str, field: str) -> str:
         return f"{r['offloaded_bytes'] / 1e9:.1f}"
     if field == "serial50":  # both ways serialized at 50 GB/s, ms
         return f"{2 * r['offloaded_bytes'] / 50e9 * 1e3:.0f}"
+    if field == "kover":
+        return f"{100 * (r['gpu_ms'] / base['gpu_ms'] - 1):+.1f}%"
+    if field in ("gpums", "hostms"):
+        return f"{r[field[:-2] + '_ms']:.1f}"
     nd = 0 if field == "over0" else 1
     return f"{100 * (r['ms'] / base['ms'] - 1):+.{nd}f}%"
 

@@ -102,6 +102,10 @@ ZOO_GPU_S11 = ("qwen2", "bert", "vit", "resnet")
 #: the twelfth session's re-run on an H200 (offload layout fix, one-region re-plan,
 #: convolutions in recompute, Whisper and DiT with 9 warm-up steps)
 ZOO_GPU_S12 = ("qwen2", "vit", "resnet", "whisper", "dit")
+#: the thirteenth session's (H200): the allocator read per run made cheap, GPU kernel time per
+#: row; then ResNet and DiT again after the strict one-region overrun check (``_s13b``)
+ZOO_GPU_S13 = ("vit", "resnet", "whisper", "dit")
+ZOO_GPU_S13B = ("resnet", "dit")
 
 
 def zoo_gpu(*docs: dict) -> str:
@@ -123,6 +127,20 @@ def zoo_gpu_s12(*docs: dict) -> str:
     from benchmarks.zoo_gpu_report import markdown
 
     return markdown(list(docs), suffix="_s12")
+
+
+def zoo_gpu_s13(*docs: dict) -> str:
+    """The same for the thirteenth session's files (``zoo_gpu_<model>_s13.json``)."""
+    from benchmarks.zoo_gpu_report import markdown
+
+    return markdown(list(docs), suffix="_s13")
+
+
+def zoo_gpu_s13b(*docs: dict) -> str:
+    """... and its re-run of ResNet and DiT (``zoo_gpu_<model>_s13b.json``)."""
+    from benchmarks.zoo_gpu_report import markdown
+
+    return markdown(list(docs), suffix="_s13b")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -162,6 +180,8 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu": Section(tuple(f"zoo_gpu_{m}.json" for m in ZOO_GPU), zoo_gpu),
     "zoo_gpu_s11": Section(tuple(f"zoo_gpu_{m}_s11.json" for m in ZOO_GPU_S11), zoo_gpu_s11),
     "zoo_gpu_s12": Section(tuple(f"zoo_gpu_{m}_s12.json" for m in ZOO_GPU_S12), zoo_gpu_s12),
+    "zoo_gpu_s13": Section(tuple(f"zoo_gpu_{m}_s13.json" for m in ZOO_GPU_S13), zoo_gpu_s13),
+    "zoo_gpu_s13b": Section(tuple(f"zoo_gpu_{m}_s13b.json" for m in ZOO_GPU_S13B), zoo_gpu_s13b),
     "fsdp_step_s11": Section(("fsdp_step_2026-11-25_s11_kernels.json",), fsdp_step_s8),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(
