@@ -371,6 +371,16 @@ def _offload_layers(v: Any) -> int | str:
     return v
 
 
+def write_atomic(path: str, data: bytes | str) -> None:
+    """Write ``path`` whole or not at all (a temporary file renamed over it): processes that
+    share memopt's caches never read half a file. Makes the directory."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, path)
+
+
 def cache_dir() -> str:
     """Directory where memopt persists per-graph reports (for warm compile caches)."""
     d = _env("MEMOPT_CACHE_DIR")

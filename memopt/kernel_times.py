@@ -36,6 +36,7 @@ import torch.fx
 
 from memopt import facts
 from memopt import meta_keys as mk
+from memopt.config import write_atomic
 
 log = logging.getLogger("memopt")
 
@@ -233,11 +234,9 @@ def read_cache(path: str) -> dict[str, float | None]:
 def write_cache(path: str, new: Mapping[str, float | None]) -> None:
     """Add ``new`` to the file (merged with what another process wrote meanwhile)."""
     merged = {**read_cache(path), **new}
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"version": VERSION, "kernels": merged}, f, indent=0, sort_keys=True)
-    os.replace(tmp, path)
+    write_atomic(
+        path, json.dumps({"version": VERSION, "kernels": merged}, indent=0, sort_keys=True)
+    )
 
 
 # --------------------------------------------------------------------------- a graph's table

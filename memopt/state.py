@@ -27,7 +27,7 @@ import torch
 import torch.fx
 
 from memopt import ranks
-from memopt.config import MemoptConfig, cache_dir
+from memopt.config import MemoptConfig, cache_dir, write_atomic
 from memopt.errors import ConfigError
 from memopt.offload.step_offload import StepOffload, sync_schedule
 from memopt.peak_probe import PeakProbe, allocated
@@ -41,7 +41,7 @@ from memopt.step import (
     region_menu,
     step_peak,
 )
-from memopt.step_layers import StepTiming, layer_runs, offload_choice
+from memopt.step_layers import layer_runs, offload_choice, step_offload_timing
 
 log = logging.getLogger("memopt")
 
@@ -53,6 +53,9 @@ MAX_STEP_PLANS = 4
 #: At world size > 1, steps a step plan must hold (after its measurement) before the ranks
 #: stop agreeing their measurements (memopt.ranks) and stop re-checking it.
 SETTLE_STEPS = 3
+#: A settled step plan reads the allocator at each run (its outside bytes and overrun checks;
+#: 20-35 µs of host time a read, two a run) every this many steps only (Whisper: 14 runs a step).
+RECHECK_STEPS = 10
 MEASURED_MARGIN = 0.005
 """Once a step's peak was measured, a byte budget's target is the budget less this share (the
 run-to-run spread of the allocator's peak), instead of the blind CUDA reserve."""
@@ -102,6 +105,9 @@ class MemoptState:
         self._correction = 0  # bytes the step model missed (measured peak - predicted)
         self._record: int | None = None  # a new CUDA peak record set by the step just done
         self._settled = 0  # steps since the step plan last changed or was last measured
+        self._steps = 0  # steps finished
+        self._reading = True  # this step reads the allocator at each run (CUDA, byte budget)
+        self._read_next = False  # a new step was seen without reads: read (and plan) the next
         self.measured_peak: int | None = None
 
     def known_cluster_ids(self) -> set[str]:
@@ -170,14 +176,15 @@ class MemoptState:
             self._finish_step()
         self._seq.append(index)
         if isinstance(self.config.budget, int) and device is not None and device.type == "cuda":
-            now, record = allocated(device)
             if len(self._seq) == 1:  # the step's first run
-                self._step_max0 = record
                 self._compiled_in_step = False
-                if self._probe_next and self._probes_left > 0:
+                self._reading = self._must_read()
+                self._step_max0 = allocated(device)[1] if self._reading else None
+                if self._reading and self._probe_next and self._probes_left > 0:
                     self._probe = PeakProbe.start(device)
             self._entry_device = device
-            self._entry.append(now)
+            if self._reading:
+                self._entry.append(allocated(device)[0])
         if self.offload is not None:
             self.offload.forward_reached(len(self._seq) - 1)
         return len(self._seq) - 1
@@ -215,10 +222,22 @@ class MemoptState:
         self._away_last = self._away if self.offload is not None else {}
         if self.offload is not None:
             self.offload.new_step()
+        self._steps += 1
         plans = self._step_plans
         self._decide()
         news = self._step_plans != plans or self._probed is not None  # a plan or a measurement
         self._settled = 0 if news else self._settled + 1
+
+    def _must_read(self) -> bool:
+        """Whether the step now starting reads the allocator at each run: until the plan has
+        held SETTLE_STEPS steps, for a probe or a deferred plan, then every RECHECK_STEPS steps
+        (memory outside the regions may still grow). Agreed state: the same on every rank."""
+        return (
+            self._settled < SETTLE_STEPS
+            or self._probe_next
+            or self._read_next
+            or self._steps % RECHECK_STEPS == 0
+        )
 
     def _decide(self) -> None:
         """A step plan for the step just done, when it is new or outgrew its plan."""
@@ -232,6 +251,10 @@ class MemoptState:
                 self._step_plans += 1
                 self.plan_step(self.last_step)
             return
+        if self._entry_device is not None and not self._entry_last:
+            self._read_next = True  # a new step ran without reads: plan it at its next step
+            return
+        self._read_next = False
         self._step_plans += 1
         self._planned_for = self.last_step
         self._plan_offload(self.last_step)
@@ -428,27 +451,17 @@ class MemoptState:
     def _offload_options(self, sequence: Sequence[int]) -> tuple[list[list[int]], Any]:
         """The step's layers and the timing the step planner prices offloading them with;
         none (budget plans recompute only across regions) unless ``offload_layers="auto"``
-        and the offload pass is on, and none when a region holds layers of its own (those
-        offload inside their graph)."""
-        if not self.config.offload_auto or "offload" in self.config.disable_passes:
+        and the offload pass is on, none when a region holds layers of its own (those
+        offload inside their graph), none on a CPU (saved tensors are in host memory)."""
+        if (
+            not self.config.offload_auto
+            or "offload" in self.config.disable_passes
+            or any(self.regions[i].extra.get("layers") for i in set(sequence))
+            or self.problems[sequence[0]].device_type not in OFFLOAD_DEVICES
+        ):
             return [], None
-        if any(self.regions[i].extra.get("layers") for i in set(sequence)):
-            return [], None
-        if self.problems[sequence[0]].device_type not in OFFLOAD_DEVICES:
-            return [], None  # a CPU's saved tensors are in host memory already
-        layers = layer_runs([self.graph_keys.get(i, i) for i in sequence])
-        if len(layers) < 2:
-            return [], None
-        rates = self.problems[sequence[0]].rates
-        tensors = max(len(self.problems[r].problem.candidates) for r in set(sequence))
-        timing = StepTiming(
-            bwd_s=[sum(self.problems[r].problem.timeline.bwd_op_s) for r in sequence],
-            h2d_bytes_per_s=rates.h2d_bytes_per_s,
-            cpu_s_per_run=rates.copy_op_s * tensors,
-            fwd_s=[sum(self.problems[r].problem.timeline.fwd_op_s) for r in sequence],
-            d2h_bytes_per_s=rates.d2h_bytes_per_s,
-        )
-        return layers, timing
+        keys = [self.graph_keys.get(i, i) for i in sequence]
+        return step_offload_timing(sequence, keys, self.problems)
 
     def _offsets(self, sequence: Sequence[int]) -> list[int] | None:
         """Per run, the CUDA bytes no region's model holds (other layers' parameters, optimizer
@@ -560,11 +573,9 @@ class MemoptState:
 
     def _store(self, key: str, region: RegionReport, problem: Any) -> None:
         try:
-            path = self._path(key)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            _atomic_write(path, json.dumps(region.to_dict()).encode())
+            write_atomic(self._path(key), json.dumps(region.to_dict()))
             if problem is not None:
-                _atomic_write(self._path(key, "problem.pkl"), pickle.dumps(problem))
+                write_atomic(self._path(key, "problem.pkl"), pickle.dumps(problem))
         except (OSError, pickle.PicklingError, TypeError) as e:  # a read-only home must not
             log.debug("memopt: could not persist the region report: %s", e)  # break training
 
@@ -580,13 +591,6 @@ class MemoptState:
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError):
             problem = None
         return region, problem
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def _trains(example_inputs: Sequence[Any]) -> bool:

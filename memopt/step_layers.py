@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def layer_runs(keys: Sequence[object]) -> list[list[int]]:
@@ -145,3 +146,25 @@ def offload_times(
 def offload_overhead(choice: OffloadChoice, moved: Mapping[int, int], timing: StepTiming) -> float:
     """Predicted seconds the step loses to ``choice`` (:func:`offload_times`)."""
     return offload_times(choice, moved, timing)[0]
+
+
+def step_offload_timing(
+    sequence: Sequence[int], keys: Sequence[object], problems: Mapping[int, Any]
+) -> tuple[list[list[int]], StepTiming | None]:
+    """The layers of the step ``sequence`` (``keys``: each run's graph key) and the timing
+    the step planner prices offloading them with, from each region's planning problem
+    (``passes.plan_budget.RegionProblem``: its device rates and its ops' times); none when
+    fewer than two layers repeat."""
+    layers = layer_runs(keys)
+    if len(layers) < 2:
+        return [], None
+    rates = problems[sequence[0]].rates
+    tensors = max(len(problems[r].problem.candidates) for r in set(sequence))
+    timing = StepTiming(
+        bwd_s=[sum(problems[r].problem.timeline.bwd_op_s) for r in sequence],
+        h2d_bytes_per_s=rates.h2d_bytes_per_s,
+        cpu_s_per_run=rates.copy_op_s * tensors,
+        fwd_s=[sum(problems[r].problem.timeline.fwd_op_s) for r in sequence],
+        d2h_bytes_per_s=rates.d2h_bytes_per_s,
+    )
+    return layers, timing

@@ -86,3 +86,70 @@ def test_an_overrun_without_a_planning_problem_leaves_the_plan_alone():
     del state.problems[0]
     _cuda_step(state, entry, probed=int(BUDGET * 1.05))
     assert state.step_choice is None and state._correction == 0
+
+
+def _reads(monkeypatch, state: MemoptState) -> list[int]:
+    """Count memopt's allocator reads; the CUDA numbers are given (static bytes + 1000 as each
+    run begins, a record that never grows) and the probe measures the budget exactly."""
+    import memopt.state as st
+
+    calls = [0]
+
+    def allocated(device):
+        calls[0] += 1
+        return _static(state) + 1000, 0
+
+    monkeypatch.setattr(st, "allocated", allocated)
+    monkeypatch.setattr(
+        st.PeakProbe, "start", lambda device: SimpleNamespace(finish=lambda: BUDGET)
+    )
+    return calls
+
+
+def _run_step(state: MemoptState, runs: int = 1) -> None:
+    cuda = torch.device("cuda")  # a device object only: nothing runs on it
+    positions = [state.enter(0, cuda) for _ in range(runs)]  # the forwards, then backwards
+    for pos in reversed(positions):
+        state.backward_started(pos)
+
+
+def test_a_settled_plan_reads_the_allocator_only_every_recheck_steps(monkeypatch):
+    """Each read costs the host 20-35 µs, twice per run: once the plan has held SETTLE_STEPS
+    steps after its measurement, steps read nothing except every RECHECK_STEPS-th."""
+    from memopt.state import RECHECK_STEPS, SETTLE_STEPS
+
+    state = _state()
+    calls = _reads(monkeypatch, state)
+    per_step = []
+    for _ in range(2 + SETTLE_STEPS + 2 * RECHECK_STEPS):
+        before = calls[0]
+        _run_step(state)
+        per_step.append(calls[0] - before)
+
+    # SETTLE_STEPS steps read (the record, each run's start and its backward: 3), and the
+    # step after a reading one reads the record once more as it finishes it; then only steps
+    # whose count reaches a multiple of RECHECK_STEPS read (``_state``'s compile step was 0)
+    def reads(i):
+        return i >= 0 and (i < SETTLE_STEPS or (i + 1) % RECHECK_STEPS == 0)
+
+    assert per_step == [3 * reads(i) + reads(i - 1) for i in range(len(per_step))]
+    assert sum(map(reads, range(len(per_step)))) == SETTLE_STEPS + 2
+    assert state._probed is None and state.step_choice is None  # the region's own plan held
+
+
+def test_a_new_step_seen_without_reads_is_planned_at_its_next_step(monkeypatch):
+    """The step changes (two runs of the region) in a step that read nothing: its plan waits
+    one step for the reads its outside bytes come from, then is made from them."""
+    state = _state()
+    calls = _reads(monkeypatch, state)
+    for _ in range(8):
+        _run_step(state)
+    assert not state._must_read()
+    _run_step(state, runs=2)  # unread: no plan from missing measurements
+    _run_step(state, runs=2)  # finishes the unread new step: it waits
+    assert state._planned_for == (0,) and state._read_next
+    before = calls[0]
+    _run_step(state, runs=2)  # finishes the read one: planned from its reads
+    # the record as it finishes the read step, then this step reads too (a new plan): 1 + 5
+    assert calls[0] - before == 6 and state._planned_for == (0, 0)
+    assert state.step_choice is not None and not state._read_next

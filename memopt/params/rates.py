@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
+from memopt.config import write_atomic
 from memopt.params.host_plan import ADAMW_TRAFFIC_PER_PARAM_BYTE
 
 
@@ -138,9 +139,5 @@ def host_rates(device: torch.device | str | None = None, *, cache: bool = True) 
     _MEMO[key] = rates
     if cache:
         stored[key] = rates.to_dict()
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(stored, f, indent=1)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(stored, indent=1))
     return replace(rates)

@@ -205,14 +205,12 @@ def _read_cache(path: str) -> DeviceRates | None:
 
 
 def _write_cache(path: str, rates: DeviceRates) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    from memopt.config import write_atomic
+
     data = asdict(rates)
     data.pop("source")
     data["version"] = CALIBRATION_VERSION
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _measure(dev, sizes: CalibrationSizes) -> DeviceRates:
