@@ -303,13 +303,13 @@ def fold_kept_lines(text: str) -> str:
         names = (
             f"{kept[0][1]} ... {kept[-1][1]}" if len(kept) > 2 else ", ".join(n for _, n in kept)
         )
-        idx = _ranges(i for i, _ in kept)
+        idx = ranges(i for i, _ in kept)
         out.append(f"kept on device: {len(kept)} saved tensors, {item}: saved[{idx}] ({names})")
     return "\n".join(out)
 
 
-def _ranges(indices: Iterable[int]) -> str:
-    """``0, 1, 2, 5`` -> ``0-2,5``."""
+def ranges(indices: Iterable[int]) -> str:
+    """``0, 1, 2, 5`` -> ``"0-2,5"`` (run positions, regions, saved-tensor indices)."""
     out: list[str] = []
     for i in sorted(set(indices)):
         if out and out[-1].split("-")[-1] == str(i - 1):

@@ -16,9 +16,9 @@ from tabulate import tabulate
 
 from memopt.config import MemoptConfig
 from memopt.decide import saved_id
-from memopt.format import fold_kept_lines
+from memopt.format import fold_kept_lines, ranges
 from memopt.plan import Strategy
-from memopt.step_report import StepInfo, ranges, step_section
+from memopt.step_report import StepInfo, step_section
 from memopt.symbolic import SymbolTable, fmt_bytes
 
 #: Cluster ids longer than this are shortened in the table (with a legend); JSON keeps them.

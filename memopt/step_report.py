@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
+from memopt.format import ranges
 from memopt.symbolic import fmt_bytes
 
 if TYPE_CHECKING:
@@ -49,17 +50,6 @@ class StepInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def ranges(indices: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
-    out: list[str] = []
-    for i in sorted(set(indices)):
-        if out and out[-1].split("-")[-1] == str(i - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{i}"
-        else:
-            out.append(str(i))
-    return ",".join(out)
 
 
 def _plan_key(r: RegionReport) -> tuple:
