@@ -50,10 +50,11 @@ def _to(x: Any, device: str, dtype: torch.dtype) -> Any:
     return x
 
 
-def build(entry: ZooModel, size: str, device: str, dtype: torch.dtype):
-    """The model and inputs on ``device`` in ``dtype`` (seeded: the same weights each call)."""
+def build(entry: ZooModel, size: str, device: str, dtype: torch.dtype, batch: int | None = None):
+    """The model and inputs on ``device`` in ``dtype`` (seeded: the same weights each call);
+    ``batch``: other than the size's own."""
     torch.manual_seed(0)
-    model, inputs = entry.build(size)
+    model, inputs = entry.build(size, batch)
     model = model.to(device=device, dtype=dtype)
     return model, {k: _to(v, device, dtype) for k, v in inputs.items()}
 
