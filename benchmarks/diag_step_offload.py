@@ -145,7 +145,7 @@ def _measure(label, compiled, model, opt, ids, rank, world, args) -> dict:
     print(" copies", g["copies"][:40])
     if args.waits:
         keep = None
-        if args.traces:
+        if args.traces and rank == 0:
             os.makedirs(args.traces, exist_ok=True)
             slug = "".join(c if c.isalnum() else "_" for c in label).strip("_")
             keep = os.path.join(args.traces, f"trace_{slug}_w{world}_r{rank}.json.gz")

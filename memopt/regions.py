@@ -100,6 +100,11 @@ class RegionProgram:
         else:
             out = fn(*args)
         _on_backward(out, functools.partial(st.backward_started, pos))
+        if st.offload is not None:
+            # copy-backs start after the hooks other engines put on the outputs: FSDP2's
+            # pre-backward queues small host-to-device copies (its all-gather copy-out) on the
+            # compute stream, which would wait behind a copy-back queued before them
+            _on_backward(out, functools.partial(_offload_backward, st, pos), node=True)
         return out
 
     def _before(self) -> dict[str, int] | None:
@@ -147,10 +152,20 @@ class RegionProgram:
         return self._variants[key]
 
 
-def _on_backward(out: Any, callback) -> None:
-    """Call ``callback`` when backward reaches this region (a hook on one output)."""
+def _offload_backward(state: Any, pos: int) -> None:
+    if state.offload is not None:
+        state.offload.backward_reached(pos)
+
+
+def _on_backward(out: Any, callback, *, node: bool = False) -> None:
+    """Call ``callback`` when backward reaches this region: a hook on one output, or with
+    ``node`` on that output's autograd node, which runs after every hook on the output tensors
+    (such as FSDP2's pre-backward hook on a module's output)."""
     for t in out if isinstance(out, list | tuple) else (out,):
         if isinstance(t, torch.Tensor) and t.requires_grad:
+            if node and t.grad_fn is not None:
+                t.grad_fn.register_prehook(lambda grads, _cb=callback: _cb())
+                return
 
             def hook(grad, _cb=callback):
                 _cb()

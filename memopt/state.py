@@ -206,8 +206,6 @@ class MemoptState:
         if self._entry and pos < len(self._entry):
             dev = self._entry_device
             self._bwd_entry[pos] = allocated(dev)[0]
-        if self.offload is not None:
-            self.offload.backward_reached(pos)
 
     def _finish_step(self) -> None:
         probed = self._probe.finish() if self._probe is not None else None
