@@ -198,9 +198,9 @@ def is_random_op(target: Any) -> bool:
 # --- memopt.params (parameter and optimizer-state offload) ---
 
 
-def in_backward() -> bool:
-    """True while the autograd engine runs a backward on this thread (e.g. a recompute)."""
-    return torch._C._current_graph_task_id() != -1
+def default_store() -> Any:
+    """The default process group's key-value store (the rendezvous store under torchrun)."""
+    return torch.distributed.distributed_c10d._get_default_store()
 
 
 def has_fused_adamw(device: str = "cpu") -> bool:

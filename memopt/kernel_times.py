@@ -14,14 +14,16 @@ fuses them, so an op alone is not the kernel that runs.
 A kernel that cannot be run alone (an op whose random inputs it rejects, no memory left under
 a cap) keeps its roofline time; a measurement is never required for a plan.
 
-At world size > 1 the ranks must plan with the same times: the host's first rank
-(``LOCAL_RANK`` 0) measures and writes the cache, the host's other ranks wait for those
-signatures in the file (:data:`LEADER_WAIT_S`); across hosts no measurement is shared, so
-every rank uses the roofline (plans agree by construction).
+At world size > 1 the ranks must plan with the same times: rank 0 measures (and writes its
+cache) and publishes every time a graph needs in the process group's key-value store (the
+rendezvous store, on every host); the other ranks wait for those keys
+(:data:`LEADER_WAIT_S`) and use rank 0's times, whatever their own cache dir holds (each
+rank may have a private one). No collective runs inside a compile.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import operator
@@ -254,20 +256,20 @@ def measure(
     nodes = signatures(graphs, value)
     if not nodes:
         return {}
+    follower = ranks.world_size() > 1 and ranks.rank() != 0 and ranks.store() is not None
+    if follower:
+        came = ranks.from_store([_key(s) for s in nodes], LEADER_WAIT_S)
+        table = {s: came[_key(s)] for s in nodes if _key(s) in came}
+        if len(table) < len(nodes):
+            _note_once(
+                f"{len(nodes) - len(table)} kernel time(s) did not come from rank 0 in "
+                f"{LEADER_WAIT_S:.0f} s; those use the roofline here (plans may differ between "
+                "ranks)"
+            )
+        return {s: t for s in nodes if (t := table.get(s)) is not None}
     path = cache_path(device, where)
     table = read_cache(path)
     missing = {s: n for s, n in nodes.items() if s not in table}
-    if missing and ranks.world_size() > 1:
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world_size()))
-        if ranks.world_size() > local_world:
-            _note_once(
-                "several hosts: kernel times are not shared between them, so every rank "
-                "plans with the roofline"
-            )
-            return {}
-        if int(os.environ.get("LOCAL_RANK", ranks.rank())) != 0:
-            table = _from_leader(path, set(nodes))
-            missing = {}
     if missing:
         got: dict[str, float | None] = {}
         no_memory: set[str] = set()
@@ -277,11 +279,9 @@ def measure(
             except NoMemory:
                 got[s] = None  # the roofline for this process; timed again by a later one
                 no_memory.add(s)
-        # what cannot run alone is written as such (None), so no rank of this host waits
-        # for it; what ran out of memory under a cap is not written (a later process times
-        # it), except where this host's other ranks wait for the same table
-        shared = ranks.world_size() > 1
-        write_cache(path, {s: t for s, t in got.items() if shared or s not in no_memory})
+        # what cannot run alone is written as such (None); what ran out of memory under a
+        # cap is not written (a later process times it)
+        write_cache(path, {s: t for s, t in got.items() if s not in no_memory})
         table.update(got)
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the inputs made for timing go back to the device
@@ -293,23 +293,13 @@ def measure(
             len(nodes) - len(missing),
             sum(t is None for t in got.values()),
         )
+    if ranks.world_size() > 1:  # rank 0: every time the graphs need, for the other ranks
+        ranks.publish({_key(s): table.get(s) for s in nodes})
     return {s: t for s in nodes if (t := table.get(s)) is not None}
 
 
-def _from_leader(path: str, wanted: set[str]) -> dict[str, float | None]:
-    """The times the host's first rank writes for ``wanted`` (None for a kernel it cannot run
-    alone). What does not come within :data:`LEADER_WAIT_S` keeps the roofline here."""
-    deadline = time.monotonic() + LEADER_WAIT_S
-    table = read_cache(path)
-    while not wanted <= set(table) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        table = read_cache(path)
-    if not wanted <= set(table):
-        _note_once(
-            f"{len(wanted - set(table))} kernel time(s) did not come from this host's first rank "
-            f"in {LEADER_WAIT_S:.0f} s; those use the roofline here (plans may differ between ranks)"
-        )
-    return {s: table[s] for s in wanted if s in table}
+def _key(signature: str) -> str:
+    return f"memopt/kernel-times/v{VERSION}/{hashlib.sha1(signature.encode()).hexdigest()}"
 
 
 _noted: set[str] = set()

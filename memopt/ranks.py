@@ -9,15 +9,23 @@ construction, with no plan sent between ranks.
 
 Collectives are called only where every rank is by construction: in ``memopt.optimize`` and
 at the boundary of a training step (SPMD: every rank runs the same regions in the same order).
+Inside a compile (a rank may compile alone, and a collective there could hang) rank 0 publishes
+what it measured in the process group's key-value store and the other ranks wait for the keys
+(:func:`publish`, :func:`from_store`): no shared file system and no common cache dir needed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime
+import json
+import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+log = logging.getLogger("memopt")
 
 
 def world_size() -> int:
@@ -57,3 +65,36 @@ def from_rank0(obj: Any) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=0, device=_device())
     return box[0]
+
+
+def store() -> Any:
+    """The default process group's key-value store; None without a group or a store."""
+    from memopt import _torch_compat as compat
+
+    if world_size() == 1:
+        return None
+    try:
+        return compat.default_store()
+    except (RuntimeError, ValueError, AttributeError) as e:
+        log.warning("memopt: no process-group store (%s): each rank measures for itself", e)
+        return None
+
+
+def publish(items: Mapping[str, Any]) -> None:
+    """Rank 0: ``key -> value`` (JSON) into the store for the other ranks."""
+    st = store()
+    for k, v in items.items() if st is not None else ():
+        st.set(k, json.dumps(v))
+
+
+def from_store(keys: Sequence[str], timeout_s: float) -> dict[str, Any]:
+    """What rank 0 published under ``keys``, waiting up to ``timeout_s`` for them; the keys
+    that did not come are left out (the caller says what that means)."""
+    st = store()
+    if st is None:
+        return {}
+    try:
+        st.wait(list(keys), datetime.timedelta(seconds=timeout_s))
+    except RuntimeError:  # timed out (DistStoreError): take what came
+        pass
+    return {k: json.loads(st.get(k)) for k in keys if st.check([k])}

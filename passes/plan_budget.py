@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,30 +85,28 @@ def device_rates(device: torch.device):
 
     if ranks.world_size() == 1:
         return calibrate(device, where)
-    _AGREED[name] = rates = _from_host_leader(device, where)
+    _AGREED[name] = rates = _from_rank0(device, where)
     return rates
 
 
-def _from_host_leader(device: torch.device, where: str):
+def _from_rank0(device: torch.device, where: str):
     """Rates without memopt.optimize's agreement (``torch.compile(backend="memopt")`` at world
-    size > 1, where a collective inside a compile could hang): the host's first rank
-    (``LOCAL_RANK`` 0) calibrates and writes the cache; the host's other ranks wait for that
-    file and read it, so the ranks of one host plan with the same rates, with no collective.
-    Hosts without a shared cache dir each use their own (a warning says plans may differ)."""
+    size > 1, where a collective inside a compile could hang): rank 0 calibrates (or reads its
+    cache) and publishes its rates in the process group's key-value store; the other ranks wait
+    for them there (:mod:`memopt.ranks`), so every rank plans with rank 0's rates, whatever
+    cache dir each one has."""
     from memopt import ranks
+    from memopt.planner import DeviceRates
 
-    local = int(os.environ.get("LOCAL_RANK", ranks.rank()))
-    if ranks.world_size() > int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world_size())):
-        _warn_unagreed("each host calibrates its own rates")
-    if local == 0:
-        return calibrate(device, where)
-    deadline = time.monotonic() + LEADER_WAIT_S
-    while time.monotonic() < deadline:
-        rates = calibrate(device, where, measure=False)
-        if rates is not None:
-            return rates
-        time.sleep(0.2)
-    _warn_unagreed(f"no rates from this host's first rank in {LEADER_WAIT_S:.0f} s under {where}")
+    key = f"memopt/rates/v1/{torch.cuda.get_device_name(device)}"
+    if ranks.rank() == 0 or ranks.store() is None:
+        rates = calibrate(device, where)
+        ranks.publish({key: vars(rates)})
+        return rates
+    got = ranks.from_store([key], LEADER_WAIT_S).get(key)
+    if got is not None:
+        return DeviceRates(**got)
+    _warn_unagreed(f"no rates from rank 0 in {LEADER_WAIT_S:.0f} s")
     return calibrate(device, where)
 
 

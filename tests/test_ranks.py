@@ -48,8 +48,8 @@ def check_rates(rank: int) -> None:
 
 def check_rates_without_optimize(rank: int, tmp: str) -> None:
     """torch.compile(backend="memopt") at world size > 1 (no optimize(), no collective in a
-    compile): the host's first rank calibrates into the shared cache, the other reads it."""
-    import os
+    compile): rank 0 calibrates and publishes its rates in the process group's store, the
+    other rank waits for them there. Each rank has its own cache dir (spawn_gloo's)."""
     from unittest import mock
 
     from memopt.passes import plan_budget
@@ -62,13 +62,10 @@ def check_rates_without_optimize(rank: int, tmp: str) -> None:
         if rank == 0:
             import time
 
-            time.sleep(1.0)  # rank 1 asks before the file exists: it must wait, not measure
+            time.sleep(1.0)  # rank 1 asks before rank 0 has them: it must wait, not measure
         return CPU_DEFAULTS.__class__(**{**vars(CPU_DEFAULTS), "name": f"rank{rank}"})
 
-    env = {"MEMOPT_CACHE_DIR": os.path.join(tmp, "shared"), "LOCAL_RANK": str(rank)}
-    env["LOCAL_WORLD_SIZE"] = "2"
     with (
-        mock.patch.dict(os.environ, env),
         mock.patch.object(costs, "_measure", measure),
         mock.patch.object(costs, "_device_name", lambda dev: "Fake GPU"),
         mock.patch.object(plan_budget, "_AGREED", {}),
@@ -80,6 +77,31 @@ def check_rates_without_optimize(rank: int, tmp: str) -> None:
     assert rates.name == "Fake GPU" and rates.source.startswith(("measured", "cache:"))
     got = ranks.from_rank0(vars(rates))
     assert {**got, "source": ""} == {**vars(rates), "source": ""}  # the same numbers
+
+
+def check_kernel_times(rank: int, tmp: str) -> None:
+    """Kernel times at world size > 1 with a private cache dir per rank: rank 0 times them,
+    the other rank takes rank 0's from the store and times none."""
+    import os
+    from unittest import mock
+
+    from memopt import kernel_times as kt
+    from tests.test_kernel_times import _graph, _value
+
+    def time_kernel(node, device, value):
+        if rank != 0:
+            raise AssertionError("a rank other than 0 timed a kernel")
+        import time
+
+        time.sleep(0.5)  # rank 1 asks first
+        return 2e-3
+
+    where = os.path.join(tmp, f"kernels-{rank}")
+    os.makedirs(where)
+    with mock.patch.object(kt, "time_kernel", time_kernel):
+        table = kt.measure([_graph()], torch.device("cpu"), _value, where)
+    assert len(table) == 4 and set(table.values()) == {2e-3}
+    assert ranks.from_rank0(table) == table
 
 
 def _state(rank: int):
@@ -141,6 +163,7 @@ def _checks(rank: int, tmp: str) -> None:
     check_collectives(rank)
     check_rates(rank)
     check_rates_without_optimize(rank, tmp)
+    check_kernel_times(rank, tmp)
     check_step_measurements(rank)
 
 
