@@ -161,6 +161,20 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu-x2",
     ),
     Producer(
+        "multi_gpu_steps_w2_s14*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only offload,budgets --out docs/data/{file} (_s14: --only offload, before the store "
+        "fix; _s14b: after it)",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w1_s14.json",
+        "torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps --only offload "
+        "--out docs/data/{file}",
+        "gpu-x2",
+        "GPU 0 of the two-GPU machine",
+    ),
+    Producer(
         "multi_gpu_steps_w2_warmup9_2026-11-25.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps --only budgets,offload "
         "--warmup 9 --iters 10 --out docs/data/{file}",
@@ -263,6 +277,12 @@ PRODUCERS: tuple[Producer, ...] = (
         "diag_offload_gaps.json", f"{PY}diag_offload_cost.py --ks 1 --out docs/data/{{file}}", "gpu"
     ),
     Producer("diag_step_offload_v2_chunked.json", "(historical: chunked copies, reverted)", "gpu"),
+    Producer(
+        "diag_step_offload_w2*_s14.json",
+        f"torchrun --nproc-per-node 2 {PY[7:]}diag_step_offload.py "
+        "--variants compile,k1,k1:prehook,k1:nopace --waits --traces tr --out {file}",
+        "gpu-x2",
+    ),
     Producer(
         "diag_step_offload_w2*.json",
         f"torchrun --nproc-per-node 2 {PY[7:]}diag_step_offload.py --ks 1,2 --out {{file}}",
