@@ -440,7 +440,7 @@ def mg(name: str, key: str, field: str, other: str = "") -> str:
     ``lossdiff`` (largest loss difference to file ``other``'s same row)."""
     rows = {r["key"]: r for r in load(name)["rows"] if "error" not in r}
     r = rows[key]
-    point = rows.get({"memopt@0.5": "torch0.5", "memopt@0.1": "torch0.1"}.get(key, ""))
+    point = rows.get(f"torch{key[-3:]}" if key.startswith(("memopt@", "auto@")) else "")
     out = {
         "ms": lambda: f"{r['ms']:.1f}",
         "over": lambda: pct(r["ms"], rows["compile"]["ms"]),

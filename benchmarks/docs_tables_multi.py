@@ -12,10 +12,12 @@ _LABELS = {
     "level1": "memopt level 1",
     "memopt@0.5": "memopt `budget=` torch 0.5's peak",
     "memopt@0.1": "memopt `budget=` torch 0.1's peak",
+    "auto@0.5": 'memopt `budget=` torch 0.5\'s peak, `offload_layers="auto"`',
+    "auto@0.1": 'memopt `budget=` torch 0.1\'s peak, `offload_layers="auto"`',
     "offload1": "memopt `offload_layers=1`",
     "offload2": "memopt `offload_layers=2`",
 }
-_TORCH_POINT = {"memopt@0.5": "torch0.5", "memopt@0.1": "torch0.1"}
+_TORCH_POINT = {k: f"torch{k[-3:]}" for k in ("memopt@0.5", "memopt@0.1", "auto@0.5", "auto@0.1")}
 
 
 def _rows(d: dict) -> dict[str, dict]:
