@@ -57,9 +57,9 @@ log = logging.getLogger("memopt")
 
 #: Op classes (:func:`memopt.facts.op_class`) whose kernels are timed, besides reductions.
 TIMED = frozenset({"matmul", "attention", "convolution"})
-#: Version of the cache file and of the timing code; a change re-measures. (Timing
-#: reductions too added signatures, not a new format: a version-1 file gains them.)
-VERSION = 1
+#: Version of the cache file and of the timing code; a change re-measures. 2: an input of
+#: stride 0 (expanded) is made runnable (version 1 wrote its kernels as not runnable alone).
+VERSION = 2
 #: Timed runs per kernel after two warm-up runs; the fastest counts (another process's
 #: kernels on the same GPU only ever add time).
 REPEATS = 10
@@ -151,12 +151,15 @@ def _real(v: torch.Tensor, device: torch.device, value: Value) -> torch.Tensor:
     ``device`` (or the CPU where ``v`` lives there: an RNG seed argument)."""
     shape, stride = _dims(v.shape, value), _dims(v.stride(), value)
     where = torch.device("cpu") if v.device.type == "cpu" else device
-    t = torch.empty_strided(shape, stride, dtype=v.dtype, device=where)  # type: ignore[arg-type]
+    # the storage it spans is filled, then viewed: an expanded tensor (stride 0, such as a
+    # loss's gradient) cannot be written element by element
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+    base = torch.empty(span, dtype=v.dtype, device=where)
     if v.dtype.is_floating_point or v.dtype.is_complex:
-        t.normal_()
+        base.normal_()
     else:
-        t.zero_()
-    return t
+        base.zero_()
+    return base.as_strided(shape, stride)  # type: ignore[arg-type]
 
 
 def real_args(node: torch.fx.Node, device: torch.device, value: Value) -> tuple[tuple, dict]:
