@@ -81,6 +81,19 @@ PRODUCERS: tuple[Producer, ...] = (
     Producer("first_hour.json", f"{PY}docs_cpu.py first-hour --out docs/data/{{file}}", "cpu"),
     Producer("zoo_cpu.json", f"{PY}zoo.py", "cpu", "~17 min on 2 cores"),
     Producer(
+        "kernel_signatures_tiny.json",
+        f"{PY}diag_kernel_signatures.py --out docs/data/{{file}}",
+        "cpu",
+        "~30 s on 2 cores",
+    ),
+    Producer(
+        "kernel_signatures_gpu.json",
+        f"{PY}diag_kernel_signatures.py --size gpu --dtype bfloat16 --out docs/data/{{file}}",
+        "cpu",
+        "~12 min on 2 cores: the GPU zoo's sizes traced with fake tensors, reductions timed on "
+        "the CPU",
+    ),
+    Producer(
         "torch_versions_*.json",
         "bash .ci/torch_versions 2.11.0 2.14.1 && cp /tmp/memopt-torch-versions/torch_versions.json "
         "docs/data/{file}",

@@ -8,7 +8,8 @@ fact                        function
 ==========================  ===========================================================
 op class                    :func:`op_class` (view, matmul, attention, convolution,
                             random, collective, cast, norm, softmax, gather, constant,
-                            pointwise, other)
+                            pointwise, other); :func:`is_reduction` (a kernel that
+                            reduces over dims: sum, var_mean, a whole norm)
 aliasing                    :func:`is_view`, :func:`aliased_input`, :func:`storage_root`,
                             :func:`alias_users`
 matmul operands             :data:`MATMUL_OPERANDS`, :func:`is_matmul`
@@ -88,6 +89,17 @@ _NORM = frozenset(
     | {"group_norm", "native_batch_norm", "_native_batch_norm_legit_functional"}
 )
 _SOFTMAX = frozenset({"_softmax", "softmax", "_log_softmax", "log_softmax", "_safe_softmax"})
+#: Norms and softmaxes, forward and backward, that reduce rows inside one kernel when they
+#: reach a graph whole (Inductor's decompositions leave tagged reductions in their place).
+_WHOLE_REDUCTIONS = (
+    _NORM
+    | _SOFTMAX
+    | {"native_layer_norm_backward", "native_group_norm_backward", "_fused_rms_norm_backward"}
+    | {"native_batch_norm_backward", "batch_norm_backward", "_native_batch_norm_legit"}
+    | {"_native_batch_norm_legit_no_training", "_batch_norm_with_update", "_batch_norm_no_update"}
+    | {"_batch_norm_with_update_functional", "_softmax_backward_data"}
+    | {"_log_softmax_backward_data"}
+)
 _NORM_MODULE_SUFFIXES = ("RMSNorm", "LayerNorm", "Norm")
 _COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "c10d_functional", "c10d"})
 
@@ -158,6 +170,20 @@ def alias_users(node: torch.fx.Node) -> list[torch.fx.Node]:
 
 def is_matmul(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and packet(node.target) in MATMUL_OPERANDS
+
+
+def is_reduction(node: torch.fx.Node) -> bool:
+    """Whether the op reduces over dimensions of its input in one kernel: an op tagged
+    ``reduction`` (sum, mean, amax, var_mean, ...: what a decomposed norm, softmax or loss
+    leaves), or a norm or softmax (forward or backward) that reaches the graph whole. The
+    pointwise ops of a decomposed norm or softmax are not, though :func:`op_class` calls them
+    norm or softmax by their original op; an output of a multi-output op (``getitem``) is not
+    either: the op is."""
+    if node.op != "call_function" or node.target is operator.getitem:
+        return False
+    if torch.Tag.reduction in getattr(node.target, "tags", ()):
+        return True
+    return packet(node.target) in _WHOLE_REDUCTIONS
 
 
 def is_collective(node: torch.fx.Node) -> bool:

@@ -1,15 +1,30 @@
 """The graph's own compute kernels, timed on the device.
 
 The roofline (:mod:`memopt.planner.costs`) prices a matmul at the rate of one large square
-matmul, an attention at that rate over its full ``4·b·h·s²·d`` FLOPs and a convolution by
-its multiply-adds at that rate too. Real kernels miss those numbers by a shape-dependent
-factor (a thin matmul, a causal attention that skips half its blocks, a backward kernel, a
-3x3 convolution), and a recompute is chosen or refused on exactly these costs. So every matmul, attention and
-convolution of a graph (forward, backward and the joint graph the recompute subgraphs come
-from) is timed once on the device with real tensors of its shapes, strides and dtypes, and
-the time is cached per device, torch version and signature (``kernels-<device>-torch<v>.json``
-next to the device rates). Pointwise and reduction ops stay on the memory roofline: Inductor
-fuses them, so an op alone is not the kernel that runs.
+matmul, an attention at that rate over its full ``4·b·h·s²·d`` FLOPs, a convolution by its
+multiply-adds at that rate too, and a reduction by its bytes at the HBM copy rate. Real
+kernels miss those numbers by a shape-dependent factor (a thin matmul, a causal attention that
+skips half its blocks, a backward kernel, a 3x3 convolution, a row reduction over short rows),
+and a recompute is chosen or refused on exactly these costs. So every matmul, attention,
+convolution and reduction (:func:`memopt.facts.is_reduction`: sum, mean, amax, var_mean, ...,
+a norm or softmax that reaches the graph whole) of a graph (forward, backward and the joint
+graph the recompute subgraphs come from) is timed once on the device with real tensors of its
+shapes, strides and dtypes, and the time is cached per device, torch version and signature
+(``kernels-<device>-torch<v>.json`` next to the device rates).
+
+What a reduction's time stands for: Inductor fuses a reduction with the pointwise ops around
+it, and a recomputed one into the backward kernel that needs it, so the op alone is not the
+kernel that runs. But the fused kernel still walks the same rows; what that costs is set by
+the row length, the number of rows and the passes (``var_mean``), not by where the input comes
+from. The time of the op alone, reading its input from memory, is therefore taken as what the
+reduction adds to whatever kernel runs it, and used as is, like a matmul's. It is not turned
+into an effective bandwidth over the op's bytes: by the fusion rules
+(:mod:`memopt.memory_rules`) a reduction whose input is a fused producer (every bf16 norm
+reduces an upcast) moves only its small output, and that rate would price it back near the
+roofline that missed. What this over-prices: the fused producers keep their roofline for
+reading the input the measurement read too (at most one read of it at the HBM rate), and
+reductions that Inductor does in one pass over the same rows are priced one by one.
+Pointwise ops stay on the memory roofline: fused, their cost is the bytes the kernel moves.
 
 A kernel that cannot be run alone (an op whose random inputs it rejects, no memory left under
 a cap) keeps its roofline time; a measurement is never required for a plan.
@@ -42,10 +57,11 @@ from memopt.config import write_atomic
 
 log = logging.getLogger("memopt")
 
-#: Op classes (:func:`memopt.facts.op_class`) whose kernels are timed.
+#: Op classes (:func:`memopt.facts.op_class`) whose kernels are timed, besides reductions.
 TIMED = frozenset({"matmul", "attention", "convolution"})
-#: Version of the cache file and of the timing code; a change re-measures.
-VERSION = 1
+#: Version of the cache file and of the timing code; a change re-measures. 2: an input of
+#: stride 0 (expanded) is made runnable (version 1 wrote its kernels as not runnable alone).
+VERSION = 2
 #: Timed runs per kernel after two warm-up runs; the fastest counts (another process's
 #: kernels on the same GPU only ever add time).
 REPEATS = 10
@@ -61,10 +77,11 @@ Value = Callable[[sympy.Expr], int | None]
 
 
 def timed(node: torch.fx.Node) -> bool:
-    """Whether ``node`` is a compute kernel whose time is measured."""
+    """Whether ``node`` is a compute kernel whose time is measured: a matmul, attention,
+    convolution or reduction (not the pointwise ops of a decomposed norm or softmax)."""
     if node.op != "call_function" or node.target is operator.getitem:
         return False
-    return facts.op_class(node) in TIMED
+    return facts.op_class(node) in TIMED or facts.is_reduction(node)
 
 
 def _dims(xs: Iterable[object], value: Value) -> list[int] | None:
@@ -136,12 +153,15 @@ def _real(v: torch.Tensor, device: torch.device, value: Value) -> torch.Tensor:
     ``device`` (or the CPU where ``v`` lives there: an RNG seed argument)."""
     shape, stride = _dims(v.shape, value), _dims(v.stride(), value)
     where = torch.device("cpu") if v.device.type == "cpu" else device
-    t = torch.empty_strided(shape, stride, dtype=v.dtype, device=where)  # type: ignore[arg-type]
+    # the storage it spans is filled, then viewed: an expanded tensor (stride 0, such as a
+    # loss's gradient) cannot be written element by element
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+    base = torch.empty(span, dtype=v.dtype, device=where)
     if v.dtype.is_floating_point or v.dtype.is_complex:
-        t.normal_()
+        base.normal_()
     else:
-        t.zero_()
-    return t
+        base.zero_()
+    return base.as_strided(shape, stride)  # type: ignore[arg-type]
 
 
 def real_args(node: torch.fx.Node, device: torch.device, value: Value) -> tuple[tuple, dict]:

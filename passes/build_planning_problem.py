@@ -5,7 +5,7 @@ Reads ``node.meta["val"]`` (sizes at the compile-time hints), ``node.meta[LAYER]
 detect_layers_pass, when present) and the :class:`memopt.candidates.SavedActivation` list. Writes
 nothing. Positions are op indices in the baseline forward graph, then the backward graph.
 Per-op time is the kernel's time measured on the device where there is one (matmuls,
-attention, convolutions: ``Sizes.kernel_s``), else a roofline (FLOPs of matmuls and attention
+attention, convolutions, reductions: ``Sizes.kernel_s``), else a roofline (FLOPs of matmuls and attention
 over the matmul rate, bytes read and written over the memory rate: pointwise ops are
 memory-bound, not free). Live bytes come from a
 liveness sweep of each graph with every candidate left out (the planner adds them back per its

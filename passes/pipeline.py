@@ -165,8 +165,8 @@ def cluster_subgraphs(r: Region) -> Region:
 
 
 def time_kernels(r: Region) -> Region:
-    """The graph's matmuls, attention and convolutions timed on the device (once per
-    signature, cached: memopt.kernel_times), where a plan is priced: a budget, or offload's
+    """The graph's matmuls, attention, convolutions and reductions timed on the device (once
+    per signature, cached: memopt.kernel_times), where a plan is priced: a budget, or offload's
     window check. Switched off, every op is priced by the roofline."""
     c = r.config
     if r.assigned is not None or (c.budget is None and not c.offload_layers and not c.sync):

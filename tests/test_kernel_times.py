@@ -9,9 +9,12 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._decomp import get_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from memopt import facts
 from memopt import kernel_times as kt
+from memopt import meta_keys as mk
 from memopt.passes.build_planning_problem import Sizes, op_cost
 from memopt.planner import CPU_DEFAULTS, OpCost, op_s, ops_s, roofline_s
 
@@ -225,3 +228,148 @@ def test_the_roofline_counts_convolution_flops():
     }
     fwd = 2 * (2 * 5 * 8 * 8) * (3 * 3 * 3)
     assert costs == {"aten.convolution.default": fwd, "aten.convolution_backward.default": 2 * fwd}
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+def _reductions_graph():
+    """What Inductor's decompositions leave of a layer norm (var_mean) and a softmax (amax,
+    sum), a column sum as a bias gradient takes it, and a log-softmax left whole."""
+    aten = torch.ops.aten
+
+    def f(x, w, b, s):
+        y = F.layer_norm(x, (16,), w, b)
+        return y, s.softmax(-1), x.sum(0), torch.log_softmax(s, -1)
+
+    dec = get_decompositions([aten.native_layer_norm, aten._softmax])
+    args = (torch.randn(8, 16), torch.randn(16), torch.randn(16), torch.randn(2, 4, 6))
+    return make_fx(f, decomposition_table=dec, tracing_mode="fake")(*args)
+
+
+def test_reductions_are_timed_by_signature_and_their_pointwise_ops_are_not():
+    g = _reductions_graph()
+    assert list(kt.signatures([g], _value)) == [
+        "aten.var_mean.correction(float32[8,16]s[16,1]@cpu,[1],correction=0,keepdim=True)",
+        "aten.amax.default(float32[2,4,6]s[24,6,1]@cpu,[-1],True)",
+        "aten.sum.dim_IntList(float32[2,4,6]s[24,6,1]@cpu,[-1],True)",
+        "aten.sum.dim_IntList(float32[8,16]s[16,1]@cpu,[0])",
+        "aten._log_softmax.default(float32[2,4,6]s[24,6,1]@cpu,-1,False)",
+    ]
+    ops = [n for n in g.graph.nodes if n.op == "call_function"]
+    untimed = sorted({str(n.target) for n in ops if kt.signature(n, _value) is None})
+    assert untimed == [
+        "<built-in function getitem>",  # var_mean's outputs: the op is timed, once
+        "aten.add.Tensor",
+        "aten.div.Tensor",
+        "aten.exp.default",
+        "aten.mul.Tensor",
+        "aten.rsqrt.default",
+        "aten.sub.Tensor",
+    ]
+    # a pointwise op of a decomposed norm is of class "norm" (by its original op) and stays
+    # on the roofline
+    rsqrt = next(n for n in ops if n.target is torch.ops.aten.rsqrt.default)
+    rsqrt.meta[mk.TORCH_ORIGINAL_ATEN] = torch.ops.aten.native_layer_norm.default
+    assert facts.op_class(rsqrt) == "norm" and kt.signature(rsqrt, _value) is None
+
+
+def test_norms_that_reach_the_graph_whole_run_alone_forward_and_backward():
+    def f(x, w, b):
+        return F.layer_norm(x, (16,), w, b).sum()
+
+    g = make_fx(torch.func.grad(f, argnums=(0, 1, 2)), tracing_mode="fake")(
+        torch.randn(8, 16), torch.randn(16), torch.randn(16)
+    )
+    nodes = kt.signatures([g], _value)
+    assert [n.target for n in nodes.values()] == [
+        torch.ops.aten.native_layer_norm.default,
+        torch.ops.aten.sum.default,
+        torch.ops.aten.native_layer_norm_backward.default,
+    ]
+    for n in nodes.values():
+        t = kt.time_kernel(n, CPU, _value)
+        assert t is not None and kt.PLAUSIBLE_S[0] <= t <= kt.PLAUSIBLE_S[1], n.target
+    # the backward's incoming gradient is the loss's, expanded: made real with its strides
+    # (filling it element by element would fail; version 1 left such kernels on the roofline)
+    backward = list(nodes.values())[2]
+    grad = kt.real_args(backward, CPU, _value)[0][0]
+    assert grad.shape == (8, 16) and grad.stride() == (0, 0)
+
+
+def test_reductions_run_alone_and_their_times_round_trip_through_the_cache(tmp_path, monkeypatch):
+    g = _reductions_graph()
+    first = kt.measure([g], CPU, _value, str(tmp_path))  # timed for real, on the CPU
+    assert list(first) == list(kt.signatures([g], _value)) and len(first) == 5
+    assert all(kt.PLAUSIBLE_S[0] <= t <= kt.PLAUSIBLE_S[1] for t in first.values())
+    monkeypatch.setattr(kt, "time_kernel", lambda *a: pytest.fail("timed again"))
+    assert kt.measure([g], CPU, _value, str(tmp_path)) == first
+    assert kt.read_cache(kt.cache_path(CPU, str(tmp_path))) == first
+
+
+class _Norm(torch.nn.Module):
+    def __init__(self, d=64):
+        super().__init__()
+        self.up, self.norm = torch.nn.Linear(d, d), torch.nn.LayerNorm(d)
+        self.down = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.down(self.norm(self.up(x))).sum()
+
+
+def test_a_planning_problem_prices_reductions_by_their_measured_time(monkeypatch):
+    """A layer norm between two linears (x: 512 x 64 fp32, 128 KiB), every reduction measured
+    at 1 ms: the forward's var_mean and loss sum cost 1 ms in the step timeline, the same
+    problem without measurements prices them by their bytes at 10 GB/s, and the recomputes
+    that rerun var_mean carry its 1 ms. The norm's pointwise ops keep their roofline."""
+    import memopt
+    import memopt.passes.pipeline as pipeline
+    import memopt.passes.plan_budget as pb
+    from memopt import _torch_compat as compat
+
+    seen = {}
+
+    def measure(graphs, device, value, where):
+        graphs = list(graphs)
+        seen["joint"] = graphs[0]
+        return {s: 1e-3 for s, n in kt.signatures(graphs, value).items() if facts.is_reduction(n)}
+
+    build = pb.build_planning_problem
+
+    def spy(joint, fw, bw, analysis, **kw):
+        plain = {**kw, "sizes": Sizes(kw["value"])}
+        seen.update(fw=fw, with_kernels=build(joint, fw, bw, analysis, **kw))
+        seen["plain"] = build(joint, fw, bw, analysis, **plain)
+        return seen["with_kernels"]
+
+    monkeypatch.setattr(pipeline, "_device", lambda inputs: torch.device("cuda"))
+    monkeypatch.setattr(pb, "device_rates", lambda device: CPU_DEFAULTS)
+    monkeypatch.setattr(pipeline.kernel_times, "measure", measure)
+    monkeypatch.setattr(pb, "build_planning_problem", spy)
+    torch.manual_seed(0)
+    with compat.no_compile_caches():
+        memopt.optimize(_Norm(), budget=0.5)(torch.randn(512, 64)).backward()
+
+    joint = [n for n in seen["joint"].graph.nodes if n.op == "call_function"]
+    norm_pointwise = [n for n in joint if facts.op_class(n) == "norm" and not facts.is_reduction(n)]
+    assert norm_pointwise and all(kt.signature(n, _value) is None for n in norm_pointwise)
+    ops = [n for n in seen["fw"].graph.nodes if n.op == "call_function"]
+    timed, plain = seen["with_kernels"].timeline.fwd_op_s, seen["plain"].timeline.fwd_op_s
+    moved = [i for i in range(len(ops)) if timed[i] != plain[i]]
+    assert [str(ops[i].target) for i in moved] == ["aten.var_mean.correction", "aten.sum.default"]
+    assert [timed[i] for i in moved] == [1e-3, 1e-3]
+    # var_mean reads x and writes mean and variance (512 fp32 each); the loss sum reads the
+    # output and writes one fp32
+    assert [plain[i] for i in moved] == [
+        (512 * 64 * 4 + 2 * 512 * 4) / 10e9,
+        (512 * 64 * 4 + 4) / 10e9,
+    ]
+    recomputes = {
+        c.name: [op.seconds for op in c.recompute_ops] for c in seen["with_kernels"].candidates
+    }
+    assert recomputes == {
+        "addmm": [None, None],
+        "getitem_1": [1e-3, None],  # the inverse standard deviation: var_mean, rsqrt
+        "rsqrt": [1e-3, None, None, None],
+        "add_1": [None, None, None, None],
+    }

@@ -1,9 +1,10 @@
 """Device rates and the roofline.
 
 An op costs its kernel's measured time where memopt timed it on the device (matmuls,
-attention, convolutions: :mod:`memopt.kernel_times`), else ``max(flops / matmul rate, bytes /
-HBM rate)``: matmuls are compute-bound, pointwise ops are memory-bound (never free). A host copy costs ``bytes / PCIe rate``; how much
-of it hides behind compute is the step simulation's business (:mod:`memopt.planner.timing`).
+attention, convolutions, reductions: :mod:`memopt.kernel_times`), else ``max(flops / matmul
+rate, bytes / HBM rate)``: matmuls are compute-bound, pointwise ops are memory-bound (never
+free). A host copy costs ``bytes / PCIe rate``; how much of it hides behind compute is the
+step simulation's business (:mod:`memopt.planner.timing`).
 
 Rates are measured once per device by :func:`calibrate` (a matmul, a device copy, pinned
 host-to-device and device-to-host copies) and cached as JSON. On CPU, :data:`CPU_DEFAULTS` are

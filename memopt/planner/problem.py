@@ -32,7 +32,7 @@ class OpCost:
     """Bytes read plus bytes written by the op."""
     seconds: float | None = None
     """The kernel's time measured on the device (memopt.kernel_times: matmuls, attention,
-    convolutions); None: the roofline prices the op."""
+    convolutions, reductions); None: the roofline prices the op."""
 
 
 @dataclass(frozen=True, kw_only=True)
