@@ -181,6 +181,12 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu-x2",
     ),
     Producer(
+        "multi_gpu_steps_w2_auto_s14.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets,auto --memopt-log memopt_auto.log --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
         "multi_gpu_steps_w1_s14.json",
         "torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps --only offload "
         "--out docs/data/{file}",

@@ -49,6 +49,7 @@ FILES = {
     "mg1b8": "multi_gpu_steps_w1_b8_2026-11-25.json",
     "mg14": "multi_gpu_steps_w2_s14b.json",
     "mg14w1": "multi_gpu_steps_w1_s14.json",
+    "mg14a": "multi_gpu_steps_w2_auto_s14.json",
     "pcie2": "pcie_w2_2026-11-25.json",
     "adamw24": "param_cpu_adamw_2026-11-24.json",
     "lb_v3": "largest_batch_v3.json",

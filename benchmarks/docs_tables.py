@@ -163,6 +163,7 @@ SECTIONS: dict[str, Section] = {
     "multi_gpu_steps_s14": Section(
         ("multi_gpu_steps_w2_s14b.json", "multi_gpu_steps_w1_s14.json"), multi.steps
     ),
+    "multi_gpu_steps_auto_s14": Section(("multi_gpu_steps_w2_auto_s14.json",), multi.steps_repeat),
     "multi_gpu_steps_repeat": Section(
         ("multi_gpu_steps_w2_warmup9_2026-11-25.json",), multi.steps_repeat
     ),

@@ -82,8 +82,8 @@ def steps(w2: dict, w1: dict) -> str:
 
 
 def steps_repeat(d: dict) -> str:
-    """The repeat at world 2 (warmup 9, 10 timed steps): median, range, memopt against torch
-    at the same point directly (the compile baseline's own spread is in its row)."""
+    """A world-2 run read point by point: median, range, memopt against torch at the same
+    point directly (the compile baseline's own spread is in its row)."""
     a = _rows(d)
     out = []
     for key, label in _LABELS.items():
@@ -93,7 +93,8 @@ def steps_repeat(d: dict) -> str:
         point = a.get(_TORCH_POINT.get(key, ""))
         vs = f"{100 * (r['ms'] / point['ms'] - 1):+.1f}%" if point else ""
         out.append([label, f"{r['ms']:.1f}", _spread(r), vs, _peak(r, point, 3), _same(r)])
-    head = ["variant", "step ms (median of 10)", "range", "vs torch at that point", "peak GiB",
+    n = d["config"]["iters"]
+    head = ["variant", f"step ms (median of {n})", "range", "vs torch at that point", "peak GiB",
             "same plan on both ranks"]  # fmt: skip
     return table(head, out)
 
