@@ -39,6 +39,7 @@ VALUES: dict[str, Callable[..., str]] = {
     "zoo_row": core.zoo_row,
     "zoo_pts": core.zoo_pts,
     "zoo_cpu": core.zoo_cpu,
+    "dpk": core.dpk,
     "peers": core.peers,
     "peers_range": core.peers_range,
     "peers_speedup": core.peers_speedup,

@@ -495,3 +495,26 @@ def zoo_cpu(model: str, field: str) -> str:
     if field == "l1share":
         return f"{100 * r['level1_measured'] / r['measured']:.0f}%"
     raise KeyError(f"no zoo_cpu field {field!r} (see docs_prose.zoo_cpu)")
+
+
+def dpk(name: str, variant: str, field: str, base: str = "") -> str:
+    """A ``diag_plan_kernels_<name>.json`` row by its variant (``compile``, ``torch=0.5``,
+    ``budget=<bytes>``): ``gpums`` (GPU kernel ms per step, 2 decimals), ``extra`` (kernel ms
+    over the compile row, 2 decimals), ``over`` (that as %, 1 decimal), ``pred`` (memopt's
+    predicted overhead, ms, 2 decimals), ``peak`` (GiB, 2 decimals). The compile row is taken
+    from file ``base`` where given (the row's own file has none)."""
+    rows = {r["variant"]: r for r in load(f"diag_plan_kernels_{name}.json")}
+    r = rows[variant]
+
+    def ref() -> float:
+        ref_rows = {x["variant"]: x for x in load(f"diag_plan_kernels_{base or name}.json")}
+        return ref_rows["compile"]["gpu_ms"]
+
+    out = {
+        "gpums": lambda: f"{r['gpu_ms']:.2f}",
+        "extra": lambda: f"{r['gpu_ms'] - ref():.2f}",
+        "over": lambda: pct(r["gpu_ms"], ref()),
+        "pred": lambda: f"{r['predicted']['overhead_ms']:.2f}",
+        "peak": lambda: gib(r["peak"]),
+    }
+    return out[field]()
