@@ -12,6 +12,12 @@ No graph changes: the tensors a compiled region saves reach autograd through
       buffer; t.record_stream(transfer); t is      unpack(h): compute stream waits for the
       dropped (freed once its copy has run)        copy; returns the device tensor
 
+A run's backward point (:meth:`StepOffload.backward_reached`) is taken in a hook on its
+output's autograd node (``memopt.regions``), which runs after the hooks on the output tensors:
+FSDP2's pre-backward queues its all-gather copy-out, small host-to-device copies included, on
+the compute stream there, and a copy-back queued before it would hold the copy engine while the
+compute stream waits (measured at world size 2: docs/benchmarks.md).
+
 Tensors that are inputs of the call (parameters, the layer's input), smaller than
 ``min_bytes`` or not dense are left in place. The copies go on the transfer stream and pinned
 pool of :mod:`memopt.offload.ops`; on a CPU device the copies are synchronous (tests).
