@@ -278,9 +278,13 @@ def measure(
         return {}
     follower = ranks.world_size() > 1 and ranks.rank() != 0 and ranks.store() is not None
     if follower:
-        came = ranks.from_store([_key(s) for s in nodes], LEADER_WAIT_S)
+        # after one wait in vain (rank 0 compiled without timing: a warm cache of its own),
+        # later graphs take what is there without waiting again
+        wait = 1.0 if _silent_leader else LEADER_WAIT_S
+        came = ranks.from_store([_key(s) for s in nodes], wait)
         table = {s: came[_key(s)] for s in nodes if _key(s) in came}
         if len(table) < len(nodes):
+            _mark_silent()
             _note_once(
                 f"{len(nodes) - len(table)} kernel time(s) did not come from rank 0 in "
                 f"{LEADER_WAIT_S:.0f} s; those use the roofline here (plans may differ between "
@@ -320,6 +324,14 @@ def measure(
 
 def _key(signature: str) -> str:
     return f"memopt/kernel-times/v{VERSION}/{hashlib.sha1(signature.encode()).hexdigest()}"
+
+
+_silent_leader = False
+
+
+def _mark_silent() -> None:
+    global _silent_leader
+    _silent_leader = True
 
 
 _noted: set[str] = set()
