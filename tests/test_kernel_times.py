@@ -1,5 +1,6 @@
 """memopt.kernel_times: the graph's own kernels timed on the device, cached, shared by the
-ranks (rank 0 times, the others read its times from the store); the planner prices an op by its measured time where there is one."""
+ranks (rank 0 times, the others read its times from the store); the planner prices an op by
+its measured time where there is one."""
 
 from __future__ import annotations
 
