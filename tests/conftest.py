@@ -60,7 +60,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    # a test module may start work in the background now (tests/test_zoo.py: start_early)
+    # a test module may start work in the background now (tests/test_zoo.py, tests/early.py:
+    # start_early); not when only collecting
+    if session.config.option.collectonly:
+        return
     for module in dict.fromkeys(getattr(item, "module", None) for item in session.items):
         if hasattr(module, "start_early"):
             module.start_early(session.items)

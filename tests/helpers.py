@@ -150,6 +150,22 @@ def spawn_gloo(checks, world: int = 2) -> None:
         mp.spawn(_gloo_worker, args=(world, free_port(), tmp, checks), nprocs=world, join=True)
 
 
+def spawn_gloo_job(module: str):
+    """For tests/early.py: a command that runs :func:`spawn_gloo` on ``module``'s ``_checks``
+    in a fresh interpreter (the ranks are spawned from it as they were from the test's process;
+    a failing assert on a rank makes it exit non-zero with the rank's traceback)."""
+    import sys
+
+    code = (
+        f"from tests.helpers import spawn_gloo\nfrom {module} import _checks\nspawn_gloo(_checks)"
+    )
+
+    def make(tmp):
+        return [sys.executable, "-c", code], {}
+
+    return make
+
+
 @contextlib.contextmanager
 def warm_compile_caches(tmp_path, monkeypatch):
     """Inductor's FX graph cache and AOTAutograd's cache switched on (conftest switches them

@@ -1,4 +1,5 @@
-"""What a fresh process sees: the dynamo backend entry point and the command line."""
+"""The dynamo backend entry point as a fresh process sees it, and the command line's version
+and help."""
 
 import subprocess
 import sys
@@ -22,11 +23,14 @@ def test_backend_by_name_without_importing_memopt():
     assert r.stdout.strip().endswith("True")  # torch found memopt through its entry point
 
 
-def test_version_and_help():
+def test_version_and_help(capsys):
+    # in this process: main() only prints (memopt.__main__ imports nothing but sys for these);
+    # a fresh process running it is tests/test_cli_errors.py::test_console_entry_point_exit_code
+    from memopt.__main__ import main
     from memopt._version import __version__
 
-    r = _run("from memopt.__main__ import main; raise SystemExit(main(['--version']))")
-    assert (r.returncode, r.stdout.strip()) == (0, f"memopt {__version__}")
-    r = _run("from memopt.__main__ import main; raise SystemExit(main(['--help']))")
-    assert r.returncode == 0
-    assert all(f"  {cmd}  " in r.stdout for cmd in ("demo", "plan", "fit"))
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"memopt {__version__}"
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {cmd}  " in out for cmd in ("demo", "plan", "fit"))

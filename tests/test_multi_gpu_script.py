@@ -1,15 +1,18 @@
 """benchmarks/multi_gpu.py: its steps mode at world size 2 on the CPU (gloo, a tiny Llama,
-torchrun with two processes) and its markdown tables from hand-made JSON."""
+torchrun with two processes, started when collection ends: tests/early.py) and its markdown
+tables from hand-made JSON."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
-import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from tests import early
 
 _PATH = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "multi_gpu.py")
 _spec = importlib.util.spec_from_file_location("multi_gpu_script", _PATH)
@@ -19,17 +22,31 @@ _spec.loader.exec_module(mg)
 GiB = 2**30
 
 
-@pytest.mark.slow
-def test_steps_world_size_2_on_cpu(tmp_path):
-    out = tmp_path / "steps.json"
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
-    env["MEMOPT_CACHE_DIR"] = str(tmp_path / "memopt")
+def _steps_job(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    env = {
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+        "MEMOPT_CACHE_DIR": str(tmp / "memopt"),
+    }
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     cmd += ["--standalone", _PATH, "steps", "--device", "cpu"]
-    cmd += ["--tiny", "--only", "level", "--out", str(out)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    cmd += ["--tiny", "--only", "level", "--out", str(tmp / "steps.json")]
+    return cmd, env
+
+
+JOB = ("multi_gpu_steps", _steps_job, 300)
+
+
+def start_early(items) -> None:
+    """torchrun starts when collection ends and overlaps the suite (tests/early.py)."""
+    if early.selected(items, __name__, "test_steps_world_size_2_on_cpu"):
+        early.submit(*JOB)
+
+
+@pytest.mark.slow
+def test_steps_world_size_2_on_cpu():
+    p = early.result(*JOB)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    d = json.loads(out.read_text())
+    d = json.loads((p.tmp / "steps.json").read_text())
     assert d["world"] == 2 and d["global_batch"] == 4
     rows = {r["key"]: r for r in d["rows"]}
     assert list(rows) == ["compile", "level1"]

@@ -1,4 +1,5 @@
-"""Parameter offload through FSDP2 on the CPU: gloo, world size 2, one spawn for all checks.
+"""Parameter offload through FSDP2 on the CPU: gloo, world size 2, one spawn for all checks
+(started when collection ends: tests/early.py).
 
 Each check runs inside both ranks (``torch.multiprocessing.spawn``); a failing assert on a rank
 fails the test. The model is a small residual MLP stack (a ModuleList of layers, as in a
@@ -14,6 +15,8 @@ import torch
 from torch import nn
 
 from memopt.params.host_plan import plan_host_groups
+from tests import early
+from tests.helpers import spawn_gloo_job
 
 VOCAB, DIM, LAYERS = 64, 32, 4
 
@@ -294,11 +297,19 @@ def _checks(rank: int, tmp: str) -> None:
     check_auto_placement(rank)
 
 
+JOB = ("params_fsdp", spawn_gloo_job("tests.test_params_fsdp"), 900)
+
+
+def start_early(items) -> None:
+    """The spawn starts when collection ends and overlaps the suite (tests/early.py)."""
+    if early.selected(items, __name__, "test_fsdp_offload_gloo_world_size_2"):
+        early.submit(*JOB)
+
+
 def test_fsdp_offload_gloo_world_size_2():
     """Losses equal FSDP2 without offload; clipping equals clip_grad_norm_; DCP round trip."""
-    from tests.helpers import spawn_gloo
-
-    spawn_gloo(_checks)
+    done = early.result(*JOB)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
 
 def test_fsdp_host_plan_picks_fewest_spread_groups():

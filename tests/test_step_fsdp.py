@@ -1,8 +1,8 @@
 """Step plans under FSDP2 (``fully_shard`` per layer + root, the split of real training): gloo,
-world size 2, one spawn for every check. Losses equal FSDP2 + torch.compile; a budget is a
+world size 2, one spawn for every check (started when collection ends: tests/early.py). Losses equal FSDP2 + torch.compile; a budget is a
 budget for the step; ``offload_layers`` offloads whole layers compiled as their own regions.
 
-A transformers Llama (4 layers) compiles to one region per layer here (FSDP2's hooks break the
+A transformers Llama (3 layers) compiles to one region per layer here (FSDP2's hooks break the
 graph around every block) plus the embedding and the head.
 """
 
@@ -11,8 +11,10 @@ from __future__ import annotations
 import torch
 
 import memopt
+from tests import early
+from tests.helpers import spawn_gloo_job
 
-LAYERS = 4
+LAYERS = 3
 
 
 def _model():
@@ -76,7 +78,15 @@ def _checks(rank: int, tmp: str) -> None:
     check_step_plans(rank)
 
 
-def test_step_plans_fsdp_gloo_world_size_2():
-    from tests.helpers import spawn_gloo
+JOB = ("step_fsdp", spawn_gloo_job("tests.test_step_fsdp"), 900)
 
-    spawn_gloo(_checks)
+
+def start_early(items) -> None:
+    """The spawn starts when collection ends and overlaps the suite (tests/early.py)."""
+    if early.selected(items, __name__, "test_step_plans_fsdp_gloo_world_size_2"):
+        early.submit(*JOB)
+
+
+def test_step_plans_fsdp_gloo_world_size_2():
+    done = early.result(*JOB)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]

@@ -1,14 +1,13 @@
 """PyTorch's native activation offload as a peer in the GPU zoo (benchmarks/native_offload.py,
 benchmarks/zoo_gpu.py, benchmarks/zoo_gpu_report.py), on the CPU: the tagging pass tags what
 it should, the report's dominance cells, memopt's budgets queued at each peer's peak, and (slow)
-a whole zoo_gpu run with the peers."""
+a whole zoo_gpu run with the peers (started when collection ends: tests/early.py)."""
 
 from __future__ import annotations
 
 import argparse
 import collections
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from benchmarks.native_offload import NativeOffload, first_half_layers, layer_pa
 from benchmarks.zoo_gpu import PEERS, Runner, _variants
 from benchmarks.zoo_gpu_report import (
     LOSS_RTOL,
+    PEER_LABELS,
     brief_error,
     compare,
     dominance_cell,
@@ -29,6 +29,7 @@ from benchmarks.zoo_gpu_report import (
     peer_table,
 )
 from memopt import _torch_compat as compat
+from tests import early
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -276,18 +277,34 @@ def test_variants_with_and_without_peers():
 # --- a whole run on the CPU -----------------------------------------------------------------
 
 
+def _peers_job(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """Only the kinds the checks read run (torch budgets, memopt level 1 and half-layer offload
+    would add rows nothing here looks at)."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "zoo_gpu.py"), "--models", "vit"]
+    cmd += ["--device", "cpu", "--size", "tiny", "--out", str(tmp / "out"), "--parallel", "2"]
+    cmd += ["--iters", "1", "--warmup", "0", "--points", "0.5", "--peer-min-bytes", "16384"]
+    cmd += ["--kinds", "compile,native,native_stream,titan,budget"]
+    cmd += ["--logs", str(tmp / "logs")]
+    return cmd, {}
+
+
+JOB = ("zoo_gpu_peers", _peers_job, 900)
+
+
+def start_early(items) -> None:
+    """The run starts when collection ends and overlaps the suite (tests/early.py)."""
+    if early.selected(items, __name__, "test_zoo_gpu_runs_the_peers_on_the_cpu"):
+        early.submit(*JOB)
+
+
 @pytest.mark.slow
-def test_zoo_gpu_runs_the_peers_on_the_cpu(tmp_path):
+def test_zoo_gpu_runs_the_peers_on_the_cpu():
     """ViT (tiny, bf16): the synchronous native offload and checkpoint+offload run and give
     torch.compile's loss, with memopt at each; the side-stream path fails on the CPU (it
     needs an accelerator) and its row says why."""
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "zoo_gpu.py"), "--models", "vit"]
-    cmd += ["--device", "cpu", "--size", "tiny", "--out", str(tmp_path), "--parallel", "2"]
-    cmd += ["--iters", "1", "--warmup", "0", "--points", "0.5", "--peer-min-bytes", "16384"]
-    cmd += ["--logs", str(tmp_path / "logs")]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    p = early.result(*JOB)
     assert p.returncode == 0, p.stderr[-3000:]
-    doc = json.loads((tmp_path / "zoo_gpu_vit.json").read_text())
+    doc = json.loads((p.tmp / "out" / "zoo_gpu_vit.json").read_text())
     rows = {r["variant"]: r for r in doc["rows"]}
     base = rows["torch.compile"]["loss"]
     for label in ("native offload", "checkpoint+offload"):
@@ -298,6 +315,9 @@ def test_zoo_gpu_runs_the_peers_on_the_cpu(tmp_path):
     stream = rows["native offload, stream"]
     assert "ms" not in stream and stream["error"].startswith("BackendCompilerFailed"), stream
     assert "memopt budget at native offload, stream" not in rows
+    assert set(rows) == {"torch.compile", *PEER_LABELS.values()} | {
+        f"memopt budget at {label}" for label in ("native offload", "checkpoint+offload")
+    }
     assert "| vit | - | peer failed | - |" in markdown([doc])
 
 
