@@ -258,13 +258,9 @@ def steps(args) -> None:
         extra.update(target=peak, memopt_budget=budget)
         run(f"memopt@{b}", label, lambda budget=budget: memopt.optimize(model, budget=budget),
             extra, memopt_row=True)  # fmt: skip
-    for b, peak in peaks.items() if "auto" in want else ():
-        if not peak:
-            continue
-        extra = {"target": peak, "memopt_budget": int(peak), "offload_layers": "auto"}
-        run(f"auto@{b}", f"memopt budget={peak / GiB:.2f}GiB offload_layers=auto (torch {b})",
-            lambda peak=peak: memopt.optimize(model, budget=int(peak), offload_layers="auto"),
-            extra, memopt_row=True)  # fmt: skip
+        if "auto" in want and peak:  # the same budget, the step planner weighing offload too
+            auto = functools.partial(memopt.optimize, model, budget=budget, offload_layers="auto")
+            run(f"auto@{b}", f"{label} offload_layers=auto", auto, extra, memopt_row=True)
     for k in (1, 2) if "offload" in want else ():
         kw = {"offload_layers": k}
         if dev.type == "cpu":  # tiny tensors: the default minimum size would skip them
@@ -563,11 +559,7 @@ def main(argv=None) -> None:
     s.add_argument("--tiny", action="store_true", help="a tiny Llama (CPU smoke test)")
     for key, (full, tiny) in STEPS_RUN.items():  # --batch: rows per rank
         s.add_argument(f"--{key}", type=int, help=f"default {full}; --tiny {tiny}")
-    s.add_argument(
-        "--only",
-        help="comma list of budgets,level,offload,auto (compile always runs; auto: the budgets "
-        "with offload_layers='auto', after budgets)",
-    )
+    s.add_argument("--only", help="comma list of budgets,level,offload,auto (compile always runs)")
     s.add_argument("--memopt-log", help="memopt's INFO log (rank r > 0: PATH.rank<r>)")
     for name, run_help in (("params", "part 2: the driver"), ("param-variant", "under torchrun")):
         p = sub.add_parser(name, parents=[common], help=run_help)
