@@ -76,8 +76,13 @@ def store() -> Any:
     try:
         return compat.default_store()
     except (RuntimeError, ValueError, AttributeError) as e:
-        log.warning("memopt: no process-group store (%s): each rank measures for itself", e)
+        if not _no_store_warned:
+            _no_store_warned.append(True)
+            log.warning("memopt: no process-group store (%s): each rank measures for itself", e)
         return None
+
+
+_no_store_warned: list[bool] = []  # the warning above, once per process
 
 
 def publish(items: Mapping[str, Any]) -> None:
