@@ -33,6 +33,8 @@ FILES = {
     "s11": "fsdp_step_2026-11-25_s11_kernels.json",
     "p9": "param_peers_2026-11-25_s9.json",
     "p9auto": "param_peers_2026-11-25_s9_auto.json",
+    "p15": "param_peers_s15.json",
+    "p15b": "param_peers_s15b.json",
     "ci": "ci_run.json",
     "first_hour": "first_hour.json",
     "pareto_llama": "pareto_llama.json",

@@ -308,8 +308,12 @@ def peers_first(variant: str, bs: str) -> str:
 
 
 def peers_field(name: str, variant: str, bs: str, key: str) -> str:
-    """Any number of a param_peers.py row (2 decimals), e.g. ``host_wait_median_s``."""
-    return f"{_peer(name, variant, bs)[key]:.2f}"
+    """Any number of a param_peers.py row (2 decimals), e.g. ``host_wait_median_s``; a dotted
+    ``key`` reaches into a record (``nvme.read_GBps``)."""
+    v = _peer(name, variant, bs)
+    for k in key.split("."):
+        v = v[k]
+    return f"{v:.2f}"
 
 
 def _zoo_points() -> list[tuple[str, dict]]:
@@ -470,8 +474,18 @@ def zoo_pts(model: str, what: str) -> str:
     """Range over the budget points of ``zoo_gpu_{model}.json`` (``compare``): ``faster`` (how
     much faster than torch.compile memopt's budget steps ran, %, 1 decimal), ``overrun``
     (memopt's measured peak over its budget, %, 1 decimal), ``under`` (how far the predicted
-    peak fell under the measured one, whole %)."""
+    peak fell under the measured one, whole %), ``kratio`` (memopt's over torch's overhead in
+    kernel time per point, 2 decimals, `` / ``-joined as in the tables), ``wmet`` / ``kmet``
+    (points where memopt's peak is at most torch's and its overhead at most half of torch's, in
+    step time / in kernel time)."""
     ps = compare(load(f"zoo_gpu_{model}.json"))["points"]
+    if what == "kratio":
+        return " / ".join("-" if p["kratio"] is None else f"{p['kratio']:.2f}" for p in ps)
+    if what == "wmet":
+        return str(sum(bool(p.get("peak_ok") and p.get("time_ok")) for p in ps))
+    if what == "kmet":
+        k = [p for p in ps if p.get("peak_ok") and p["memopt_kover"] is not None]
+        return str(sum(p["memopt_kover"] <= 0.5 * p["torch_kover"] for p in k))
     if what == "faster":
         vals = sorted(-100 * p["memopt_over"] for p in ps)
         return _range([f"{v:.1f}" for v in vals], what, "-")

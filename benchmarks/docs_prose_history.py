@@ -304,13 +304,13 @@ def peers_saves(name: str, variant: str, other: str, bs: str) -> str:
     return f"{100 * (1 - a['s_per_step'] / b['s_per_step']):.0f}"
 
 
-def peers_times(name: str, variant: str, sizes: str, start: str) -> str:
+def peers_times(name: str, variant: str, sizes: str, start: str, key: str = "times") -> str:
     """Lowest–highest single step of ``variant`` at the ``+``-joined batch ``sizes`` from step
     ``start`` on (``times``; the median is taken over the last 9 of 12; ``A-B``: steps A to B-1),
-    s, 2 decimals."""
+    s, 2 decimals; ``key`` another per-step list (``host_busy_s``, ``host_wait_s``)."""
     lo, _, hi = start.partition("-")
     cut = slice(int(lo), int(hi) if hi else None)
-    vals = sorted(t for bs in sizes.split("+") for t in _peer(name, variant, bs)["times"][cut])
+    vals = sorted(t for bs in sizes.split("+") for t in _peer(name, variant, bs)[key][cut])
     return _range([f"{vals[0]:.2f}", f"{vals[-1]:.2f}"], "times", "–")
 
 
@@ -398,14 +398,27 @@ def peers_auto(name: str, field: str) -> str:
     """``param_offload='auto'``'s choice in a param_peers.py run (its ``auto`` record):
     ``share`` (host share of the parameter bytes, whole %), ``step`` (the device step it
     measured, s), ``adam`` (host AdamW rate, GB/s, 1 decimal), ``update`` (predicted host
-    update, s)."""
+    update, s); with a probe: ``alone`` (the rate timed alone, GB/s), ``probe`` (the probe's
+    host share, whole %), ``busy`` (median update-worker busy s of the probe steps), ``loaded``
+    (the probe's rate under training before the slower rate is taken: its host bytes x 7 / that
+    busy time, as memopt/params/auto.py computes it, GB/s), ``pred`` (predicted step, s)."""
     r = next(r for r in load(name)["results"] if "auto" in r)
-    c = r["auto"]["choice"]
+    a, c = r["auto"], r["auto"]["choice"]
+
+    def loaded() -> str:  # fp32 parameter bytes x ADAMW_TRAFFIC_PER_PARAM_BYTE (7) per busy s
+        busy = statistics.median(a["probe_busy_s"])
+        return f"{a['probe_host_share'] * 4 * r['params'] * 7 / busy / 1e9:.1f}"
+
     out = {
         "share": lambda: f"{100 * c['host_share']:.0f}%",
         "step": lambda: f"{c['device_step_s']:.3f}",
         "adam": lambda: f"{c['adam_Bps'] / 1e9:.1f}",
         "update": lambda: f"{c['host_update_s']:.3f}",
+        "alone": lambda: f"{a['rates']['adam_Bps'] / 1e9:.1f}",
+        "probe": lambda: f"{100 * a['probe_host_share']:.0f}%",
+        "busy": lambda: f"{statistics.median(a['probe_busy_s']):.3f}",
+        "loaded": loaded,
+        "pred": lambda: f"{c['predicted_step_s']:.3f}",
     }
     return out[field]()
 

@@ -36,6 +36,7 @@ from benchmarks.docs_tables_params import (
     param_peers,
     param_peers_1124,
     param_peers_s9,
+    param_peers_s15,
 )
 
 
@@ -106,6 +107,9 @@ ZOO_GPU_S12 = ("qwen2", "vit", "resnet", "whisper", "dit")
 #: row; then ResNet and DiT again after the strict one-region overrun check (``_s13b``)
 ZOO_GPU_S13 = ("vit", "resnet", "whisper", "dit")
 ZOO_GPU_S13B = ("resnet", "dit")
+#: the fifteenth session's (H100): reductions priced from measurement (issue 16); DiT, ResNet
+#: and ViT budgets resumed beside ``torch.compile again``
+ZOO_GPU_S15 = ("qwen2", "bert", "vit", "resnet", "whisper", "dit")
 
 
 def zoo_gpu(*docs: dict) -> str:
@@ -141,6 +145,13 @@ def zoo_gpu_s13b(*docs: dict) -> str:
     from benchmarks.zoo_gpu_report import markdown
 
     return markdown(list(docs), suffix="_s13b")
+
+
+def zoo_gpu_s15(*docs: dict) -> str:
+    """The fifteenth session's files (``zoo_gpu_<model>_s15.json``, H100)."""
+    from benchmarks.zoo_gpu_report import markdown
+
+    return markdown(list(docs), suffix="_s15")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -186,6 +197,7 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s12": Section(tuple(f"zoo_gpu_{m}_s12.json" for m in ZOO_GPU_S12), zoo_gpu_s12),
     "zoo_gpu_s13": Section(tuple(f"zoo_gpu_{m}_s13.json" for m in ZOO_GPU_S13), zoo_gpu_s13),
     "zoo_gpu_s13b": Section(tuple(f"zoo_gpu_{m}_s13b.json" for m in ZOO_GPU_S13B), zoo_gpu_s13b),
+    "zoo_gpu_s15": Section(tuple(f"zoo_gpu_{m}_s15.json" for m in ZOO_GPU_S15), zoo_gpu_s15),
     "fsdp_step_s11": Section(("fsdp_step_2026-11-25_s11_kernels.json",), fsdp_step_s8),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(
@@ -207,6 +219,7 @@ SECTIONS: dict[str, Section] = {
     "param_peers_s9": Section(
         ("param_peers_2026-11-25_s9.json", "param_peers_2026-11-25_s9_auto.json"), param_peers_s9
     ),
+    "param_peers_s15": Section(("param_peers_s15.json", "param_peers_s15b.json"), param_peers_s15),
     "param_peers_2026-11-24": Section(
         ("param_peers_2026-11-24.json", "param_peers_pipelined_2026-11-24.json"), param_peers_1124
     ),

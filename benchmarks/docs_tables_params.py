@@ -271,3 +271,58 @@ def param_peers_s9(*runs: dict) -> str:
                 f"{'' if share is None else f'{share:.2f}'} | {r['VmHWM'] / 2**30:.1f} |"
             )
     return "\n".join(out) + "\n"
+
+
+_S15_LABELS = {
+    **_S9_LABELS,
+    "memopt-auto": "memopt `param_offload='auto'` (probe after step 5, chosen after step 8)",
+    "memopt-half+threads=8": "memopt `param_offload=0.5`, HostAdamW `threads=8`",
+    "memopt+nvme_dir=/tmp/nv": "memopt f=1, AdamW moments on disk (`nvme_dir`)",
+}
+#: the row each variant is compared with (same run, same batch)
+_S15_REF = {
+    "memopt": "fsdp2",
+    "memopt-half": "fsdp2-nooffload",
+    "memopt-half+threads=8": "fsdp2-nooffload",
+    "memopt-auto": "gpu",
+}
+
+
+def param_peers_s15(*runs: dict) -> str:
+    """The fifteenth session's runs A (batch 2 x 512) and B (4 x 1024 and the NVMe tier): each
+    variant against its reference of the same run and batch; HostAdamW's threads and the update
+    worker's median busy / the training thread's median wait per step (steps 4 on)."""
+    heads = ("run", "variant", "batch", "cap GiB", "s/step", "tokens/s", "vs reference")
+    heads += ("GPU peak GiB", "host share", "threads", "host busy / wait s", "host RSS GiB")
+    rows = []
+    for letter, d in zip("AB", runs):
+        ok = {(r["name"], r["bs"]): r for r in d["results"] if "error" not in r}
+        for r in d["results"]:
+            name = _S15_LABELS.get(r["name"], r["name"])
+            batch = f"{r['bs']} × {r['seq']}"
+            if "error" in r:
+                rows.append((letter, name, batch, "", "failed", "", "", "", "", "", "", ""))
+                continue
+            ref = _S15_REF.get(r["name"], "")
+            base = ok.get((ref, r["bs"]))
+            vs = f"{base['s_per_step'] / r['s_per_step']:.2f}× {ref}" if base else ""
+            share = r.get("host_share")
+            busy = r.get("host_busy_median_s")
+            host = "" if busy is None else f"{busy:.3f} / {r['host_wait_median_s']:.3f}"
+            rows.append(
+                (
+                    letter,
+                    name,
+                    batch,
+                    r["cap_gib"] or "none",
+                    f"{r['s_per_step']:.3f}",
+                    f"{r['tokens_per_s']:,.0f}",
+                    vs,
+                    f"{r['peak_gib']:.2f}",
+                    "" if share is None else f"{share:.2f}",
+                    r.get("threads", ""),
+                    host,
+                    f"{r['VmHWM'] / GiB:.1f}",
+                )
+            )
+    return table(heads, rows)
