@@ -1,7 +1,5 @@
-"""Every private torch API memopt touches lives here, so a torch upgrade touches one file.
-
-Checked against torch 2.11 and 2.13 (see shared TORCH_NOTES).
-"""
+"""Every private torch API memopt touches lives here, so a torch upgrade touches one file;
+checked against torch 2.11 and 2.13 (see shared TORCH_NOTES)."""
 
 from __future__ import annotations
 
@@ -182,17 +180,21 @@ def no_compile_caches() -> Iterator[None]:
 
 def random_targets() -> frozenset:
     """Ops whose recomputation would draw new random numbers."""
-    ops = set()
-    for name in ("inductor_random", "inductor_randint", "inductor_seeds", "inductor_lookup_seed"):
-        op = getattr(torch.ops.prims, name, None)
-        if op is not None:
-            ops.add(op.default)
-    return frozenset(ops)
+    names = ("inductor_random", "inductor_randint", "inductor_seeds", "inductor_lookup_seed")
+    ops = (getattr(torch.ops.prims, name, None) for name in names)
+    return frozenset(op.default for op in ops if op is not None)
 
 
 def is_random_op(target: Any) -> bool:
     tags = getattr(target, "tags", ())
     return torch.Tag.nondeterministic_seeded in tags or target in random_targets()
+
+
+def seeded_recompute_state_bytes(device: torch.device) -> int:
+    """Bytes the partitioner saves per recomputed seeded op (SDPA): its RNG state, or none."""
+    if device.type == "cuda" and torch._functorch.config.graphsafe_rng_functionalization:
+        return 0
+    return torch.get_rng_state().numel() if device.type == "cpu" else 16  # CUDA's state
 
 
 # --- memopt.params (parameter and optimizer-state offload) ---

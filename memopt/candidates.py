@@ -50,6 +50,10 @@ class SavedActivation:
     note: str | None = None  # e.g. dropout recomputed from its saved mask
     dtype: str = ""
     shape: str = ""
+    attention: bool = False
+    """Recomputing it reruns a fused attention kernel. Levels leave such a tensor kept (the
+    kernel costs more than the matmuls around it, and torch's selective checkpointing saves
+    it too); a plan string or the budget planner may still recompute it."""
 
     @property
     def default_strategy(self) -> Strategy | None:

@@ -169,7 +169,9 @@ def _requested(cid, occ, level, plan, strict, warnings) -> tuple:
     available = tuple(sorted({s for c in occ for s in c.savings}))
     default = occ[0].default_strategy
     strategy, count, source = Strategy.KEEP, -1, "default"
-    if level >= 1 and default == Strategy.RECOMPUTE:
+    if any(c.attention for c in occ):
+        pass  # rerunning an attention kernel: only a plan string or the planner asks for it
+    elif level >= 1 and default == Strategy.RECOMPUTE:
         strategy, source = Strategy.RECOMPUTE, "level"
     elif level >= 2 and default == Strategy.COMPROMISE:
         strategy, source = Strategy.COMPROMISE, "level"

@@ -237,6 +237,27 @@ def op_class(node: torch.fx.Node) -> str:
     return "other"
 
 
+def attention_dropout(node: torch.fx.Node) -> bool:
+    """Whether an attention node (``op_class == "attention"``) may drop out: its ``dropout_p``
+    argument is not the constant 0. Recomputing such a kernel would draw new numbers; every
+    SDPA kernel names the argument ``dropout_p`` in its schema."""
+    if node.target is operator.getitem and node.args and isinstance(node.args[0], torch.fx.Node):
+        return attention_dropout(node.args[0])
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return True
+    for i, arg in enumerate(schema.arguments):
+        if arg.name == "dropout_p":
+            if arg.name in node.kwargs:
+                p = node.kwargs[arg.name]
+            elif i < len(node.args) and not arg.kwarg_only:
+                p = node.args[i]
+            else:
+                p = arg.default_value
+            return not (isinstance(p, int | float) and not isinstance(p, bool) and p == 0)
+    return False
+
+
 def is_widening_cast(node: torch.fx.Node) -> bool:
     """A cast to a wider dtype (its smaller input can be saved instead of its output)."""
     if op_class(node) != "cast" or not node.args or not isinstance(node.args[0], torch.fx.Node):
@@ -390,6 +411,19 @@ def layout_copied_inputs(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> list
     return list(dict.fromkeys(found))
 
 
+def _is_rng_state(node: torch.fx.Node) -> bool:
+    """The RNG state the partitioner saves for a recomputed seeded op (the first output of
+    ``run_and_save_rng_state``)."""
+    src = node.args[0] if node.target is operator.getitem and node.args else None
+    return isinstance(src, torch.fx.Node) and packet(src.target) == "run_and_save_rng_state"
+
+
+def _rng_state_bytes(node: torch.fx.Node) -> sympy.Expr:
+    """A generator state's bytes: fixed, though its fake tensor's size is a fresh symbol."""
+    v = tensor_val(node)
+    return sympy.Integer(compat.int_hint(v.numel()) * v.element_size())
+
+
 def saved_activation_bytes(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> sympy.Expr:
     """Symbolic bytes of the activations a forward graph keeps for backward: the storages of
     its saved outputs (a view and its base count once), graph inputs left out (parameters
@@ -401,6 +435,6 @@ def saved_activation_bytes(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> sy
             continue
         r = storage_root(n)
         if r.op != "placeholder" and tensor_val(r) is not None:
-            roots[r] = nbytes_expr(tensor_val(r))
+            roots[r] = _rng_state_bytes(r) if _is_rng_state(r) else nbytes_expr(tensor_val(r))
     copies = [nbytes_expr(tensor_val(n)) for n in layout_copied_inputs(fw, num_fwd_outputs)]
     return sum([*roots.values(), *copies], sympy.Integer(0))

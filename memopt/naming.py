@@ -134,6 +134,8 @@ def camel(name: str) -> str:
 def op_name(target) -> str:
     """Canonical name of an aten op (alias table, else CamelCase of its name)."""
     base = _packet_name(target)
+    if "attention" in base and "backward" not in base:  # every fused SDPA kernel
+        return "Attention"
     return ALIASES.get(base, camel(base))
 
 

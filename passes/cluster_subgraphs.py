@@ -19,8 +19,10 @@ import sympy
 import torch
 import torch.fx
 
+from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
 from memopt.candidates import RootName, SavedActivation
+from memopt.facts import op_class, tensor_val
 from memopt.naming import _NON_WORD, _module_path, cluster_id, saved_ids
 from memopt.passes.find_recompute_subgraphs import Subgraph
 from memopt.plan import Strategy
@@ -50,6 +52,12 @@ def _from_random_op(node: torch.fx.Node) -> bool:
     return orig is not None and getattr(orig, "__name__", "").split(".")[0] in _RANDOM_SOURCES
 
 
+def _reruns_attention(sg: Subgraph) -> bool:
+    """Whether a strategy of ``sg`` recomputes an attention kernel."""
+    searches = [s for s in (sg.full, sg.compromise) if s is not None and s.reason is None]
+    return any(op_class(n) == "attention" for s in searches for n in s.nodes)
+
+
 def _own_ids(subgraphs: Sequence[Subgraph], ids: list[str | None]) -> list[str | None]:
     """``ids`` with each id of a root outside the layers that is also an id inside them made
     its own: ``<id>In_<module path>+`` (roots made outside any module keep theirs)."""
@@ -71,15 +79,46 @@ def _own_ids(subgraphs: Sequence[Subgraph], ids: list[str | None]) -> list[str |
 Strategies = tuple[dict, dict, dict, tuple]
 
 
-def _strategies(sg: Subgraph, nbytes: sympy.Expr, symbols: SymbolTable) -> Strategies:
+def _rng_state_charges(subgraphs: Sequence[Subgraph]) -> list[int]:
+    """Per subgraph: bytes of RNG state its full recompute makes the partitioner save. A
+    recomputed op with the ``nondeterministic_seeded`` tag (an SDPA kernel, even without
+    dropout) has its RNG state saved in the forward; the first subgraph rerunning the op pays
+    it (SDPA's output and logsumexp share one kernel)."""
+    charges = [0] * len(subgraphs)
+    paid: set[torch.fx.Node] = set()
+    for i, sg in enumerate(subgraphs):
+        for n in sg.full.nodes if sg.full.reason is None else ():
+            tags = getattr(n.target, "tags", ())
+            if (
+                n in paid
+                or n.op != "call_function"
+                or torch.Tag.nondeterministic_seeded not in tags
+            ):
+                continue
+            paid.add(n)
+            vals = n.meta.get(mk.TORCH_VAL)
+            val = (
+                next((v for v in vals if isinstance(v, torch.Tensor)), None)
+                if isinstance(vals, tuple | list)
+                else tensor_val(n)
+            )
+            if val is not None:
+                charges[i] += compat.seeded_recompute_state_bytes(val.device)
+    return charges
+
+
+def _strategies(
+    sg: Subgraph, nbytes: sympy.Expr, symbols: SymbolTable, rng_state: int = 0
+) -> Strategies:
     """Savings, recompute nodes and boundary per available strategy, and the nodes the
-    cluster id is made of (empty when no strategy applies)."""
+    cluster id is made of (empty when no strategy applies). ``rng_state``: bytes the full
+    recompute adds to what is saved (:func:`_rng_state_charges`)."""
     savings: dict[Strategy, sympy.Expr] = {}
     nodes: dict[Strategy, tuple[str, ...]] = {}
     boundary: dict[Strategy, tuple[str, ...]] = {}
     name_from: tuple[torch.fx.Node, ...] = ()
     if sg.full.reason is None and sg.full.nodes:
-        savings[Strategy.RECOMPUTE] = nbytes
+        savings[Strategy.RECOMPUTE] = nbytes - rng_state
         nodes[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.nodes)
         boundary[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.inputs)
         name_from = sg.full.nodes
@@ -100,7 +139,8 @@ def cluster_subgraphs_pass(
     out: list[SavedActivation] = []
     stable = saved_ids([sg.group.root for sg in subgraphs])
     sizes = [_bytes(sg.group.root, symbols) for sg in subgraphs]
-    found = [_strategies(sg, nb, symbols) for sg, nb in zip(subgraphs, sizes)]
+    charges = _rng_state_charges(subgraphs)
+    found = [_strategies(*a, symbols, c) for a, c in zip(zip(subgraphs, sizes), charges)]
     ids = _own_ids(subgraphs, [(cluster_id(f[3]) or None) if f[3] else None for f in found])
     for sg, sid, nbytes, (savings, nodes, boundary, name_from), cid in zip(
         subgraphs, stable, sizes, found, ids
@@ -129,6 +169,7 @@ def cluster_subgraphs_pass(
                 layer=root.meta.get(mk.LAYER),
                 dtype=str(val.dtype).replace("torch.", "") if val is not None else "",
                 shape=str(tuple(val.shape)) if val is not None else "",
+                attention=_reruns_attention(sg),
             )
         )
     return gm, out

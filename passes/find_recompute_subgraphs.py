@@ -6,9 +6,12 @@ Reads ``node.meta[SAVED_INDEX]`` (from find_saved_activations_pass), ``original_
 
 The search walks producers from the root over an allow-list that depends on the probe level
 (0: elementwise, casts, views, gather/slice/where/expand; 1: also matmuls, convolutions,
-norms, softmax).
-A branch stops at an input that is already saved or is a graph input. Random ops (dropout)
-end the search: recomputing them would draw new numbers. A second search, the *compromise*,
+norms, softmax and fused attention kernels). A subgraph that reruns an attention kernel is
+marked (``SavedActivation.attention``): levels leave it kept, plan strings and the budget
+planner may choose it.
+A branch stops at an input that is already saved or is a graph input. Random ops (dropout,
+an attention kernel whose ``dropout_p`` is not 0) end the search: recomputing them would draw
+new numbers. A second search, the *compromise*,
 treats the input of a widening cast as a boundary, so that the smaller pre-cast tensor is
 saved instead of the root.
 """
@@ -23,7 +26,7 @@ import torch
 import torch.fx
 
 from memopt import meta_keys as mk
-from memopt.facts import is_widening_cast, op_class
+from memopt.facts import attention_dropout, is_widening_cast, op_class
 from memopt.facts import packet as _packet
 from memopt.passes.find_saved_activations import SavedGroup
 
@@ -33,10 +36,11 @@ aten = torch.ops.aten
 _BASIC = frozenset({"view", "pointwise", "cast", "gather", "constant"})
 PROBE_ALLOW = {
     0: _BASIC,
-    1: _BASIC | {"matmul", "convolution", "norm", "softmax"},
+    1: _BASIC | {"matmul", "convolution", "norm", "softmax", "attention"},
 }
-#: Op classes counted against a subgraph's ``max_matmuls``: a convolution is a matmul.
-HEAVY = frozenset({"matmul", "convolution"})
+#: Op classes counted against a subgraph's ``max_matmuls``: a convolution or an attention
+#: kernel is a matmul (an attention kernel's outputs, read through ``getitem``, count once).
+HEAVY = frozenset({"matmul", "convolution", "attention"})
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,10 @@ def _search(
             reason = f"{n.op} {n.name} cannot be recomputed"
             break
         cls = op_class(n)
+        if cls == "attention" and attention_dropout(n):
+            src = n.args[0] if n.target is operator.getitem else n
+            reason = f"op {_packet(src.target)} drops out (recomputing would change the numbers)"
+            break
         if cls == "random":
             reason = f"random op {_packet(n.target)} (recomputing would change the numbers)"
             break
@@ -95,7 +103,7 @@ def _search(
             src = n.args[0] if n.target is operator.getitem else n
             reason = f"op {_packet(src.target)} ({cls}) is not in the probe-level allow-list"
             break
-        if cls in HEAVY:
+        if cls in HEAVY and n.target is not operator.getitem:
             matmuls += 1
             if matmuls > max_matmuls:
                 reason = f"needs more than {max_matmuls} matmul(s) to recompute"
