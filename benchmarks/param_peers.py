@@ -19,8 +19,9 @@ with the ``gpu`` variant's. Variants:
   + ``HostAdamW(overlap=True)`` (host updates during backward, and the next forward waits per
   group); ``memopt-nooverlap`` updates after backward; ``memopt-bf16host`` keeps bf16 host shards
   with fp32 masters (2 B/param transfers); ``memopt-half`` puts half the bytes on the host;
-  ``memopt-auto`` starts with nothing there and lets ``param_offload="auto"`` choose after step
-  5 (uncapped, 4 more steps, s/step the median of the last 9, all after the choice).
+  ``memopt-auto`` starts with nothing there and lets ``param_offload="auto"`` choose (a probe
+  after step 5, the rest after step 8; uncapped, 10 more steps, s/step the median of the last
+  9, all on the final placement).
 * (``streamer``, the old ``apply_param_offload(model, 0.9)`` + ``CPUAdamW``, was measured in
   docs/data/param_peers_2026-11-24.json and then deleted from memopt.)
 * ``torchao``: ``CPUOffloadOptimizer(offload_gradients=True)`` when torchao imports (uncapped).
@@ -173,24 +174,37 @@ def variant(args) -> dict:
     nparam = sum(p.numel() for p in model.parameters())
     model, opt, extra = setup(args.name, model, args)
     rec = extra.pop("record", None)
-    steps = args.steps + (4 if args.name == "memopt-auto" else 0)
+    # 'auto' probes after step 5 and moves the rest after step 8; the 2 steps after a move
+    # still wait for it, so the last 9 of 12 + 10 steps all run on the final placement
+    steps = args.steps + (10 if args.name == "memopt-auto" else 0)
     data = batches(steps, args.bs, args.seq, SIZES[args.size]["vocab"])
     losses, times, host = [], [], []
-    for x in data:
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+
+    def one(x):
         x = x.cuda(non_blocking=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(input_ids=x, labels=x).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return loss
+
+    for x in data:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = one(x)
         losses.append(loss.item())
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         if hasattr(opt, "host_stats"):
             host.append(opt.host_stats())
     s = statistics.median(times[-9:] if args.name == "memopt-auto" else times[3:])
+    if args.waits:  # one more step profiled: the compute stream's waits and their causes
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import diag_waits
+
+        extra["waits"] = diag_waits.analyze(diag_waits.profile(lambda: one(data[-1])))
+        extra["waits"]["waits"] = extra["waits"]["waits"][:12]
     if rec is not None:  # the placement at the end (the automatic one's choice included)
         from memopt.params import format_placement
 
@@ -248,6 +262,7 @@ def run(args) -> None:
         cmd = [sys.executable, __file__, "variant", "--name", name, "--bs", str(bs)]
         cmd += ["--seq", str(seq), "--size", args.size, "--cap-gib", str(args.cap_gib)]
         cmd += ["--fraction", str(args.fraction), "--steps", str(args.steps)]
+        cmd += ["--waits"] if args.waits else []
         if "+" in name:  # memopt+threads=auto: HostAdamW keywords
             base, opts = name.split("+", 1)
             cmd[cmd.index("--name") + 1] = base
@@ -393,6 +408,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--compiled", action="store_true", help="adamw: also the Inductor kernel")
     ap.add_argument("--out", default="param_peers.json")
+    ap.add_argument("--waits", action="store_true", help="profile one more step: GPU waits")
     ap.add_argument("--dump-after", type=float, default=0, help="faulthandler stack dump (s)")
     args = ap.parse_args()
     if args.dump_after:
