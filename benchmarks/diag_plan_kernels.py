@@ -28,6 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def one(model: str, variant: str, warmup: int, iters: int, batch: int | None = None) -> dict:
+    import logging
+
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -38,6 +40,12 @@ def one(model: str, variant: str, warmup: int, iters: int, batch: int | None = N
     from memopt import _torch_compat as compat
     from memopt import api
 
+    lines: list[str] = []  # memopt's INFO log: its step plans, probes and corrections
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda rec: lines.append(f"{len(fwd_all)} {rec.getMessage()}"[:400])
+    logging.getLogger("memopt").addHandler(handler)
+    logging.getLogger("memopt").setLevel(logging.INFO)
+    fwd_all: list[float] = []  # every step's forward (the log lines' step numbers)
     with compat.no_compile_caches():
         m, x = build(BY_NAME[model], "gpu", "cuda", torch.bfloat16, batch or None)
         if variant == "compile":
@@ -59,6 +67,7 @@ def one(model: str, variant: str, warmup: int, iters: int, batch: int | None = N
             t0 = time.perf_counter()
             loss = step_loss(c(**x))
             fwd.append(1e3 * (time.perf_counter() - t0))
+            fwd_all.append(fwd[-1])
             loss.backward()
 
         for _ in range(warmup):
@@ -120,6 +129,7 @@ def one(model: str, variant: str, warmup: int, iters: int, batch: int | None = N
         "step_plans": getattr(state, "_step_plans", None),
         "runs": list(getattr(state, "last_report_step", ()) or ()),
         "predicted": _predicted(state),
+        "memopt_log": lines[-60:],
     }
 
 
