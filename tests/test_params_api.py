@@ -95,9 +95,11 @@ def test_optimize_param_offload_auto_grows_after_measuring_and_trains_like_adamw
         "param_offload auto: chosen after step 8 (probe of 1 group(s) after step 5; host AdamW"
         in table
     )
-    assert "under training): 1 more group(s) moved to the host" in table
+    assert " under training, " in table and " used): 1 more group(s) moved to the host" in table
     assert "host share 1.000 (need 0.544, free 1.000), prefetch 1" in table
     auto = opt.host_stats()["auto"]
     assert auto["probe_host_share"] == pytest.approx(4 * 147_968 / 657_664)
     assert len(auto["probe_busy_s"]) == 3 and auto["loaded_adam_Bps"] < 1e15
+    # the rate used is the slower of the timed-alone one and the one measured under training
+    assert auto["loaded_adam_Bps"] == min(auto["rates"]["adam_Bps"], auto["probe_adam_Bps"])
     opt.close()

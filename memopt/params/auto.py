@@ -60,8 +60,12 @@ class AutoOffload:
     """Seconds per probe step, less the waits for host updates."""
     probe_busy_s: list[float] = field(default_factory=list)
     """The update worker's busy seconds in each probe step."""
+    probe_adam_Bps: float | None = None
+    """The host AdamW's rate measured under training in the probe steps (this rank's state
+    bytes per busy second)."""
     loaded_adam_Bps: float | None = None
-    """The host AdamW's rate measured under training (state bytes per busy second)."""
+    """The rate the final choice used: the slower of the timed-alone and the under-training
+    rate, the slowest rank's."""
     _device_step_s: float = 0.0
     _probe_note: str = ""
     _last: tuple[float, float, float] | None = None
@@ -112,14 +116,15 @@ class AutoOffload:
         busy = statistics.median(self.probe_busy_s)
         moved_bytes = record.plan.host_bytes / world * ADAMW_TRAFFIC_PER_PARAM_BYTE
         loaded = moved_bytes / busy if busy > 0 else float("inf")
+        self.probe_adam_Bps = loaded
         _, rates = _agree(self._device_step_s, replace_adam(self.rates, loaded))
         self.loaded_adam_Bps = rates.adam_Bps
         plan, self.choice = self._choose(record.plan, rates.adam_Bps, rates)
         moved = record.grow(plan, self.choice.prefetch)
         self.status = (
             f"chosen after step {self._calls} ({self._probe_note}; host AdamW "
-            f"{rates.adam_Bps / 1e9:.1f} GB/s under training): {moved} more group(s) moved "
-            "to the host"
+            f"{_gbps(loaded)} under training, {_gbps(rates.adam_Bps)} used): {moved} more "
+            "group(s) moved to the host"
         )
 
     def _choose(self, plan: HostPlan, adam_Bps: float, rates: HostRates):
@@ -143,6 +148,7 @@ class AutoOffload:
             "probe_host_share": None if self.probe is None else self.probe.host_share,
             "probe_step_s": list(self.probe_step_s),
             "probe_busy_s": list(self.probe_busy_s),
+            "probe_adam_Bps": self.probe_adam_Bps,
             "loaded_adam_Bps": self.loaded_adam_Bps,
             "choice": None if self.choice is None else self.choice.to_dict(),
         }
