@@ -94,7 +94,9 @@ def _search(
         cls = op_class(n)
         if cls == "attention" and attention_dropout(n):
             src = n.args[0] if n.target is operator.getitem else n
-            reason = f"op {_packet(src.target)} drops out (recomputing would change the numbers)"
+            reason = (  # its dropout_p is not the constant 0, or it has none to read
+                f"op {_packet(src.target)} may drop out (recomputing would change the numbers)"
+            )
             break
         if cls == "random":
             reason = f"random op {_packet(n.target)} (recomputing would change the numbers)"

@@ -109,7 +109,7 @@ def test_an_attention_kernel_that_drops_out_is_not_recomputed(as_kwarg):
         )
         if drops:
             assert sub.full.reason == (
-                "op _scaled_dot_product_flash_attention_for_cpu drops out (recomputing would "
+                "op _scaled_dot_product_flash_attention_for_cpu may drop out (recomputing would "
                 "change the numbers)"
             )
         else:  # the kernel and its output: one heavy op, not two
@@ -138,3 +138,14 @@ def test_attention_joins_the_matmul_count():
         gm, [SavedGroup(out, (out,))], probe_level=1, max_nodes=64, max_matmuls=2
     )
     assert sub2.full.reason is None
+
+
+def my_attention(q):  # an attention kernel memopt cannot read a dropout_p from
+    return q
+
+
+def test_an_attention_op_without_a_schema_counts_as_dropping_out():
+    g = torch.fx.Graph()
+    q = g.placeholder("q")
+    node = g.call_function(my_attention, (q,))
+    assert op_class(node) == "attention" and attention_dropout(node)
