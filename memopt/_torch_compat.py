@@ -192,9 +192,9 @@ def is_random_op(target: Any) -> bool:
 
 def seeded_recompute_state_bytes(device: torch.device) -> int:
     """Bytes the partitioner saves per recomputed seeded op (SDPA): its RNG state, or none."""
-    if device.type == "cuda" and torch._functorch.config.graphsafe_rng_functionalization:
-        return 0
-    return torch.get_rng_state().numel() if device.type == "cpu" else 16  # CUDA's state
+    graphsafe = device.type == "cuda" and torch._functorch.config.graphsafe_rng_functionalization
+    mod = torch if device.type == "cpu" else torch.get_device_module(device.type)
+    return 0 if graphsafe else mod.get_rng_state().numel()
 
 
 # --- memopt.params (parameter and optimizer-state offload) ---

@@ -411,9 +411,9 @@ def layout_copied_inputs(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> list
     return list(dict.fromkeys(found))
 
 
-def _is_rng_state(node: torch.fx.Node) -> bool:
+def is_rng_state(node: torch.fx.Node) -> bool:
     """The RNG state the partitioner saves for a recomputed seeded op (the first output of
-    ``run_and_save_rng_state``)."""
+    ``run_and_save_rng_state``; backward names its placeholder ``rng_state_output_<i>``)."""
     src = node.args[0] if node.target is operator.getitem and node.args else None
     return isinstance(src, torch.fx.Node) and packet(src.target) == "run_and_save_rng_state"
 
@@ -435,6 +435,6 @@ def saved_activation_bytes(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> sy
             continue
         r = storage_root(n)
         if r.op != "placeholder" and tensor_val(r) is not None:
-            roots[r] = _rng_state_bytes(r) if _is_rng_state(r) else nbytes_expr(tensor_val(r))
+            roots[r] = _rng_state_bytes(r) if is_rng_state(r) else nbytes_expr(tensor_val(r))
     copies = [nbytes_expr(tensor_val(n)) for n in layout_copied_inputs(fw, num_fwd_outputs)]
     return sum([*roots.values(), *copies], sympy.Integer(0))

@@ -96,14 +96,9 @@ def _rng_state_charges(subgraphs: Sequence[Subgraph]) -> list[int]:
             ):
                 continue
             paid.add(n)
-            vals = n.meta.get(mk.TORCH_VAL)
-            val = (
-                next((v for v in vals if isinstance(v, torch.Tensor)), None)
-                if isinstance(vals, tuple | list)
-                else tensor_val(n)
-            )
-            if val is not None:
-                charges[i] += compat.seeded_recompute_state_bytes(val.device)
+            q = next((v for a in n.all_input_nodes if (v := tensor_val(a)) is not None), None)
+            if q is not None:  # the kernel's device: its first tensor input's
+                charges[i] += compat.seeded_recompute_state_bytes(q.device)
     return charges
 
 

@@ -14,6 +14,7 @@ from memopt.facts import attention_dropout, op_class
 from memopt.measure import measure_saved
 from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
 from memopt.passes.find_saved_activations import SavedGroup
+from tests.helpers import tiny_llama
 
 transformers = pytest.importorskip("transformers")
 
@@ -28,17 +29,14 @@ SAVING = SDPA_BYTES - torch.get_rng_state().numel()
 
 def _llama():
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
+    return tiny_llama(
         hidden_size=HID,
-        intermediate_size=128,
         num_hidden_layers=LAYERS,
         num_attention_heads=HEADS,
         num_key_value_heads=KV,
-        vocab_size=128,
         max_position_embeddings=S,
         attn_implementation="sdpa",
     )
-    return transformers.LlamaForCausalLM(cfg)
 
 
 def _step(model, ids):

@@ -9,6 +9,7 @@ import torch
 
 import memopt
 from memopt.measure import measure_saved
+from tests.helpers import tiny_llama
 
 pytestmark = pytest.mark.gpu
 transformers = pytest.importorskip("transformers")
@@ -18,7 +19,7 @@ B, S, HID, HEADS, KV, LAYERS = 2, 256, 256, 4, 2, 2
 
 def _llama(dtype):
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
+    model = tiny_llama(
         hidden_size=HID,
         intermediate_size=512,
         num_hidden_layers=LAYERS,
@@ -28,7 +29,7 @@ def _llama(dtype):
         max_position_embeddings=S,
         attn_implementation="sdpa",
     )
-    return transformers.LlamaForCausalLM(cfg).to("cuda", dtype)
+    return model.to("cuda", dtype)
 
 
 def _step(model, compiled, ids):

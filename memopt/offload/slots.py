@@ -16,6 +16,7 @@ import torch
 import torch.fx as fx
 
 from memopt import _torch_compat as compat
+from memopt.facts import is_rng_state
 
 
 @dataclass
@@ -48,12 +49,11 @@ class Slots:
         phs = list(bw.find_nodes(op="placeholder"))
         saved_phs = phs[num_sym : num_sym + k]
         self.after_phs = phs[num_sym + k :]
-        # the RNG state saved for a recomputed seeded op (an SDPA kernel) is named
-        # ``rng_state_output_<i>`` in backward, whatever its forward name
+        # the RNG state saved for a recomputed seeded op (an SDPA kernel) is renamed in backward
         names = [p.name for p in saved_phs]
         fw_names = [s.name for s in saved[:k]]
         if len(names) != k or any(
-            f != b and not b.startswith("rng_state_output_") for f, b in zip(fw_names, names)
+            s.name != b and not is_rng_state(s) for s, b in zip(saved[:k], names)
         ):
             raise ValueError(
                 "forward saved outputs and backward placeholders do not match: "
