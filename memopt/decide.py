@@ -94,10 +94,12 @@ def decide(
     layer_names: Sequence[str] = (),
     offload_layers: int = 0,
     sync: Mapping[int, SyncEntry] | None = None,
+    max_depth: int = MAX_RECOMPUTE_DEPTH,
 ) -> Plan:
     """``value`` evaluates a symbolic size at the compile-time sizes (orders conflicts).
     ``layer_names``: the region's repeated layers; ``offload_layers`` and ``sync`` are the
-    activation-offload settings (see :func:`offload_schedule`)."""
+    activation-offload settings (see :func:`offload_schedule`). ``max_depth``: the chain rule
+    (:mod:`memopt.planner.chains`); a planner's plans are applied at the depth it solved with."""
     by_cluster = _by_cluster(candidates, plans)
     warnings: list[str] = []
     unknown = _unknown_plans(plans, by_cluster, known_elsewhere, strict, warnings)
@@ -106,7 +108,7 @@ def decide(
         cid: _requested(cid, occ, level, plan_by_id.get(cid), strict, warnings)
         for cid, occ in by_cluster.items()
     }
-    per_root, skipped = _resolve_chains(by_cluster, requested, value)
+    per_root, skipped = _resolve_chains(by_cluster, requested, value, max_depth)
     clusters = tuple(
         _cluster_decision(cid, occ, requested[cid], per_root, skipped.get(cid, 0))
         for cid, occ in by_cluster.items()
@@ -249,13 +251,14 @@ def _resolve_chains(
     by_cluster: dict[str, list[SavedActivation]],
     requested: dict[str, tuple],
     value: Callable[[sympy.Expr], int | None],
+    max_depth: int = MAX_RECOMPUTE_DEPTH,
 ) -> tuple[dict[str, Strategy], dict[str, int]]:
     """Accept requested recomputes so that recompute chains stay short.
 
     A chain (tensor B recomputed from A, A itself recomputed) makes backward rebuild the chain
     from its start; unbounded, along a residual stream, that is every layer at once at the
     start of backward, and the memory comes back. A recompute may read at most
-    ``MAX_RECOMPUTE_DEPTH - 1`` recomputed tensors deep. Explicit plans go first, then larger
+    ``max_depth - 1`` recomputed tensors deep. Explicit plans go first, then larger
     savings; among equal savings, first the tensor that fewer other requested recomputes read
     (accepting a tensor many read would block them all: a patch-embedding convolution against
     every first-block ``Gemm+``), then those without matmuls. A candidate that would make a
@@ -294,7 +297,7 @@ def _resolve_chains(
         trial_producer = {**producer, **{o: c.root for o in outs}}
         trial_inputs = {**inputs, c.root: ins}
         new_depth = _depths(trial_inputs, trial_producer)
-        if max(new_depth.values()) > MAX_RECOMPUTE_DEPTH:
+        if max(new_depth.values()) > max_depth:
             skipped[c.cluster_id] = skipped.get(c.cluster_id, 0) + 1
             continue
         producer, inputs = trial_producer, trial_inputs

@@ -496,7 +496,7 @@ class MemoptState:
 
     def _menu(self, index: int) -> list[Option]:
         rp = self.problems[index]
-        return region_menu(rp.problem, rp.rates, rp.saved_input_bytes)
+        return region_menu(rp.problem, rp.rates, rp.saved_input_bytes, rp.max_depth)
 
     def _compiled_as(self, index: int, option: Option) -> bool:
         frozen = self.regions[index].extra.get("frozen") or {}

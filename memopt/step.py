@@ -94,14 +94,19 @@ class Option:
         }
 
 
-def region_menu(problem, rates, saved_inputs: int = 0) -> list[Option]:
+def region_menu(problem, rates, saved_inputs: int = 0, max_depth: int = 2) -> list[Option]:
     """A region's menu: at each share of :data:`MENU_SHARES` the one-region planner's fastest
     plan whose own peak fits that share (``memopt.planner.resolve_budget``), and its fastest
     plan that leaves at most that share of the saved bytes for the backward (what later
     regions feel). Entry 0 keeps everything the user did not ask to change; the last is the
     smallest peak found. ``saved_inputs``: bytes of saved graph inputs that are activations
-    of earlier regions (held whatever the plan)."""
-    from memopt.planner import resolve_budget, solve
+    of earlier regions (held whatever the plan). ``max_depth``: the region's chain rule."""
+    from functools import partial
+
+    from memopt.planner import resolve_budget
+    from memopt.planner import solve as planner_solve
+
+    solve = partial(planner_solve, max_recompute_depth=max_depth)
 
     held = held_problem(problem)
     mark = held.timeline.fwd_live_bytes[-1]

@@ -53,6 +53,7 @@ from memopt.passes.find_saved_activations import find_saved_activations_pass
 from memopt.passes.offload_step import offload_step
 from memopt.passes.plan_budget import _device, assigned_result, plan_budget
 from memopt.plan import PlanSpec, Strategy, localize
+from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, planner_depth
 from memopt.symbolic import SymbolTable, build_symbol_table
 
 log = logging.getLogger("memopt")
@@ -201,6 +202,7 @@ def plan_budget_pass(r: Region) -> Region:
             plans=_plans(r),
             layout_copies=facts.layout_copied_inputs(r.fw, r.num_fwd_outputs),
             kernels=r.kernels,
+            max_depth=planner_depth(len(r.layers)),
         )
         ins = saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
         r.budget.problem = replace(r.budget.problem, saved_input_bytes=r.symbols.evaluate(ins) or 0)
@@ -233,6 +235,7 @@ def decide_pass(r: Region) -> Region:
         offload_layers=c.offload_k,
         # the user's sync dict wins; offload_layers=k takes its default schedule
         sync=dict(c.sync) if c.sync else (b.sync if b and not c.offload_k else None),
+        max_depth=MAX_RECOMPUTE_DEPTH if b is None else planner_depth(len(r.layers)),
     )
     return r
 

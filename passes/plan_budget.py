@@ -52,6 +52,9 @@ class RegionProblem:
     device_type: str
     saved_input_bytes: int = 0
     """Saved inputs that are activations of earlier regions (held whatever the plan)."""
+    max_depth: int = 2
+    """The chain rule the region's plans are solved and applied with
+    (:func:`memopt.planner.chains.planner_depth`)."""
 
 
 def _device(inputs: Sequence[Any]) -> torch.device:
@@ -181,12 +184,14 @@ def plan_budget(
     plans: Sequence[PlanSpec] | None = None,
     layout_copies: Sequence[torch.fx.Node] = (),
     kernels: Mapping[str, float] | None = None,
+    max_depth: int = 2,
 ) -> BudgetResult:
     """Solve the region's plan. ``held_bytes``: activation bytes that regions run earlier in
     the step keep while this one runs (a byte budget is for the step: this region gets what
     they leave). ``plans``: the user's plans as this run applies them (default
     ``config.plans``). ``kernels``: kernel times measured on the device by signature
-    (memopt.kernel_times); the ops without one are priced by the roofline."""
+    (memopt.kernel_times); the ops without one are priced by the roofline. ``max_depth``: the
+    chain rule (:func:`memopt.planner.chains.planner_depth` of the region's layers)."""
     fixed = list(config.plans if plans is None else plans)
     if config.level >= 1:
         named = {p.cluster_id for p in fixed}
@@ -229,8 +234,8 @@ def plan_budget(
         log.warning(note)
     if isinstance(config.budget, int):
         budget = step_bytes(config.budget, device.type) - held_bytes
-    solution = solve(problem, budget, rates)
-    _check_applied(solution, candidates, symbols)
+    solution = solve(problem, budget, rates, max_recompute_depth=max_depth)
+    _check_applied(solution, candidates, symbols, max_depth)
     plans = parse_plans(solution.plan_strings)
     if not solution.feasible:
         log.warning(
@@ -247,7 +252,7 @@ def plan_budget(
         budget,
         tuple(sorted(sizes.unknown)),
         sync=dict(solution.sync) or None,
-        problem=RegionProblem(problem, rates, device.type),
+        problem=RegionProblem(problem, rates, device.type, max_depth=max_depth),
         text="Budget planner: "
         + (f"{fmt_bytes(held_bytes)} held by earlier regions; " if held_bytes else "")
         + solution.summary(),
@@ -274,11 +279,17 @@ def assigned_result(plans: Sequence[str], sync: Mapping | None, text: str) -> Bu
     )
 
 
-def _check_applied(solution, candidates: Sequence[SavedActivation], symbols: SymbolTable) -> None:
+def _check_applied(
+    solution, candidates: Sequence[SavedActivation], symbols: SymbolTable, max_depth: int
+) -> None:
     """The planner knows decide's chain rule (``SavedActivation.recompute_reads``), so decide
     applies its plan strings as solved; say so loudly if it ever does not."""
     applied = decide(
-        candidates, level=0, plans=parse_plans(solution.plan_strings), value=symbols.evaluate
+        candidates,
+        level=0,
+        plans=parse_plans(solution.plan_strings),
+        value=symbols.evaluate,
+        max_depth=max_depth,
     ).per_root
     missed = sorted(
         name

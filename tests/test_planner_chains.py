@@ -13,7 +13,9 @@ Keeping everything peaks at 16 MiB at forward op 5. A 10 MiB budget needs 6 MiB 
 A, B and C together (a + b + c ms), or two of them and E (+5 ms), or D (10 ms). Recomputing all
 three makes C's chain 3 deep (C reads B reads A), so with the rule one of them is replaced by
 E: the dearest one (whole prefixes that obey the rule; decide, which keeps by size then
-name, would keep C whatever it costs).
+name, would keep C whatever it costs). A recompute that another recompute reads is rebuilt
+with its reader, before its own first backward use (``chain_intervals``): with B and C
+recomputed, B is live from backward op 1, and with D and A kept that is 12 MiB there.
 """
 
 from __future__ import annotations
@@ -34,16 +36,17 @@ from memopt.planner import (
     solve,
     solver,
 )
-from memopt.planner.chains import Chains
+from memopt.planner.chains import ONE_LAYER_DEPTH, Chains, planner_depth
+from memopt.planner.memory import chain_intervals, memory_profile
 from memopt.planner.synthetic import MiB, layered_problem, random_layer_tensors
 from tests.test_planner_solver import ALL, RATES, brute_force
 
 MS = 1e-3
 
 
-def chain_problem(a_ms: float, b_ms: float, c_ms: float) -> PlanningProblem:
+def chain_problem(a_ms: float, b_ms: float, c_ms: float, d_use: int = 5) -> PlanningProblem:
     spec = [  # name, produced, first backward use, MiB, recompute ms, reads
-        ("D", 0, 5, 6, 10, ()),
+        ("D", 0, d_use, 6, 10, ()),
         ("E", 1, 4, 2, 5, ()),
         ("A", 2, 3, 2, a_ms, ()),
         ("B", 3, 2, 2, b_ms, ("A",)),
@@ -76,9 +79,13 @@ def chain_problem(a_ms: float, b_ms: float, c_ms: float) -> PlanningProblem:
 # (a, b, c) ms -> plan strings with the rule, overhead ms
 CASES = {
     (1, 2, 3): (("A+:1:-1", "B+:1:-1", "E+:1:-1"), 8.0),  # C is dearest: dropped
-    (3, 1, 2): (("B+:1:-1", "C+:1:-1", "E+:1:-1"), 8.0),  # A dropped: B reads a kept A
+    (3, 1, 2): (("A+:1:-1", "B+:1:-1", "E+:1:-1"), 9.0),  # A is dearest, but see below
     (1, 3, 2): (("A+:1:-1", "C+:1:-1", "E+:1:-1"), 8.0),  # B dropped: C reads a kept B
 }
+# With A dropped, B is rebuilt with C at C's first use (chain_intervals): 12 MiB with D and
+# A; C is the one to drop. The greedy, cheapest saving first, takes B and C before it sees
+# that and ends at D.
+GREEDY = {(3, 1, 2): (("D+:1:-1",), 10.0)}
 
 
 @pytest.mark.parametrize("exact_work", [10**6, 0], ids=["enumerate", "greedy"])
@@ -88,16 +95,44 @@ def test_chain_of_three_drops_the_dearest(costs, exact_work: int) -> None:
     free = solve(
         problem, 10 * MiB, RATES, strategies=ALL, exact_work=exact_work, max_recompute_depth=3
     )
-    assert free.plan_strings == ("A+:1:-1", "B+:1:-1", "C+:1:-1")
-    assert free.predicted_overhead_s == pytest.approx(6 * MS)
+    plans, overhead_ms = CASES[costs] if exact_work else GREEDY.get(costs, CASES[costs])
+    # A, B and C (6 ms) would be rebuilt together at C's first use, 14 MiB with D and E
+    # (chain_intervals): over the budget, so the plan solved at depth 2 wins at depth 3 too.
+    assert free.plan_strings == plans and free.predicted_peak == 10 * MiB
+    rec = {n: Strategy.RECOMPUTE for n in "ABC"}
+    assert memory_profile(problem, rec).peak == 14 * MiB
 
     sol = solve(problem, 10 * MiB, RATES, strategies=ALL, exact_work=exact_work)
-    plans, overhead_ms = CASES[costs]
     assert sol.feasible and sol.predicted_peak == 10 * MiB
     assert sol.plan_strings == plans
     assert sol.predicted_overhead_s == pytest.approx(overhead_ms * MS)
     # The bound relaxes the rule: still a bound (6 ms), tight when enumerated.
     assert sol.overhead_lower_bound_s == pytest.approx((overhead_ms if exact_work else 6) * MS)
+
+
+@pytest.mark.parametrize("exact_work", [10**6, 0], ids=["enumerate", "greedy"])
+def test_deeper_chain_when_its_early_rebuild_fits(exact_work: int) -> None:
+    # D's backward use comes first and frees it: A, B and C rebuilt together at C's first use
+    # (backward op 1) hold 6 MiB with E's 2, under the 10 MiB budget.
+    problem = chain_problem(1, 2, 3, d_use=0)
+    rec = {n: Strategy.RECOMPUTE for n in "ABC"}
+    f = problem.timeline.n_fwd
+    assert chain_intervals(problem, rec) == [(f + 1, f + 3, 2 * MiB), (f + 1, f + 2, 2 * MiB)]
+    assert chain_intervals(problem, {"A": Strategy.RECOMPUTE, "C": Strategy.RECOMPUTE}) == []
+    deep = solve(
+        problem, 10 * MiB, RATES, strategies=ALL, exact_work=exact_work, max_recompute_depth=3
+    )
+    assert deep.plan_strings == ("A+:1:-1", "B+:1:-1", "C+:1:-1")
+    assert deep.predicted_peak == 10 * MiB
+    assert deep.predicted_overhead_s == pytest.approx(6 * MS)
+    shallow = solve(problem, 10 * MiB, RATES, strategies=ALL, exact_work=exact_work)
+    assert shallow.plan_strings == ("A+:1:-1", "B+:1:-1", "E+:1:-1")
+    assert shallow.predicted_overhead_s == pytest.approx(8 * MS)
+
+
+def test_planner_depth() -> None:
+    assert planner_depth(0) == planner_depth(1) == ONE_LAYER_DEPTH > 10**6
+    assert planner_depth(2) == planner_depth(32) == MAX_RECOMPUTE_DEPTH == 2
 
 
 def test_depth_one_recomputes_nothing_that_reads_a_recompute() -> None:

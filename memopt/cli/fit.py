@@ -94,6 +94,7 @@ def fit_planner(
     from memopt.passes.build_planning_problem import build_planning_problem
     from memopt.plan import SUPPORTED_STRATEGIES, Strategy
     from memopt.planner import CPU_DEFAULTS, H100_DEFAULTS, memory_profile, roofline_s, solve
+    from memopt.planner.chains import planner_depth
 
     rates = H100_DEFAULTS if device_kind == "cuda" else CPU_DEFAULTS
     # Offload plans only when this build applies them (the planner can always propose them).
@@ -119,7 +120,8 @@ def fit_planner(
         )
         keep = memory_profile(problem, {}).peak
         base = baseline.at(at).bytes
-        sol = solve(problem, memory - base + keep, rates, leads=leads)
+        depth = planner_depth(problem.timeline.n_layers)
+        sol = solve(problem, memory - base + keep, rates, leads=leads, max_recompute_depth=depth)
         peaks[n] = base - keep + sol.predicted_peak
         return peaks[n] if sol.feasible else max(peaks[n], memory + 1)
 

@@ -12,6 +12,7 @@ counts of a cluster's option ``(s, n)`` form a prefix ``n <= limit``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 
 from memopt.plan import Strategy
@@ -19,6 +20,21 @@ from memopt.planner.problem import Candidate
 
 #: A recompute may read the output of at most this many chained recomputes (1: none).
 MAX_RECOMPUTE_DEPTH = 2
+
+#: The depth for plans of the budget and step planners in a region that holds at most one
+#: layer (FSDP2's per-layer regions, per-block compiles, a loss head): no limit. No residual
+#: stream runs through several layers there; attention reads recomputed query and key (rotary
+#: embeddings), so rerunning attention and what reads it needs depth 3 and more. The planner
+#: prices chains by their liveness (:func:`memopt.planner.memory.chain_intervals`). Levels
+#: keep :data:`MAX_RECOMPUTE_DEPTH`.
+ONE_LAYER_DEPTH = sys.maxsize
+
+
+def planner_depth(n_layers: int) -> int:
+    """The chain depth the planners use, and :func:`memopt.decide.decide` applies their plans
+    with, in a region of ``n_layers`` repeated layers."""
+    return ONE_LAYER_DEPTH if n_layers <= 1 else MAX_RECOMPUTE_DEPTH
+
 
 REBUILT = (Strategy.RECOMPUTE, Strategy.COMPROMISE)
 

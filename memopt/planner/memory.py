@@ -101,6 +101,44 @@ def curve_from_diff(base: tuple[int, ...] | list[int], diff: list[int]) -> list[
     return out
 
 
+def chain_intervals(problem: PlanningProblem, decisions: Mapping[str, Strategy]) -> list[Interval]:
+    """Recompute chains start early: a recomputed tensor that another recompute reads is
+    rebuilt with the first of its (transitive) recomputed readers, before its own first
+    backward use. The extra liveness, ``[F+min f of the chain, F+f)``, for every such tensor
+    (``f`` as in the module docstring); empty without chains."""
+    rebuilt = {}
+    for c in problem.candidates:
+        s = applied_strategy(c, Strategy(decisions.get(c.name, Strategy.KEEP)))
+        if s in (Strategy.RECOMPUTE, Strategy.COMPROMISE):
+            rebuilt[c.name] = (
+                c,
+                c.recompute_reads if s == Strategy.RECOMPUTE else c.compromise_reads,
+            )
+    readers: dict[str, list[str]] = {}
+    for name, (_c, reads) in rebuilt.items():
+        for r in reads:
+            if r in rebuilt and r != name:
+                readers.setdefault(r, []).append(name)
+    if not readers:
+        return []
+    start: dict[str, int] = {}
+
+    def first(name: str, stack: frozenset = frozenset()) -> int:
+        if name not in start:
+            own = rebuilt[name][0].first_bwd_use_pos
+            more = [first(r, stack | {name}) for r in readers.get(name, ()) if r not in stack]
+            start[name] = min([own, *more])
+        return start[name]
+
+    n_fwd = problem.timeline.n_fwd
+    out = []
+    for name in readers:
+        c = rebuilt[name][0]
+        if first(name) < c.first_bwd_use_pos:
+            out.append((n_fwd + start[name], n_fwd + c.first_bwd_use_pos, c.nbytes))
+    return out
+
+
 @dataclass(frozen=True)
 class MemoryProfile:
     """Predicted device memory over the step."""
@@ -132,6 +170,7 @@ def memory_profile(
         if not strategy_valid(c, s, w, tl.n_fwd):
             raise ValueError(f"{c.name}: strategy {s.name} does not apply")
         add_intervals(diff, intervals(c, s, tl.n_fwd, w))
+    add_intervals(diff, chain_intervals(problem, decisions))
     curve = curve_from_diff(tl.base_bytes, diff)
     if not curve:
         return MemoryProfile((), 0, 0, 0)

@@ -159,7 +159,11 @@ def solve(
     ``bound_points``: how many positions the overhead bound looks at (peaks of the unplanned
     and the chosen curves, overall and per phase).
     ``max_recompute_depth``: no recompute reads more than this many chained recomputes deep
-    (:mod:`memopt.planner.chains`).
+    (:mod:`memopt.planner.chains`; :func:`~memopt.planner.chains.planner_depth` gives a
+    region's). The search prices each recompute from its own first backward use; the chosen
+    plan's peak counts chains rebuilt earlier (:func:`memopt.planner.memory.chain_intervals`).
+    Deeper than :data:`MAX_RECOMPUTE_DEPTH`, a plan those push over the budget loses to the
+    plan solved at that depth when that one is better.
     """
     kw = dict(
         leads=leads,
@@ -170,6 +174,9 @@ def solve(
     )
     progress.note(f"solving: {len(problem.candidates)} candidates")
     sol = _solve_chains(problem, budget_bytes, rates, max_recompute_depth, kw)
+    if max_recompute_depth > MAX_RECOMPUTE_DEPTH and not sol.feasible:
+        shallow = _solve_chains(problem, budget_bytes, rates, MAX_RECOMPUTE_DEPTH, kw)
+        sol = min((sol, shallow), key=_preference)
     progress.note(
         f"solved: overhead {sol.predicted_overhead_s * 1e3:.3f} ms (bound "
         f"{sol.overhead_lower_bound_s * 1e3:.3f} ms)"
@@ -393,6 +400,7 @@ def _solution(
     sync = lead_sync(layers, lead, n) if lead is not None else {}  # type: ignore[arg-type]
     time = step_time(problem, decisions, rates, space.windows)
     peak = memory_profile(problem, decisions, space.windows).peak
+    ok = ok and peak <= budget  # chains rebuilt early (chain_intervals) may break the budget
     return Solution(
         feasible=ok,
         budget_bytes=budget,

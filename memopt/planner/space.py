@@ -20,6 +20,7 @@ from memopt.planner.costs import DeviceRates
 from memopt.planner.memory import (
     Interval,
     add_intervals,
+    chain_intervals,
     curve_from_diff,
     intervals,
     strategy_valid,
@@ -102,6 +103,7 @@ class Space:
                 self.clusters.append(cs)
         self.base = curve_from_diff(tl.base_bytes, diff)
         self.chains = self._chains(max_recompute_depth)
+        self._chained = any(c.recompute_reads or c.compromise_reads for c in problem.candidates)
         self._saves_memo: dict[tuple[int, int], dict[Strategy, list[int]]] = {}
         self._time_memo: dict[tuple[Option, ...], StepTime] = {}
         self._stall_memo: dict[tuple[tuple[int, int], ...], float] = {}
@@ -271,12 +273,16 @@ class Space:
         return got
 
     def curve(self, state: State) -> list[int]:
+        """Bytes live at each position under ``state``, recompute chains rebuilt early
+        included (:func:`memopt.planner.memory.chain_intervals`)."""
         diff = [0] * (len(self.base) + 1)
         for cs, (s, n) in zip(self.clusters, state):
             for i in range(n):
                 for a, b, d in cs.saves[i][s]:
                     diff[a] -= d
                     diff[b] += d
+        if self._chained:
+            add_intervals(diff, chain_intervals(self.problem, self.decisions(state)))
         return curve_from_diff(self.base, diff)
 
     def saves_at(self, ci: int, pos: int) -> dict[Strategy, list[int]]:
