@@ -62,10 +62,9 @@ def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch, tmp_path
     )
     region = rep.regions[0]
     planner, off = region.extra["planner"], region.extra["offload"]
-    # (layer 0 alone, lead 2: since attention is a recompute candidate the plan also reruns
-    # one SDPA kernel (Attention+:1:1) and needs less offload; its saved RNG state passes
-    # through the offload rewrite's slots under the name the partitioner gives it)
-    sync = {"0": [True, 2, False, 1]}
+    # (layers 0 and 1, lead 1: recompute chains are priced by their liveness, so the plan
+    # offloads more than it did when a chain's inputs counted from their own first use)
+    sync = {"0": [True, 1, False, 2], "1": [True, 2, False, 1]}
     assert planner["feasible"] and planner["sync"] == sync
     offloads = [p for p in planner["plan_strings"] if ":3:" in p]
     assert offloads, planner["plan_strings"]
