@@ -147,3 +147,28 @@ def test_an_attention_op_without_a_schema_counts_as_dropping_out():
     q = g.placeholder("q")
     node = g.call_function(my_attention, (q,))
     assert op_class(node) == "attention" and attention_dropout(node)
+
+
+def test_attention_recompute_with_offload_keeps_the_rng_state_in_its_slot():
+    # A plan that reruns attention and offloads layers: the partitioner's saved RNG state of
+    # each rerun kernel reaches the backward under its own name (``rng_state_output_<i>``),
+    # which the offload rewrite's slots accept (facts.is_rng_state); gradients as
+    # torch.compile's and layer 0's tensors moved.
+    from tests.helpers import compare
+
+    ids = torch.randint(0, 128, (B, S))
+    rep, before, after, _ = compare(
+        _llama(),
+        {"input_ids": ids, "labels": ids},
+        config="Attention+:1:-1",
+        offload_layers=1,
+        offload_min_bytes=0,
+    )
+    region = rep.regions[0]
+    assert _plans_of(rep)["Attention+"]["enabled"]
+    assert set(region.extra["offload"]["bytes_per_layer"]) == {"0"}
+    assert after < before
+
+
+def _plans_of(rep) -> dict[str, dict]:
+    return {r["cluster_id"]: r for r in rep.to_dict()["plans"]}
