@@ -187,6 +187,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu-x2",
     ),
     Producer(
+        "multi_gpu_steps_w2_s16*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets --warmup 9 --memopt-log memopt_w2_s16a.log --out docs/data/{file} (twice: "
+        "_s16a, _s16b)",
+        "gpu-x2",
+    ),
+    Producer(
         "multi_gpu_steps_w2_auto_s14.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
         "--only budgets,auto --memopt-log memopt_auto.log --out docs/data/{file}",
