@@ -208,3 +208,51 @@ def analyze(events: Sequence[dict], min_us: float = 300.0, depth: int = 4) -> di
         out["waits"].append(row)
     out["waits"].sort(key=lambda r: -r["gap_us"])
     return out
+
+
+#: Upper edges (us) of the gap buckets of :func:`idle`.
+GAP_BUCKETS_US = (20.0, 100.0, 300.0, 1000.0, float("inf"))
+
+
+def idle(events: Sequence[dict]) -> dict:
+    """Where the compute stream's time went over the profiled window (one or several steps):
+    its span, its busy time (the union of its kernels, copies and memsets) and its idle gaps,
+    each gap split by cause. A gap ended by an op that started within ``QUEUED_US`` of its
+    launch call waited for the host to launch it (``host_ms``: the launching thread was late);
+    any other gap waited on the GPU (``gpu_wait_ms``: a stream wait, another stream's work).
+    Gaps are also counted by length (``GAP_BUCKETS_US``)."""
+    tr = _Trace(events)
+    ops = tr.gpu[tr.main]
+    if not ops:
+        return {}
+    end = ops[0]["ts"] + ops[0]["dur"]
+    host = wait = 0.0
+    buckets = {f"<{b:g}us": [0, 0.0] for b in GAP_BUCKETS_US}
+    for op in ops[1:]:
+        gap = op["ts"] - end
+        if gap > 0:
+            call = tr.launch(op)
+            if call is not None and op["ts"] - call["ts"] < QUEUED_US:
+                host += gap
+            else:
+                wait += gap
+            key = next(f"<{b:g}us" for b in GAP_BUCKETS_US if gap < b)
+            buckets[key][0] += 1
+            buckets[key][1] += gap
+        end = max(end, op["ts"] + op["dur"])
+    span = end - ops[0]["ts"]
+    top = {}
+    for s, so in tr.gpu.items():  # each stream's heaviest op kinds (memcpys by direction)
+        ms = collections.Counter()
+        for o in so:
+            ms[o["name"] if o["cat"] != "kernel" else o["name"][:40]] += o["dur"] / 1e3
+        top[tr.label(s)] = {k: round(v, 3) for k, v in ms.most_common(6)}
+    return {
+        "top": top,
+        "span_ms": round(span / 1e3, 3),
+        "busy_ms": round((span - host - wait) / 1e3, 3),
+        "host_ms": round(host / 1e3, 3),
+        "gpu_wait_ms": round(wait / 1e3, 3),
+        "ops": len(ops),
+        "gaps": {k: {"n": n, "ms": round(t / 1e3, 3)} for k, (n, t) in buckets.items()},
+    }

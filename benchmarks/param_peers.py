@@ -139,8 +139,9 @@ def setup(name: str, model, args):
 
     host_dtype = torch.bfloat16 if name == "memopt-bf16host" else None
     f = {"memopt-half": 0.5, "memopt-auto": "auto"}.get(name, args.fraction)
-    rec = shard_with_offload(model, f, mp_policy=_mp(), host_dtype=host_dtype)
     kw.update(_options(args.options))
+    stage = bool(kw.pop("stage", 0))  # memopt-half+stage=1: world-size-1 staging
+    rec = shard_with_offload(model, f, mp_policy=_mp(), host_dtype=host_dtype, stage_ahead=stage)
     if "chunk" in kw:  # pieces of the bf16 update (memopt.params.adamw_kernel.CHUNK)
         from memopt.params import adamw_kernel
 
@@ -203,14 +204,18 @@ def variant(args) -> dict:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import diag_waits
 
-        extra["waits"] = diag_waits.analyze(diag_waits.profile(lambda: one(data[-1])))
+        k = max(1, args.profile_steps)  # the last k batches again, one trace
+        events = diag_waits.profile(lambda: [one(x) for x in data[-k:]])
+        extra["waits"] = diag_waits.analyze(events)
         extra["waits"]["waits"] = extra["waits"]["waits"][:12]
+        extra["waits"]["idle"] = {**diag_waits.idle(events), "steps": k}
     if rec is not None:  # the placement at the end (the automatic one's choice included)
         from memopt.params import format_placement
 
         opt.wait()
         rows = rec.placement_rows() + opt.placement_rows()
         extra["placement"] = format_placement(rows)
+        extra["staging"] = rec.staging.stats() if rec.staging is not None else None
         extra["host_share"] = rec.plan.host_share
         extra["prefetch"] = rec.prefetch
         stats = opt.host_stats()
@@ -262,7 +267,7 @@ def run(args) -> None:
         cmd = [sys.executable, __file__, "variant", "--name", name, "--bs", str(bs)]
         cmd += ["--seq", str(seq), "--size", args.size, "--cap-gib", str(args.cap_gib)]
         cmd += ["--fraction", str(args.fraction), "--steps", str(args.steps)]
-        cmd += ["--waits"] if args.waits else []
+        cmd += ["--waits", "--profile-steps", str(args.profile_steps)] if args.waits else []
         if "+" in name:  # memopt+threads=auto: HostAdamW keywords
             base, opts = name.split("+", 1)
             cmd[cmd.index("--name") + 1] = base
@@ -408,7 +413,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--compiled", action="store_true", help="adamw: also the Inductor kernel")
     ap.add_argument("--out", default="param_peers.json")
-    ap.add_argument("--waits", action="store_true", help="profile one more step: GPU waits")
+    ap.add_argument("--waits", action="store_true", help="profile more steps: GPU waits, idle")
+    ap.add_argument("--profile-steps", type=int, default=1, help="steps --waits profiles")
     ap.add_argument("--dump-after", type=float, default=0, help="faulthandler stack dump (s)")
     args = ap.parse_args()
     if args.dump_after:

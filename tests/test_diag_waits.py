@@ -85,3 +85,21 @@ def test_short_or_cpu_bound_gaps_are_not_waits():
         if e["args"].get("correlation") == 3 and e["cat"] == "cuda_runtime":
             e["ts"] = 990
     assert diag_waits.analyze(events, min_us=300)["waits"] == []
+
+
+def test_idle_splits_the_compute_streams_gaps_by_cause():
+    events = _trace()
+    out = diag_waits.idle(events)
+    # k1 [0, 100), k2 [1000, 1050): one 900 us gap, k2 queued long before (a GPU wait)
+    assert (out["span_ms"], out["busy_ms"], out["host_ms"], out["gpu_wait_ms"]) == (
+        1.05,
+        0.15,
+        0.0,
+        0.9,
+    )
+    assert out["ops"] == 2 and out["gaps"]["<1000us"] == {"n": 1, "ms": 0.9}
+    for e in events:  # k2 launched right before it ran: the host was late
+        if e["args"].get("correlation") == 3 and e["cat"] == "cuda_runtime":
+            e["ts"] = 990
+    out = diag_waits.idle(events)
+    assert (out["host_ms"], out["gpu_wait_ms"]) == (0.9, 0.0)

@@ -119,3 +119,72 @@ def is_dtensor(t: torch.Tensor) -> bool:
 def local(t: torch.Tensor) -> torch.Tensor:
     """The local shard of a DTensor (the tensor itself otherwise)."""
     return t._local_tensor if hasattr(t, "_local_tensor") else t
+
+
+# ---- world size 1: FSDP2's unshard copies host shards itself (memopt.params.prefetch) ----------
+
+
+def wrap_wait_for_unshard(module: nn.Module, wrapper) -> None:
+    """Route the group's ``wait_for_unshard`` (where, at world size 1, FSDP2 copies each host
+    shard to the device: ``all_gather_inputs`` reads ``_sharded_param_data`` and moves it when
+    ``offload_to_cpu``) through ``wrapper(module, original)``; an instance attribute, so FSDP2's
+    own ``self.wait_for_unshard()`` calls find it."""
+    group = param_group(module)
+    original = group.wait_for_unshard
+    group.wait_for_unshard = lambda: wrapper(module, original)
+
+
+def world_size_one(module: nn.Module) -> bool:
+    """Whether FSDP2 skips the all-gather for this group (its world-size-1 path)."""
+    from torch.distributed.fsdp._fully_shard._fsdp_common import FSDPMeshInfo
+
+    group = param_group(module)
+    if not isinstance(group.mesh_info, FSDPMeshInfo):
+        return True
+    return group._all_gather_process_group.size() == 1
+
+
+def training_phase(module: nn.Module) -> str | None:
+    """``"forward"`` or ``"backward"`` while FSDP2 unshards the group for that pass, else None
+    (an explicit ``unshard()``, a state dict)."""
+    from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+    state = param_group(module)._training_state
+    if state == TrainingState.FORWARD:
+        return "forward"
+    if state == TrainingState.PRE_BACKWARD:
+        return "backward"
+    return None
+
+
+def unshard_pending(module: nn.Module) -> bool:
+    """Whether ``wait_for_unshard`` will unshard (an ``unshard`` ran and was not waited on)."""
+    return bool(param_group(module)._all_gather_result)
+
+
+def host_shards(module: nn.Module) -> list[torch.Tensor]:
+    """The group's padded local shards, as ``all_gather_inputs`` reads them (1-D)."""
+    return [fp._sharded_param_data for fp in param_group(module).fsdp_params]
+
+
+class staged_shards:
+    """Within the block, the group's shards read as the device copies ``bufs`` (same order as
+    :func:`host_shards`) and are not moved again; restored on exit, before FSDP2's
+    reduce-scatter reads ``offload_to_cpu`` to copy the gradients to the host."""
+
+    def __init__(self, module: nn.Module, bufs: list[torch.Tensor]):
+        self.params = list(param_group(module).fsdp_params)
+        if len(bufs) != len(self.params):
+            raise ValueError("one staged copy per FSDP parameter")
+        self.bufs = bufs
+
+    def __enter__(self):
+        self.saved = [(fp._sharded_param_data, fp.offload_to_cpu) for fp in self.params]
+        for fp, b in zip(self.params, self.bufs):
+            fp._sharded_param_data, fp.offload_to_cpu = b, False
+        return self
+
+    def __exit__(self, *exc):
+        for fp, (data, off) in zip(self.params, self.saved):
+            fp._sharded_param_data, fp.offload_to_cpu = data, off
+        return False

@@ -37,6 +37,7 @@ from memopt.params import _fsdp_compat as fc
 from memopt.params.auto import AutoOffload
 from memopt.params.host_plan import HostPlan, plan_host_groups, share_for_budget
 from memopt.params.layers import find_layers
+from memopt.params.prefetch import HostPrefetch
 from memopt.params.rates import HostRates, host_rates
 
 
@@ -67,6 +68,14 @@ class FsdpOffload:
     """The automatic placement (``param_offload="auto"`` or bytes); None for a given share."""
     prefetch: int | None = None
     """FSDP2's prefetch depth set by memopt (None: FSDP2's default of one)."""
+    staging: HostPrefetch | None = None
+    """At world size 1 on CUDA: host shards staged on the device ahead of use."""
+
+    def _ready(self, module: nn.Module) -> None:
+        """Block until ``module``'s host updates have run (before its shards are staged)."""
+        wait_for = getattr(self.optimizer, "wait_for", None)
+        if wait_for is not None:
+            wait_for(fc.group_params(module))
 
     def grow(self, plan: HostPlan, prefetch: int) -> int:
         """Move the groups ``plan`` adds to the host (shards now, the attached optimizer's
@@ -83,6 +92,8 @@ class FsdpOffload:
         if prefetch > 1:
             set_prefetch([m for _, m in self.groups[:-1] if fc.is_fsdp(m)], prefetch)
             self.prefetch = prefetch
+            if self.staging is not None:
+                self.staging.depth = prefetch
         return moved
 
     def take_master(self, p: torch.Tensor) -> torch.Tensor | None:
@@ -153,6 +164,7 @@ def shard_with_offload(
     reshard_after_forward: bool = True,
     prefetch: int | None = None,
     rates: HostRates | None = None,
+    stage_ahead: bool = False,
 ) -> FsdpOffload:
     """Shard ``model`` with FSDP2 (or take its existing sharding) so that ``fraction`` of the
     parameter bytes live on the host; returns the :class:`FsdpOffload` record.
@@ -169,6 +181,12 @@ def shard_with_offload(
     ``prefetch=k`` all-gathers ``k`` layer groups ahead in forward and backward (FSDP2's
     default is one; :func:`memopt.params.host_plan.prefetch_depth` sizes ``k`` from the
     measured PCIe rate). Build the optimizer after this call.
+
+    At world size 1 on CUDA FSDP2 copies a host group's shards on the compute stream when the
+    group runs; ``stage_ahead=True`` copies the next ``prefetch`` (default one) host groups on
+    a side stream while the current one computes (:mod:`memopt.params.prefetch`; opt-in: it
+    costs up to that many groups' shards of GPU memory and measured within noise on
+    launch-bound steps).
     """
     ensure_process_group(mesh.device_type if mesh is not None else None)
     pin = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
@@ -187,6 +205,9 @@ def shard_with_offload(
     if prefetch is not None:
         set_prefetch([m for _, m in rec.groups[:-1] if fc.is_fsdp(m)], prefetch)
         rec.prefetch = prefetch
+    if stage_ahead and world == 1 and device == "cuda":
+        order = [rec.groups[-1][1]] + [m for _, m in rec.groups[:-1]]  # the root runs first
+        rec.staging = HostPrefetch(order, depth=prefetch or 1, ready=rec._ready)
     return rec
 
 

@@ -353,6 +353,11 @@ class HostAdamW(torch.optim.Optimizer):
 
     _drain = wait
 
+    def wait_for(self, params: Iterable[torch.Tensor]) -> None:
+        """Block until the queued host updates of ``params`` have run (before their shards are
+        read, e.g. staged on the device ahead of their group's forward)."""
+        self._queue.wait([id(p) for p in params if id(p) in self._group_of])
+
     @torch.no_grad()
     def step(self, closure=None):
         """Update every shard with a gradient. Host updates begun in backward may still run
