@@ -42,6 +42,7 @@ SLOW = (
     "test_params_api.py::test_optimize_fsdp_param_offload_trains_like_adamw_and_reports_placement",
     "test_params_api.py::test_optimize_param_offload_auto_grows_after_measuring_and_trains_like_adamw",
     "test_step_report.py::test_hf_gradient_checkpointing_sizes_are_known_and_exact",
+    "test_recompute_attention.py::test_attention_recompute_with_offload_keeps_the_rng_state_in_its_slot",
 )
 
 
