@@ -190,13 +190,16 @@ def variant(args) -> dict:
         opt.zero_grad(set_to_none=True)
         return loss
 
+    cpu = []  # the training thread's own CPU seconds per step (launches, hooks, waits spin)
     for x in data:
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         loss = one(x)
+        c1 = time.thread_time()
         losses.append(loss.item())
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        cpu.append(c1 - c0)
         if hasattr(opt, "host_stats"):
             host.append(opt.host_stats())
     s = statistics.median(times[-9:] if args.name == "memopt-auto" else times[3:])
@@ -249,6 +252,7 @@ def variant(args) -> dict:
         "seq": args.seq,
         "params": nparam,
         "s_per_step": s,
+        "thread_cpu_s": statistics.median(cpu[-9:] if args.name == "memopt-auto" else cpu[3:]),
         "tokens_per_s": args.bs * args.seq / s,
         "peak_gib": torch.cuda.max_memory_allocated() / GiB,
         "cap_gib": None if args.name in UNCAPPED else args.cap_gib,
