@@ -91,6 +91,12 @@ class Region:
     kernels: dict[str, float] = field(default_factory=dict)  # memopt.kernel_times.measure
 
     @property
+    def planner_depth(self) -> int:
+        """The chain depth the budget and step planners solve this region with, and decide
+        applies their plans with (:func:`memopt.planner.chains.planner_depth`)."""
+        return planner_depth(len(self.layers))
+
+    @property
     def num_fwd_outputs(self) -> int:
         return self.partition_kwargs["num_fwd_outputs"]
 
@@ -202,7 +208,7 @@ def plan_budget_pass(r: Region) -> Region:
             plans=_plans(r),
             layout_copies=facts.layout_copied_inputs(r.fw, r.num_fwd_outputs),
             kernels=r.kernels,
-            max_depth=planner_depth(len(r.layers)),
+            max_depth=r.planner_depth,
         )
         ins = saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
         r.budget.problem = replace(r.budget.problem, saved_input_bytes=r.symbols.evaluate(ins) or 0)
@@ -235,7 +241,7 @@ def decide_pass(r: Region) -> Region:
         offload_layers=c.offload_k,
         # the user's sync dict wins; offload_layers=k takes its default schedule
         sync=dict(c.sync) if c.sync else (b.sync if b and not c.offload_k else None),
-        max_depth=MAX_RECOMPUTE_DEPTH if b is None else planner_depth(len(r.layers)),
+        max_depth=MAX_RECOMPUTE_DEPTH if b is None else r.planner_depth,
     )
     return r
 

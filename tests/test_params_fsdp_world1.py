@@ -50,3 +50,19 @@ def test_fsdp_world1_wait_for_unshard_is_routed_and_shards_swap():
     assert ("forward", True) in calls and ("backward", True) in calls, calls
     for fp in fc.param_group(layer).fsdp_params:
         assert fp.offload_to_cpu and fp._sharded_param_data.device.type == "cpu"
+
+
+def test_fsdp_world1_stage_ahead_off_cuda_warns_and_stages_nothing(caplog):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from memopt.params.fsdp import ensure_process_group, shard_with_offload
+
+    ensure_process_group("cpu")
+    mesh = init_device_mesh("cpu", (1,))
+    model = nn.Module()
+    model.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+    with caplog.at_level("WARNING", logger="memopt"):
+        rec = shard_with_offload(model, 0.5, mesh=mesh, stage_ahead=True)
+    assert rec.staging is None
+    assert "stage_ahead=True applies at world size 1 on CUDA only" in caplog.text
+    assert "on cpu" in caplog.text

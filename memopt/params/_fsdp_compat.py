@@ -10,6 +10,8 @@ gives an already sharded group the state ``CPUOffloadPolicy`` would have produce
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule
@@ -167,24 +169,19 @@ def host_shards(module: nn.Module) -> list[torch.Tensor]:
     return [fp._sharded_param_data for fp in param_group(module).fsdp_params]
 
 
-class staged_shards:
+@contextmanager
+def staged_shards(module: nn.Module, bufs: list[torch.Tensor]):
     """Within the block, the group's shards read as the device copies ``bufs`` (same order as
     :func:`host_shards`) and are not moved again; restored on exit, before FSDP2's
     reduce-scatter reads ``offload_to_cpu`` to copy the gradients to the host."""
-
-    def __init__(self, module: nn.Module, bufs: list[torch.Tensor]):
-        self.params = list(param_group(module).fsdp_params)
-        if len(bufs) != len(self.params):
-            raise ValueError("one staged copy per FSDP parameter")
-        self.bufs = bufs
-
-    def __enter__(self):
-        self.saved = [(fp._sharded_param_data, fp.offload_to_cpu) for fp in self.params]
-        for fp, b in zip(self.params, self.bufs):
+    params = list(param_group(module).fsdp_params)
+    if len(bufs) != len(params):
+        raise ValueError("one staged copy per FSDP parameter")
+    saved = [(fp._sharded_param_data, fp.offload_to_cpu) for fp in params]
+    try:
+        for fp, b in zip(params, bufs):
             fp._sharded_param_data, fp.offload_to_cpu = b, False
-        return self
-
-    def __exit__(self, *exc):
-        for fp, (data, off) in zip(self.params, self.saved):
+        yield
+    finally:
+        for fp, (data, off) in zip(params, saved):
             fp._sharded_param_data, fp.offload_to_cpu = data, off
-        return False

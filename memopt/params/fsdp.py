@@ -18,6 +18,7 @@ are 2 B/param. The fp32 values are kept as masters (sliced to this rank's shard)
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -39,6 +40,8 @@ from memopt.params.host_plan import HostPlan, plan_host_groups, share_for_budget
 from memopt.params.layers import find_layers
 from memopt.params.prefetch import HostPrefetch
 from memopt.params.rates import HostRates, host_rates
+
+log = logging.getLogger("memopt")
 
 
 @dataclass
@@ -206,8 +209,14 @@ def shard_with_offload(
         set_prefetch([m for _, m in rec.groups[:-1] if fc.is_fsdp(m)], prefetch)
         rec.prefetch = prefetch
     if stage_ahead and world == 1 and device == "cuda":
-        order = [rec.groups[-1][1]] + [m for _, m in rec.groups[:-1]]  # the root runs first
-        rec.staging = HostPrefetch(order, depth=prefetch or 1, ready=rec._ready)
+        rec.staging = HostPrefetch([m for _, m in rec.groups], prefetch or 1, rec._ready)
+    elif stage_ahead:
+        log.warning(
+            "memopt: stage_ahead=True applies at world size 1 on CUDA only (here: world size "
+            "%d on %s, where FSDP2's all-gather streams prefetch); nothing is staged",
+            world,
+            device,
+        )
     return rec
 
 

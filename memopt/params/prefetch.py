@@ -51,8 +51,7 @@ class HostPrefetch:
         self.depth = depth
         self.ready = ready
         self.stream = torch.cuda.Stream()
-        self._staged: dict[int, tuple[int, torch.cuda.Event, list[torch.Tensor]]] = {}
-        self._pass = 0
+        self._staged: dict[int, tuple[torch.cuda.Event, list[torch.Tensor]]] = {}
         self._phase: str | None = None
         self._seen: list[nn.Module] = []
         self._order: dict[str, list[nn.Module]] = {}
@@ -76,14 +75,15 @@ class HostPrefetch:
         if phase != self._phase:  # a new pass: what the last one staged is stale
             if self._phase is not None and self._seen:
                 self._order[self._phase] = self._seen
-            self._phase, self._pass, self._seen = phase, self._pass + 1, []
+            self._phase, self._seen = phase, []
             self._drop_all()
-        if fc.unshard_pending(module):
+        pending = fc.unshard_pending(module)
+        if pending:
             self._seen.append(module)
         staged = self._staged.pop(id(module), None)
-        if staged is not None and fc.unshard_pending(module) and fc.group_on_host(module):
-            _, event, bufs = staged
-            stream = torch.cuda.current_stream()
+        stream = torch.cuda.current_stream()
+        if staged is not None and pending and fc.group_on_host(module):
+            event, bufs = staged
             stream.wait_event(event)
             with fc.staged_shards(module, bufs):
                 original()
@@ -91,7 +91,7 @@ class HostPrefetch:
             self.hits += 1
         else:
             if staged is not None:
-                self._release(staged[2], torch.cuda.current_stream())
+                self._release(staged[1], stream)
                 self.dropped += 1
             original()
         self._stage_after(module, phase)
@@ -115,7 +115,7 @@ class HostPrefetch:
             bufs = [s.to(device, non_blocking=True) for s in shards]
             event = torch.cuda.Event()
             event.record(self.stream)
-        self._staged[id(module)] = (self._pass, event, bufs)
+        self._staged[id(module)] = (event, bufs)
         self.staged_bytes += sum(b.numel() * b.element_size() for b in bufs)
         self.peak_staged_bytes = max(self.peak_staged_bytes, self.staged_bytes)
 
@@ -126,7 +126,7 @@ class HostPrefetch:
 
     def _drop_all(self) -> None:
         stream = torch.cuda.current_stream()
-        for _, _, bufs in self._staged.values():
+        for _, bufs in self._staged.values():
             self._release(bufs, stream)
             self.dropped += 1
         self._staged.clear()
