@@ -1,14 +1,18 @@
 """The budget planner's predicted peak against the measured one, term by term (issue 16).
 
-Per zoo model (benchmarks/zoo_models.py), two compiles in one process: memopt with
-``budget=1.0`` (the plan that keeps every saved tensor: torch.compile's partition) and
-``level=1`` with ``budget=1.0`` (level 1's recomputes, the rest kept). For each: the
-planner's prediction (the peak, the step's phases, the static bytes, the non-candidate and
-candidate bytes at the peak, and the largest values live there) and the same step measured
-(``torch.cuda.max_memory_allocated`` per phase; on CPU only the saved bytes are measured).
-One JSON line per model::
+Per zoo model (benchmarks/zoo_models.py), compiles in one process (``--variants``): memopt
+with ``budget=1.0`` (``keep``: the plan that keeps every saved tensor, torch.compile's
+partition), ``level=1`` with ``budget=1.0`` (``level1``: level 1's recomputes, the rest kept),
+``budget=N`` (the planner at N bytes, measured after ``--warmup`` steps of probes and
+re-plans), ``compile`` (plain torch.compile, measured only). For each: the region's prediction for the Plan it applied (the peak, the step's
+phases, the static bytes, the non-candidate and candidate bytes at the peak, and the largest
+values live there) and the same step measured (``torch.cuda.max_memory_allocated`` per phase;
+on CPU only the saved bytes are measured). On CUDA one more step records the allocator's
+history: the blocks live at its peak, by allocating line (``snapshot``). One JSON line per
+model::
 
     python benchmarks/diag_liveness.py --model bert,vit,resnet,qwen2     # an H100, < 3 min
+    python benchmarks/diag_liveness.py --model qwen2 --variants keep,budget=4869087232 --warmup 9
     python benchmarks/diag_liveness.py --model bert --size tiny --device cpu   # a check here
 
 Models run in parallel processes (``--parallel``); each measures its own allocator.
@@ -33,41 +37,48 @@ GiB = 2**30
 
 
 def _capture():
-    """Record the planner's inputs and its solution as memopt.optimize plans (the last
-    region's)."""
+    """Record the planner's inputs as memopt.optimize builds them and the Plan decide applied
+    (the last region's)."""
+    import memopt.passes.pipeline as pl
     import memopt.passes.plan_budget as pb
 
     seen: dict[str, Any] = {}
-    build, solve = pb.build_planning_problem, pb.solve
+    build = pb.build_planning_problem
 
     def build_spy(joint, fw, bw, analysis, **kw):
         problem = build(joint, fw, bw, analysis, **kw)
         seen.update(fw=fw, bw=bw, analysis=analysis, kw=kw, problem=problem)
         return problem
 
-    def solve_spy(*a, **kw):
-        seen["solution"] = solve(*a, **kw)
-        return seen["solution"]
+    def decide_spy(r):
+        r = pl.decide_pass(r)
+        seen["plan"] = r.plan
+        return r
 
-    pb.build_planning_problem, pb.solve = build_spy, solve_spy
+    passes = tuple((n, decide_spy if n == "decide" else f) for n, f in pl.PASSES)
+    run = pl.run_passes
+    pb.build_planning_problem = build_spy
+    pl.run_passes = lambda region, passes=passes: run(region, passes)
     return seen
 
 
 def _prediction(seen: dict[str, Any], top: int) -> dict[str, Any]:
-    """The planner's curve for its own decisions, split at the peak."""
+    """The planner's curve for the decisions the region applied (its Plan), split at the
+    peak."""
     from memopt.passes.build_planning_problem import Sizes, base_items
     from memopt.planner import memory_profile
     from memopt.planner.emit import sync_windows
     from memopt.planner.memory import intervals
 
-    problem, sol = seen["problem"], seen["solution"]
+    problem, plan = seen["problem"], seen["plan"]
     tl = problem.timeline
-    windows = sync_windows(sol.sync, tl) if sol.sync else {}
-    prof = memory_profile(problem, sol.decisions, windows)
+    decisions = {k: v for k, v in plan.per_root.items() if k in problem.by_name}
+    windows = sync_windows(plan.sync, tl) if plan.sync else {}
+    prof = memory_profile(problem, decisions, windows)
     curve, nf, t = prof.curve, tl.n_fwd, prof.peak_pos
     cand_at = []
     for c in problem.candidates:
-        s = sol.decisions.get(c.name, 0)
+        s = decisions.get(c.name, 0)
         w = windows.get(c.layer) if c.layer is not None else None
         b = sum(x for a, e, x in intervals(c, s, nf, w) if a <= t < e)
         if b:
@@ -101,7 +112,7 @@ def _prediction(seen: dict[str, Any], top: int) -> dict[str, Any]:
         "static": tl.static_bytes,
         "base_at_peak": tl.base_bytes[t] - tl.static_bytes,
         "candidates_at_peak": sum(b for _, b in cand_at),
-        "saved_kept": sol.saved.on_device,
+        "plans": list(plan.plan_strings()),
         "by_kind_at_peak": _by_kind(live),
         "largest_at_peak": [[n, k, b] for b, k, n in largest],
         "attention_ops": sorted(
@@ -118,9 +129,69 @@ def _by_kind(live) -> dict[str, int]:
     return out
 
 
-def _measure(model, compiled, inputs, device: str, steps: int) -> dict[str, Any]:
+def _frame(frames: list[dict]) -> str:
+    """The innermost Python frame of an allocation in generated or model code, with its
+    source line (Inductor's wrapper names the buffer there)."""
+    import linecache
+
+    for f in frames:
+        name = f.get("filename", "")
+        if name.endswith(".py") and ("torchinductor" in name or "transformers" in name):
+            text = linecache.getline(name, f.get("line", 0)).strip()[:90]
+            return f"{name.rsplit('/', 1)[-1]}:{f.get('line')}: {text}"
+    py = [f for f in frames if f.get("filename", "").endswith(".py")]
+    if py:
+        return f"{py[0]['filename'].rsplit('/', 1)[-1]}:{py[0].get('line')}:{py[0].get('name')}"
+    # no Python frame (autograd's device thread): the C++ callers that name the op
+    skip = ("c10::", "torch::unwind", "??", "std::", "_start", "__libc", "at::native::empty")
+    skip += ("torch::CapturedTraceback", "torch::cuda::", "at::detail::", "at::_ops::", "at::(")
+    cpp = [f.get("name", "")[:60] for f in frames if not f.get("name", "??").startswith(skip)]
+    return "C++: " + " <- ".join(cpp[:8])
+
+
+def _replay(snapshot: dict, top: int) -> dict[str, Any]:
+    """The recorded step's peak over its start and the blocks allocated during the step that
+    are live at it, grouped by allocating line, largest first: bytes, blocks, and the event
+    indices at which the group's first block was allocated and freed (free requested, free
+    completed: a block another stream used is freed only when that stream's work is done)."""
+    events = [e for dev in snapshot["device_traces"] for e in dev]
+    live: dict[int, tuple[int, list, int]] = {}
+    freed_at: dict[tuple[int, int], int] = {}  # (addr, alloc index) -> free index
+    asked: dict[int, int] = {}  # addr -> index of its free_requested
+    cur = best = best_at = 0
+    best_live: dict[int, tuple[int, list, int]] = {}
+    for i, e in enumerate(events):
+        if e["action"] == "alloc":
+            live[e["addr"]] = (e["size"], e.get("frames", []), i)
+            cur += e["size"]
+            if cur > best:
+                best, best_at, best_live = cur, i, dict(live)
+        elif e["action"] == "free_requested" and e["addr"] in live:
+            asked[e["addr"]] = i
+        elif e["action"] == "free_completed" and e["addr"] in live:
+            size, _, born = live.pop(e["addr"])
+            cur -= size
+            freed_at[(e["addr"], born)] = (asked.pop(e["addr"], None), i)
+    groups: dict[str, list] = {}
+    for addr, (size, frames, born) in best_live.items():
+        g = groups.setdefault(_frame(frames), [0, 0, born, freed_at.get((addr, born))])
+        g[0], g[1] = g[0] + size, g[1] + 1
+    rows = sorted(groups.items(), key=lambda kv: -kv[1][0])[:top]
+    return {
+        "peak_over_start": best,
+        "peak_event": best_at,
+        "events": len(events),
+        "live": [[w, *g] for w, g in rows],
+    }
+
+
+def _measure(
+    model, compiled, inputs, device: str, steps: int, warmup: int = 0, top: int = 8
+) -> dict[str, Any]:
     """Per phase of the step: allocated bytes at its start and end and the peak inside it
-    (the largest over ``steps`` steps after the first); the saved bytes of the last."""
+    (the largest over ``steps`` steps after the first ``1 + warmup``); the saved bytes of
+    the last. On CUDA one more step records the allocator's history: what is live at its
+    peak (``snapshot``)."""
     import torch
 
     from benchmarks.zoo_models import step_loss
@@ -144,8 +215,8 @@ def _measure(model, compiled, inputs, device: str, steps: int) -> dict[str, Any]
             torch.cuda.reset_peak_memory_stats()
         return p
 
-    row: dict[str, int] = {}
-    for i in range(steps + 1):
+    row: dict[str, Any] = {}
+    for i in range(steps + 1 + warmup):
         model.zero_grad(set_to_none=True)
         torch.manual_seed(0)
         start = alloc()
@@ -154,8 +225,8 @@ def _measure(model, compiled, inputs, device: str, steps: int) -> dict[str, Any]
         fwd_peak, fwd_end = peak_since(), alloc()
         loss.backward()
         bwd_peak, bwd_end = peak_since(), alloc()
-        if i == 0:
-            continue  # the compile step
+        if i <= warmup:
+            continue  # the compile step, and the step plan's probes and re-plans
         now = dict(
             start=start,
             fwd_peak=fwd_peak,
@@ -166,17 +237,50 @@ def _measure(model, compiled, inputs, device: str, steps: int) -> dict[str, Any]
             saved=saved.compiled,
         )
         row = {k: max(v, row.get(k, v)) for k, v in now.items()}
+    if cuda:
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        torch.cuda.synchronize()
+        torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="all")
+        step_loss(compiled(**inputs)).backward()
+        torch.cuda.synchronize()
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        row["snapshot"] = _replay(snap, top)
     return row
 
 
-def worker(name: str, size: str, device: str, dtype: str, steps: int, top: int) -> None:
+def _optimize(variant: str):
+    """``keep`` (every saved tensor kept: torch.compile's partition), ``level1`` (level 1's
+    recomputes, the rest kept) or ``budget=N`` (the planner at N bytes, as a user asks)."""
+    import memopt
+
+    if variant == "compile":
+        return torch_compile
+    if variant == "keep":
+        return lambda m: memopt.optimize(m, level=0, budget=1.0)
+    if variant == "level1":
+        return lambda m: memopt.optimize(m, level=1, budget=1.0)
+    if variant.startswith("budget="):
+        b = float(variant.split("=", 1)[1])
+        return lambda m: memopt.optimize(m, budget=int(b) if b > 1 else b)
+    raise SystemExit(f"unknown variant {variant!r}: compile, keep, level1 or budget=N")
+
+
+def torch_compile(model):
     import torch
 
-    import memopt
+    return torch.compile(model)
+
+
+def worker(a: argparse.Namespace) -> None:
+    import torch
+
     from benchmarks.zoo import build
     from benchmarks.zoo_models import BY_NAME
     from memopt import _torch_compat as compat
 
+    name, size, device, dtype, steps, top = a.worker, a.size, a.device, a.dtype, a.steps, a.top
     out: dict[str, Any] = {
         "model": name,
         "size": size,
@@ -191,12 +295,15 @@ def worker(name: str, size: str, device: str, dtype: str, steps: int, top: int) 
         params = {p.untyped_storage().data_ptr(): p for p in model.parameters()}.values()
         out["params"] = sum(p.numel() * p.element_size() for p in params)
         out["inputs"] = sum(v.numel() * v.element_size() for v in inputs.values())
-        for label, level in (("keep", 0), ("level1", 1)):
+        for label in a.variants.split(","):
             compat.dynamo_reset()
             seen.clear()
             t0 = time.perf_counter()
-            compiled = memopt.optimize(model, level=level, budget=1.0)
-            measured = _measure(model, compiled, inputs, device, steps)
+            compiled = _optimize(label)(model)
+            measured = _measure(model, compiled, inputs, device, steps, a.warmup, top)
+            if label == "compile":  # plain torch.compile: measured only
+                out[label] = {"measured": measured}
+                continue
             pred = _prediction(seen, top)
             out[label] = {
                 "predicted": pred,
@@ -220,15 +327,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--steps", type=int, default=2, help="measured steps after the first")
     ap.add_argument("--top", type=int, default=8, help="largest values live at the peak")
+    ap.add_argument("--variants", default="keep,level1", help="keep,level1,budget=N (bytes)")
+    ap.add_argument("--warmup", type=int, default=0, help="steps before measuring (re-plans)")
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
-        worker(a.worker, a.size, a.device, a.dtype, a.steps, a.top)
+        worker(a)
         return 0
     names = [m for m in a.model.split(",") if m]
     common = ["--size", a.size, "--device", a.device, "--dtype", a.dtype]
-    common += ["--steps", str(a.steps), "--top", str(a.top)]
+    common += ["--steps", str(a.steps), "--top", str(a.top), "--variants", a.variants]
+    common += ["--warmup", str(a.warmup)]
     pending, running, rc = list(names), [], 0
     while pending or running:
         while pending and len(running) < a.parallel:

@@ -332,6 +332,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "diag_liveness_*.json",
+        f"{PY}diag_liveness.py --model MODEL --variants ... (one JSON line per run, listed)",
+        "gpu",
+        "the commands are in docs/zoo.md, seventeenth session",
+    ),
+    Producer("diag_tangents*.json", f"{PY}diag_tangents.py --device cuda", "gpu"),
+    Producer(
         "collective_pcie_w2*.json",
         f"torchrun --nproc-per-node 2 {PY[7:]}diag_collective_pcie.py --out {{file}}",
         "gpu",

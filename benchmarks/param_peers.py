@@ -190,8 +190,14 @@ def variant(args) -> dict:
         opt.zero_grad(set_to_none=True)
         return loss
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import diag_threads
+
     cpu = []  # the training thread's own CPU seconds per step (launches, hooks, waits spin)
-    for x in data:
+    first = len(data) - 9 if args.name == "memopt-auto" else 3  # the steps the median reads
+    for i, x in enumerate(data):
+        if i == first:  # every thread's CPU and run-queue time over the timed steps
+            threads0, loads = diag_threads.snapshot(), []
         torch.cuda.synchronize()
         t0, c0 = time.perf_counter(), time.thread_time()
         loss = one(x)
@@ -200,11 +206,14 @@ def variant(args) -> dict:
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         cpu.append(c1 - c0)
+        if i >= first:
+            loads.append(diag_threads.host_load())
         if hasattr(opt, "host_stats"):
             host.append(opt.host_stats())
-    s = statistics.median(times[-9:] if args.name == "memopt-auto" else times[3:])
+    s = statistics.median(times[first:])
+    extra["threads"] = diag_threads.per_step(threads0, diag_threads.snapshot(), len(data) - first)
+    extra["host_runnable"] = statistics.median(ld["runnable"] for ld in loads) if loads else None
     if args.waits:  # one more step profiled: the compute stream's waits and their causes
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import diag_waits
 
         k = max(1, args.profile_steps)  # the last k batches again, one trace
@@ -252,7 +261,7 @@ def variant(args) -> dict:
         "seq": args.seq,
         "params": nparam,
         "s_per_step": s,
-        "thread_cpu_s": statistics.median(cpu[-9:] if args.name == "memopt-auto" else cpu[3:]),
+        "thread_cpu_s": statistics.median(cpu[first:]),
         "tokens_per_s": args.bs * args.seq / s,
         "peak_gib": torch.cuda.max_memory_allocated() / GiB,
         "cap_gib": None if args.name in UNCAPPED else args.cap_gib,

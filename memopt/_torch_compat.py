@@ -276,9 +276,7 @@ def storage_use_count(t: torch.Tensor) -> int:
 
 def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two (fake or real) tensors share one storage, i.e. one is a view of the other."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    return StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
+    return storage_key(a) == storage_key(b)
 
 
 def storage_key(t: torch.Tensor) -> Any:
@@ -291,9 +289,7 @@ def storage_key(t: torch.Tensor) -> Any:
 def int_hint(value: Any) -> int:
     """An int for an int or SymInt: the backed value of the compile that traced it."""
     if isinstance(value, torch.SymInt):
-        expr = value.node.expr
-        vals = symbol_values(value.node.shape_env)
-        return int(expr.xreplace(vals))
+        return int(value.node.expr.xreplace(symbol_values(value.node.shape_env)))
     return int(value)
 
 
@@ -307,10 +303,8 @@ def saved_for_backward_descs(flags: Sequence[bool]) -> list | None:
         )
     except ImportError:
         return None
-    return [
-        SavedForBackwardsNoVcCheckAOTOutput(i) if f else SavedForBackwardsAOTOutput(i)
-        for i, f in enumerate(flags)
-    ]
+    out = (SavedForBackwardsNoVcCheckAOTOutput, SavedForBackwardsAOTOutput)
+    return [out[0](i) if f else out[1](i) for i, f in enumerate(flags)]
 
 
 def aot_eager_backend(partition_fn):
@@ -321,12 +315,8 @@ def aot_eager_backend(partition_fn):
     from torch._dynamo.backends.debugging import boxed_nop
     from torch._inductor.compile_fx import select_decomp_table
 
-    return aot_autograd(
-        fw_compiler=boxed_nop,
-        bw_compiler=boxed_nop,
-        decompositions=select_decomp_table(),
-        partition_fn=partition_fn,
-    )
+    kw = dict(decompositions=select_decomp_table(), partition_fn=partition_fn)
+    return aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, **kw)
 
 
 NO_VC_CHECK_META = "saved_tensor_with_no_vc_check"
@@ -592,6 +582,15 @@ def fake_tensor_mode_with_stand_ins(stand_in: Any):
                 return out
 
     return StandInFakeTensorMode(allow_non_fake_inputs=True)
+
+
+def tangents_held_to_the_end() -> bool:
+    """Whether autograd holds a compiled backward's incoming gradients until it returns (torch
+    2.11); torch 2.13's AOTAutograd passes them in a list the graph clears
+    (``_codegen_compiled_backward``), freeing each after its last read."""
+    from torch._functorch._aot_autograd import runtime_wrappers as rw
+
+    return not hasattr(rw, "_codegen_compiled_backward")
 
 
 def donated_buffers_on() -> bool:

@@ -75,10 +75,27 @@ def fusible(node: torch.fx.Node) -> bool:
     return getattr(node.target, "__name__", "").split(".")[0] in _FUSIBLE_NAMES
 
 
+#: functional scatters: Inductor lowers each to a copy of its ``self`` argument into the output
+#: buffer, then an in-place scatter; a fusible ``self`` (the zeros of the embedding backward)
+#: is computed into that buffer and has none of its own
+_SCATTERS = frozenset(
+    {"index_put", "_unsafe_index_put", "scatter", "scatter_add", "scatter_reduce", "index_add"}
+)
+
+
+def _scatter_self(node: torch.fx.Node, user: torch.fx.Node) -> bool:
+    """Whether ``user`` is a functional scatter that reads ``node`` only as its ``self``."""
+    name = getattr(user.target, "__name__", "").split(".")[0]
+    return name in _SCATTERS and user.args[0] is node and node not in user.args[1:]
+
+
 def must_exist(node: torch.fx.Node, alias_users: list[torch.fx.Node]) -> bool:
     if not fusible(node):
         return True
-    if any(u.op == "call_function" and not fusible(u) for u in alias_users):
+    if any(
+        u.op == "call_function" and not fusible(u) and not _scatter_self(node, u)
+        for u in alias_users
+    ):
         return True
     # a value copied into two padded matmul operands is written once and read by the copies
     # (the LM head's gradient on CUDA), not recomputed in each

@@ -24,6 +24,7 @@ import sympy
 import torch
 import torch.fx
 
+from memopt import _torch_compat as compat
 from memopt import facts
 from memopt import memory_rules as rules
 from memopt import meta_keys as mk
@@ -133,7 +134,10 @@ def _liveness(
     fuses away take no memory, a value lives until the last kernel that reads it, graph
     outputs live to the end, padded matmul operands are copies. ``skip``: storages the planner
     places itself (its candidates). Placeholders are static except ``inputs_live`` (the
-    backward's tangents), live from the start to their last read."""
+    backward's tangents), live from the start to their last read, or on a torch whose
+    autograd holds them until the backward returns, for the whole graph (torch 2.11: HF's
+    logits get a zero gradient the loss never reads, live to the end; benchmarks/
+    diag_tangents.py)."""
     ops = [n for n in gm.graph.nodes if n.op == "call_function"]
     pos = {n: i for i, n in enumerate(ops)}
     reads = rules.ReadPoints(pos)
@@ -156,9 +160,10 @@ def _liveness(
             add(n, pos[n], last_pos, "output")
         elif rules.must_exist(n, users):
             add(n, rules.start(n, pos), reads.last(users, pos[n]), "temporary")
+    held = compat.tangents_held_to_the_end()
     for p in gm.graph.nodes:
         if p.op == "placeholder" and p.name in inputs_live:
-            add(p, 0, reads.last(facts.alias_users(p), 0), "tangent")
+            add(p, 0, last_pos if held else reads.last(facts.alias_users(p), 0), "tangent")
     if pad_matmuls:
         for operand, factor, first, last in rules.padded_copies(ops, pos):
             add(operand, first, last, "padded copy", int(sizes.of(operand) * factor))

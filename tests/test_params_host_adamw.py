@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 import torch
 
@@ -131,6 +134,32 @@ def test_host_adamw_threads_apply_to_its_worker_only():
         HostAdamW([p], threads="many")
     with pytest.raises(ValueError, match="batch="):
         HostAdamW([p], batch="layer")
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="needs os.setpriority (Linux)")
+def test_host_adamw_nice_lowers_its_worker_and_team_only():
+    # the update worker runs at nice 7, with its OpenMP team (a team of 2 runs a parallel
+    # loop); the calling thread keeps its priority; the update is the same as at nice 0
+    ps = [torch.nn.Parameter(torch.ones(1 << 16)) for _ in range(2)]
+    opts = [HostAdamW([p], lr=1e-2, threads=2, nice=n) for p, n in zip(ps, (0, 7))]
+    for p, opt in zip(ps, opts):
+        p.grad = torch.full_like(p, 0.5)
+        opt.step()
+        opt.wait()
+    assert torch.equal(ps[0], ps[1])
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    workers = []
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            if f.read().startswith("memopt-adamw"):
+                workers.append(os.getpriority(os.PRIO_PROCESS, int(tid)))
+    # the nice one and its team member; the other and workers other tests left running
+    assert workers.count(mine + 7) == 2 and workers.count(mine) >= 2
+    assert set(workers) == {mine, mine + 7}
+    for opt in opts:
+        opt.close()
+    with pytest.raises(ValueError, match="nice=20 must be an int in 0..19"):
+        HostAdamW(ps[:1], nice=20)
 
 
 def test_host_adamw_nvme_tier_is_bitwise_the_in_memory_update(tmp_path):

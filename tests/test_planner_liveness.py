@@ -145,3 +145,55 @@ def test_a_recomputed_tensor_inductor_fuses_takes_no_forward_memory():
 
     assert curve(False) == (0, 1 << 20, 1 << 20, 0, 0, 1 << 20, 1 << 20, 0)
     assert curve(True) == (0, 0, 0, 0, 0, 1 << 20, 1 << 20, 0)
+
+
+def _embedding_backward_graphs() -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+    """The embedding backward as Inductor's decomposition writes it (fp32 zeros, an
+    accumulating ``index_put``, a cast to bf16), after a backward that reads its tangent at
+    its first op and then runs one more op."""
+    fw = torch.fx.Graph()
+    ids = fw.placeholder("ids")
+    fw.output((ids,))
+    bw = torch.fx.Graph()
+    ids_b, t = bw.placeholder("ids"), bw.placeholder("tangents_1")
+    g = bw.call_function(aten.mm.default, (t, t))  # the tangent's only read
+    g32 = bw.call_function(aten._to_copy.default, (g,), {"dtype": torch.float32})
+    zeros = bw.call_function(aten.full.default, ([4096, 256], 0.0), {"dtype": torch.float32})
+    acc = bw.call_function(aten.index_put.default, (zeros, [ids_b], g32, True))
+    out = bw.call_function(aten._to_copy.default, (acc,), {"dtype": torch.bfloat16})
+    bw.output((out,))
+    ids.meta["val"] = ids_b.meta["val"] = _val((256,), "meta", torch.int64)
+    t.meta["val"] = g.meta["val"] = _val((256, 256), "meta")
+    g32.meta["val"] = _val((256, 256), "meta", torch.float32)
+    zeros.meta["val"] = acc.meta["val"] = _val((4096, 256), "meta", torch.float32)
+    out.meta["val"] = _val((4096, 256), "meta")
+    return torch.fx.GraphModule({}, fw), torch.fx.GraphModule({}, bw)
+
+
+def _bw_live(monkeypatch, held: bool) -> list[tuple[str, str, int, int, int]]:
+    from memopt import _torch_compat as compat
+
+    monkeypatch.setattr(compat, "tangents_held_to_the_end", lambda: held)
+    fw, bw = _embedding_backward_graphs()
+    _, _, _, items = base_items(fw, bw, [], Sizes(lambda e: int(e)))
+    return sorted((it.name, it.kind, it.start, it.end, it.nbytes) for it in items)
+
+
+def test_the_embedding_backward_zeros_are_the_scatter_buffer(monkeypatch):
+    """Inductor lowers ``index_put(full(...), ...)`` into one buffer: the zeros are written
+    into the scatter's output, which accumulates in place. Before, both were counted at the
+    scatter (Qwen2's 933 MB fp32 embedding gradient twice, H100 memory history)."""
+    live = _bw_live(monkeypatch, held=False)
+    assert [x for x in live if x[0] in ("full_default", "index_put_default")] == [
+        ("index_put_default", "temporary", 3, 4, 4096 * 256 * 4)
+    ]
+
+
+def test_tangents_live_to_their_last_read_or_to_the_end_of_the_backward(monkeypatch):
+    """Torch 2.13 frees a tangent after its last read (the mm at 0); torch 2.11's autograd
+    holds it until the compiled backward returns (position 4, the last op), as the zero
+    gradient of HF's unread logits did on the H100 (benchmarks/diag_tangents.py)."""
+    tangent = [("tangents_1", "tangent", 0, 0, 256 * 256 * 2)]
+    assert [x for x in _bw_live(monkeypatch, held=False) if x[1] == "tangent"] == tangent
+    held = [("tangents_1", "tangent", 0, 4, 256 * 256 * 2)]
+    assert [x for x in _bw_live(monkeypatch, held=True) if x[1] == "tangent"] == held

@@ -229,7 +229,11 @@ def _sweep_forward(fw, bw, num_fwd_outputs, at: _Positions, sweep, device) -> sy
             if device is not None and p.meta[mk.TORCH_VAL].device.type != device:
                 continue
             last = at.last_bw_use([p.name])
-            sweep.add(at.nf, last if last is not None else at.nf, "temporaries", p.meta["val"])
+            if compat.tangents_held_to_the_end():  # until the backward returns (torch 2.11)
+                last = at.end - 1
+            sweep.add(
+                at.nf, at.nf if last is None else max(at.nf, last), "temporaries", p.meta["val"]
+            )
     return saved
 
 

@@ -40,7 +40,13 @@ from memopt.params.adamw_kernel import (
 )
 from memopt.params.clip import clip_grads_
 from memopt.params.host_nvme import MomentFile
-from memopt.params.threads import resolve_threads, set_thread_team
+from memopt.params.threads import (
+    check_nice,
+    name_thread,
+    resolve_threads,
+    set_thread_nice,
+    set_thread_team,
+)
 from memopt.params.update_queue import UpdateQueue
 
 _FP32_KEYS = ("exp_avg", "exp_avg_sq", "master_param")
@@ -56,7 +62,9 @@ class HostAdamW(torch.optim.Optimizer):
     :mod:`memopt.params.adamw_kernel`), ``threads`` (the update worker's CPU threads:
     ``"auto"`` (default) for this process's share of the host's cores less one, None for
     torch's count, or an int; see :mod:`memopt.params.threads`), ``batch`` (``"group"``: one task and one fused kernel call
-    per FSDP2 group once all its gradients are on the host; ``"param"``: one per parameter).
+    per FSDP2 group once all its gradients are on the host; ``"param"``: one per parameter),
+    ``nice`` (Linux: the update worker and its CPU team run at this lower priority, 0..19, so
+    the threads that launch GPU work are not kept waiting for a core; 0: the default).
     """
 
     def __init__(
@@ -75,8 +83,10 @@ class HostAdamW(torch.optim.Optimizer):
         threads: int | str | None = "auto",
         batch: str = "group",
         nvme_dir: str | None = None,
+        nice: int = 0,
     ) -> None:
         check_adamw_args(lr, betas, eps, weight_decay, accumulation_steps)
+        self._nice = check_nice(nice)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize)
         super().__init__(params, defaults)
         if batch not in ("group", "param"):
@@ -122,6 +132,8 @@ class HostAdamW(torch.optim.Optimizer):
             self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
 
     def _start_worker(self, team: int | None) -> None:
+        name_thread("memopt-adamw")  # before the team exists: its threads inherit the name
+        set_thread_nice(self._nice)  # and the priority
         self.worker_threads = set_thread_team(team)
 
     def _wait_in_forward(self, offload) -> bool:

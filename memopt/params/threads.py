@@ -62,6 +62,34 @@ def set_thread_team(n: int | None) -> int:
     return torch.get_num_threads()
 
 
+def check_nice(nice: int) -> int:
+    """``nice`` for :func:`set_thread_nice`: an int in 0..19 (raising priority needs root)."""
+    if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
+        raise ValueError(f"nice={nice!r} must be an int in 0..19 (0: the default priority)")
+    if nice and not hasattr(os, "setpriority"):
+        raise ValueError(f"nice={nice} needs os.setpriority (Linux); this platform lacks it")
+    return nice
+
+
+def name_thread(name: str) -> None:
+    """Give this OS thread ``name`` (Linux ``comm``, 15 bytes; inherited by the threads it
+    starts): top, py-spy and /proc then tell the update worker and its team apart."""
+    try:
+        with open("/proc/thread-self/comm", "w") as f:
+            f.write(name[:15])
+    except OSError:
+        pass
+
+
+def set_thread_nice(nice: int) -> None:
+    """Lower this thread's scheduling priority to ``nice`` (Linux: per thread, and inherited
+    by the threads it starts later, such as its OpenMP team). 0 leaves it."""
+    if nice:
+        import threading
+
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+
+
 def local_ranks() -> int:
     """Processes of this job on this host (torchrun's ``LOCAL_WORLD_SIZE``; 1 without it)."""
     try:
