@@ -95,6 +95,7 @@ def _prediction(seen: dict[str, Any], top: int) -> dict[str, Any]:
     )
     items, at = (fw_items, t) if t < nf else (bw_items, t - nf)
     live = [it for it in items if it.start <= at <= it.end]
+    spans = {it.name: [it.start, it.end] for it in live}  # positions in the peak's graph
     largest = sorted(
         [(it.nbytes, it.kind, it.name) for it in live] + [(b, "candidate", n) for n, b in cand_at],
         reverse=True,
@@ -114,7 +115,7 @@ def _prediction(seen: dict[str, Any], top: int) -> dict[str, Any]:
         "candidates_at_peak": sum(b for _, b in cand_at),
         "plans": list(plan.plan_strings()),
         "by_kind_at_peak": _by_kind(live),
-        "largest_at_peak": [[n, k, b] for b, k, n in largest],
+        "largest_at_peak": [[n, k, b, *spans.get(n, [])] for b, k, n in largest],
         "attention_ops": sorted(
             {str(n.target) for n in fw_ops + bw_ops if "attention" in str(n.target)}
         ),
@@ -158,6 +159,7 @@ def _replay(snapshot: dict, top: int) -> dict[str, Any]:
     live: dict[int, tuple[int, list, int]] = {}
     freed_at: dict[tuple[int, int], int] = {}  # (addr, alloc index) -> free index
     asked: dict[int, int] = {}  # addr -> index of its free_requested
+    where: dict[int, str] = {}  # addr -> the line that freed it
     cur = best = best_at = 0
     best_live: dict[int, tuple[int, list, int]] = {}
     for i, e in enumerate(events):
@@ -168,10 +170,11 @@ def _replay(snapshot: dict, top: int) -> dict[str, Any]:
                 best, best_at, best_live = cur, i, dict(live)
         elif e["action"] == "free_requested" and e["addr"] in live:
             asked[e["addr"]] = i
+            where[e["addr"]] = _frame(e.get("frames", []))
         elif e["action"] == "free_completed" and e["addr"] in live:
             size, _, born = live.pop(e["addr"])
             cur -= size
-            freed_at[(e["addr"], born)] = (asked.pop(e["addr"], None), i)
+            freed_at[(e["addr"], born)] = (asked.pop(e["addr"], None), i, where.pop(e["addr"], ""))
     groups: dict[str, list] = {}
     for addr, (size, frames, born) in best_live.items():
         g = groups.setdefault(_frame(frames), [0, 0, born, freed_at.get((addr, born))])

@@ -51,9 +51,7 @@ def inductor_layout_opt(fw: torch.fx.GraphModule) -> bool:
 
 def graph_break_reasons() -> list:
     """Dynamo's graph-break records since its last reset."""
-    from torch._dynamo.utils import graph_break_reasons as reasons
-
-    return list(reasons)
+    return list(torch._dynamo.utils.graph_break_reasons)
 
 
 def saved_tensors_hooks_active() -> bool:
@@ -163,9 +161,7 @@ def _base_name(base) -> str:
 
 def sym_expr(value: Any) -> sympy.Expr:
     """A sympy expression for an int or SymInt."""
-    if isinstance(value, torch.SymInt):
-        return value.node.expr
-    return sympy.Integer(int(value))
+    return value.node.expr if isinstance(value, torch.SymInt) else sympy.Integer(int(value))
 
 
 @contextlib.contextmanager
@@ -375,8 +371,7 @@ def sdpa_kernels() -> dict[str, Any]:
 
 
 def mark_dynamic(t: torch.Tensor, dim: int) -> None:
-    """Trace dimension ``dim`` of input ``t`` symbolically if the code allows (no error when
-    the model specializes it); floats and other inputs stay static."""
+    """Trace dimension ``dim`` of ``t`` symbolically if the code allows (no error if not)."""
     torch._dynamo.maybe_mark_dynamic(t, dim)
 
 
@@ -403,8 +398,7 @@ def op_returns_alias(target: Any) -> bool:
 
 def op_qualified_name(target: Any) -> str:
     """``namespace::name`` of an op overload ('' for other callables)."""
-    schema = getattr(target, "_schema", None)
-    return "" if schema is None else str(schema.name)
+    return str(getattr(getattr(target, "_schema", None), "name", ""))
 
 
 def inductor_pads_matmuls() -> bool:
@@ -585,9 +579,8 @@ def fake_tensor_mode_with_stand_ins(stand_in: Any):
 
 
 def tangents_held_to_the_end() -> bool:
-    """Whether autograd holds a compiled backward's incoming gradients until it returns (torch
-    2.11); torch 2.13's AOTAutograd passes them in a list the graph clears
-    (``_codegen_compiled_backward``), freeing each after its last read."""
+    """Whether autograd holds a compiled backward's incoming gradients until it returns (2.11);
+    2.13 passes them in a list the graph clears, freeing each after its last read."""
     from torch._functorch._aot_autograd import runtime_wrappers as rw
 
     return not hasattr(rw, "_codegen_compiled_backward")
