@@ -28,8 +28,7 @@ import torch.fx
 
 from memopt import ranks
 from memopt.config import MemoptConfig, cache_dir, write_atomic
-from memopt.errors import ConfigError
-from memopt.offload.step_offload import StepOffload, sync_schedule
+from memopt.offload.step_offload import StepOffload, user_step_offload
 from memopt.peak_probe import PeakProbe, allocated
 from memopt.planner import progress as planner_progress
 from memopt.report import RegionReport, Report, StepInfo
@@ -41,7 +40,7 @@ from memopt.step import (
     region_menu,
     step_peak,
 )
-from memopt.step_layers import layer_runs, offload_choice, step_offload_timing
+from memopt.step_layers import step_offload_timing
 
 log = logging.getLogger("memopt")
 
@@ -101,6 +100,7 @@ class MemoptState:
         self._probed: int | None = None  # the peak the probe measured in the step just done
         self._probes_left = MAX_STEP_PLANS + 2
         self._measured = False  # a probe measured a planned step (the target drops its reserve)
+        self._relaxed = False  # a plan made on the blind reserve was re-planned without it
         self._compiled_in_step = True
         self._correction = 0  # bytes the step model missed (measured peak - predicted)
         self._record: int | None = None  # a new CUDA peak record set by the step just done
@@ -343,7 +343,27 @@ class MemoptState:
             if measured > peak:
                 self._correction += measured - peak
                 peak = measured
+            if self._relaxable(c.target, peak):
+                return True
         return peak > c.target
+
+    def _relaxable(self, target: int, peak: int) -> bool:
+        """Whether a step plan made on the blind CUDA reserve measured more than MEASURED_MARGIN
+        of the budget under the measured target: then solved once more at that target (world
+        2: an exact prediction left 2.6-2.9% unused, docs/benchmarks.md, seventeenth session)."""
+        b = self.config.budget
+        if self._relaxed or not self._measured or not isinstance(b, int):
+            return False
+        measured_target = b - int(MEASURED_MARGIN * b)
+        if target >= measured_target or measured_target - peak <= int(MEASURED_MARGIN * b):
+            return False
+        self._relaxed = True
+        log.info(
+            "memopt step plan: measured step peak %d under the budget's measured target %d "
+            "(the plan kept the blind reserve): planning the step at that target", peak,
+            measured_target,
+        )  # fmt: skip
+        return True
 
     def _measured_peak(self) -> int | None:
         """The CUDA peak of the step just run, when it set a new record and nothing compiled
@@ -359,37 +379,18 @@ class MemoptState:
         self._compiled_in_step = True
 
     def _plan_offload(self, sequence: Sequence[int]) -> None:
-        """``offload_layers=k`` or the sync dict when the layers are compiled regions (no
-        region holds repeated layers of its own: those offload inside their graph). The
-        user's sync dict wins over ``offload_layers``, as inside one graph."""
-        k, sync = self.config.offload_k, dict(self.config.sync or {})
-        if not (k or sync) or any(self.regions[i].extra.get("layers") for i in set(sequence)):
-            return
-        setting = "sync" if sync else f"offload_layers={k}"
-        layers = layer_runs([self.graph_keys.get(i, i) for i in sequence])
-        if len(layers) < 2:
-            note = (
-                f"{setting}: no repeated layers in any compiled region and no "
-                "repeated regions in the step (layers compiled one per region); nothing is "
-                "offloaded. If the model has layers under another path, pass layers='...'."
-            )
-            self.notes.append(note)
-            log.warning("memopt: %s", note)
-            return
-        release = None
-        if sync:
-            positions, reload, release = sync_schedule(layers, sync)  # SyncError names a layer
-        elif k >= len(layers):
-            raise ConfigError(
-                f"offload_layers={k} must be below the number of layers ({len(layers)}): the "
-                "last layer's activations are needed as soon as its forward ends"
-            )
-        else:
-            off = offload_choice(layers, k, len(sequence))
-            positions, reload, self._away = list(off.runs), dict(off.reload_at), dict(off.away)
-        self.offload = StepOffload(positions, self.config.offload_min_bytes, reload, release)
-        self._offload_by = setting
-        log.info("memopt: offloading the saved tensors of step runs %s (%s)", positions, setting)
+        """``offload_layers=k`` or the sync dict when the layers are compiled regions
+        (:func:`memopt.offload.step_offload.user_step_offload`)."""
+        if any(self.regions[i].extra.get("layers") for i in set(sequence)):
+            return  # regions that hold repeated layers offload inside their graph
+        keys = [self.graph_keys.get(i, i) for i in sequence]
+        got = user_step_offload(self.config, keys)
+        if isinstance(got, str):
+            self.notes.append(got)
+            log.warning("memopt: %s", got)
+        elif got is not None:
+            self.offload, away, self._offload_by = got
+            self._away = away if away is not None else self._away
 
     def plan_step(self, sequence: Sequence[int]) -> StepChoice | None:
         """Solve one plan for the step ``sequence`` and assign each region its part; regions

@@ -153,3 +153,37 @@ def test_a_new_step_seen_without_reads_is_planned_at_its_next_step(monkeypatch):
     # the record as it finishes the read step, then this step reads too (a new plan): 1 + 5
     assert calls[0] - before == 6 and state._planned_for == (0, 0)
     assert state.step_choice is not None and not state._read_next
+
+
+def _two_run_step(state: MemoptState, entry: int, probed: int | None = None) -> None:
+    """A step of two runs of the one region (a step plan from the start), on CUDA."""
+    state._seq, state._backward_seen = [0, 0], True
+    state._entry, state._bwd_entry = [entry, entry], {0: 0, 1: 0}
+    state._compiled_in_step = False
+    state._probe = None if probed is None else SimpleNamespace(finish=lambda: probed)
+    state._finish_step()
+
+
+def test_a_step_plan_on_the_blind_reserve_is_planned_once_more_at_the_measured_target(
+    monkeypatch,
+):
+    """Planned before any measurement, a byte budget's target keeps the blind CUDA reserve
+    (2.5%). When the measured step sits under the measured target with more than
+    MEASURED_MARGIN to spare, the step is planned once more at that target; the next
+    measurement under it changes nothing."""
+    import memopt.passes.plan_budget as pb
+
+    reserve = lambda b, device_type: b - int(pb.CUDA_RESERVE_FRACTION * b)  # noqa: E731
+    monkeypatch.setattr(pb, "step_bytes", reserve)  # as on CUDA
+    state = _state()
+    entry = _static(state) + 1000
+    _two_run_step(state, entry)
+    blind = state.step_choice
+    assert blind is not None and blind.target == reserve(BUDGET, "cuda") == 390_000
+    plans = state._step_plans
+    low = int(BUDGET * 0.9)  # measured: 9.5% under the measured target
+    _two_run_step(state, entry, probed=low)
+    assert state._step_plans == plans + 1 and state._relaxed
+    assert state.step_choice.target == BUDGET - int(MEASURED_MARGIN * BUDGET) == 398_000
+    _two_run_step(state, entry, probed=low)
+    assert state._step_plans == plans + 1  # once

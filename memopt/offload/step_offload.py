@@ -26,9 +26,11 @@ pool of :mod:`memopt.offload.ops`; on a CPU device the copies are synchronous (t
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -36,6 +38,8 @@ from memopt import _torch_compat as compat
 from memopt.offload import ops
 from memopt.offload.sync import SyncEntry, SyncPoint, build_schedule
 from memopt.step_layers import reload_schedule
+
+log = logging.getLogger("memopt")
 
 __all__ = ["StepOffload", "reload_schedule", "sync_schedule"]
 
@@ -314,3 +318,37 @@ def sync_schedule(
         reload.setdefault(point(s.reload_start), []).extend(runs)
         release.setdefault(point(s.offload_done), []).extend(runs)
     return positions, reload, release
+
+
+def user_step_offload(config: Any, keys: Sequence[object]) -> Any:
+    """The user's ``offload_layers=k`` or sync dict for a step whose layers are compiled
+    regions (``keys``: one graph key per run, in forward order): ``(StepOffload, away or
+    None, setting)``, a note (str) when no layers repeat, None without either setting. The
+    user's sync dict wins over ``offload_layers``, as inside one graph."""
+    from memopt.errors import ConfigError
+    from memopt.step_layers import layer_runs, offload_choice
+
+    k, sync = config.offload_k, dict(config.sync or {})
+    if not (k or sync):
+        return None
+    setting = "sync" if sync else f"offload_layers={k}"
+    layers = layer_runs(keys)
+    if len(layers) < 2:
+        return (
+            f"{setting}: no repeated layers in any compiled region and no repeated regions in "
+            "the step (layers compiled one per region); nothing is offloaded. If the model has "
+            "layers under another path, pass layers='...'."
+        )
+    release, away = None, None
+    if sync:
+        positions, reload, release = sync_schedule(layers, sync)  # SyncError names a layer
+    elif k >= len(layers):
+        raise ConfigError(
+            f"offload_layers={k} must be below the number of layers ({len(layers)}): the "
+            "last layer's activations are needed as soon as its forward ends"
+        )
+    else:
+        off = offload_choice(layers, k, len(keys))
+        positions, reload, away = list(off.runs), dict(off.reload_at), dict(off.away)
+    log.info("memopt: offloading the saved tensors of step runs %s (%s)", positions, setting)
+    return StepOffload(positions, config.offload_min_bytes, reload, release), away, setting
