@@ -194,9 +194,10 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu-x2",
     ),
     Producer(
-        "multi_gpu_steps_w2_s17.json",
+        "multi_gpu_steps_w2_s17*.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
-        "--only budgets --warmup 9 --memopt-log memopt_w2_s17.log --out docs/data/{file}",
+        "--only budgets --warmup 9 --memopt-log memopt_w2_s17.log --out docs/data/{file} (_s17: "
+        "before the re-plan at the measured target, _s17b: after it)",
         "gpu-x2",
     ),
     Producer(
