@@ -86,7 +86,11 @@ _SCATTERS = frozenset(
 def _scatter_self(node: torch.fx.Node, user: torch.fx.Node) -> bool:
     """Whether ``user`` is a functional scatter that reads ``node`` only as its ``self``."""
     name = getattr(user.target, "__name__", "").split(".")[0]
-    return name in _SCATTERS and user.args[0] is node and node not in user.args[1:]
+    if name not in _SCATTERS or not user.args or user.args[0] is not node:
+        return False
+    rest: list[torch.fx.Node] = []  # every other argument, inside lists (index_put's indices)
+    torch.fx.node.map_arg((user.args[1:], user.kwargs), rest.append)
+    return node not in rest
 
 
 def must_exist(node: torch.fx.Node, alias_users: list[torch.fx.Node]) -> bool:

@@ -385,12 +385,12 @@ class MemoptState:
             return  # regions that hold repeated layers offload inside their graph
         keys = [self.graph_keys.get(i, i) for i in sequence]
         got = user_step_offload(self.config, keys)
-        if isinstance(got, str):
-            self.notes.append(got)
-            log.warning("memopt: %s", got)
+        if got is not None and got.note:
+            self.notes.append(got.note)
+            log.warning("memopt: %s", got.note)
         elif got is not None:
-            self.offload, away, self._offload_by = got
-            self._away = away if away is not None else self._away
+            self.offload, self._offload_by = got.offload, got.setting
+            self._away = got.away if got.away is not None else self._away
 
     def plan_step(self, sequence: Sequence[int]) -> StepChoice | None:
         """Solve one plan for the step ``sequence`` and assign each region its part; regions

@@ -30,7 +30,7 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -38,6 +38,9 @@ from memopt import _torch_compat as compat
 from memopt.offload import ops
 from memopt.offload.sync import SyncEntry, SyncPoint, build_schedule
 from memopt.step_layers import reload_schedule
+
+if TYPE_CHECKING:
+    from memopt.config import MemoptConfig
 
 log = logging.getLogger("memopt")
 
@@ -320,10 +323,20 @@ def sync_schedule(
     return positions, reload, release
 
 
-def user_step_offload(config: Any, keys: Sequence[object]) -> Any:
+class UserOffload(NamedTuple):
+    """What the user's step offload setting does: ``offload`` (None with a ``note`` saying
+    why nothing is offloaded), the runs away while each run runs (``offload_layers=k``; None
+    for a sync dict), and the setting's label for the report."""
+
+    offload: StepOffload | None
+    away: dict | None
+    setting: str
+    note: str = ""
+
+
+def user_step_offload(config: MemoptConfig, keys: Sequence[object]) -> UserOffload | None:
     """The user's ``offload_layers=k`` or sync dict for a step whose layers are compiled
-    regions (``keys``: one graph key per run, in forward order): ``(StepOffload, away or
-    None, setting)``, a note (str) when no layers repeat, None without either setting. The
+    regions (``keys``: one graph key per run, in forward order); None without either. The
     user's sync dict wins over ``offload_layers``, as inside one graph."""
     from memopt.errors import ConfigError
     from memopt.step_layers import layer_runs, offload_choice
@@ -334,11 +347,12 @@ def user_step_offload(config: Any, keys: Sequence[object]) -> Any:
     setting = "sync" if sync else f"offload_layers={k}"
     layers = layer_runs(keys)
     if len(layers) < 2:
-        return (
+        note = (
             f"{setting}: no repeated layers in any compiled region and no repeated regions in "
             "the step (layers compiled one per region); nothing is offloaded. If the model has "
             "layers under another path, pass layers='...'."
         )
+        return UserOffload(None, None, setting, note)
     release, away = None, None
     if sync:
         positions, reload, release = sync_schedule(layers, sync)  # SyncError names a layer
@@ -351,4 +365,5 @@ def user_step_offload(config: Any, keys: Sequence[object]) -> Any:
         off = offload_choice(layers, k, len(keys))
         positions, reload, away = list(off.runs), dict(off.reload_at), dict(off.away)
     log.info("memopt: offloading the saved tensors of step runs %s (%s)", positions, setting)
-    return StepOffload(positions, config.offload_min_bytes, reload, release), away, setting
+    offload = StepOffload(positions, config.offload_min_bytes, reload, release)
+    return UserOffload(offload, away, setting)
