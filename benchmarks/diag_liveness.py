@@ -123,6 +123,20 @@ def _prediction(seen: dict[str, Any], top: int) -> dict[str, Any]:
     }
 
 
+def _inductor(compiled) -> dict[str, Any] | None:
+    """The region report's ``inductor`` section (Inductor's own buffer plan of the graphs,
+    memopt.inductor_buffers) for the plan variant the last step ran."""
+    import memopt
+
+    rep = memopt.report(compiled)
+    seq = rep.step.sequence if rep.step is not None else ()
+    if len(seq) != 1:
+        return None  # several regions: the step's peak is not one region's
+    sec = dict(rep.regions[seq[0]].extra.get("inductor") or {})
+    sec.pop("text", None)
+    return sec or None
+
+
 def _by_kind(live) -> dict[str, int]:
     out: dict[str, int] = {}
     for it in live:
@@ -308,10 +322,14 @@ def worker(a: argparse.Namespace) -> None:
                 out[label] = {"measured": measured}
                 continue
             pred = _prediction(seen, top)
+            ind = _inductor(compiled)
+            mpeak = measured.get("peak")
             out[label] = {
                 "predicted": pred,
+                "inductor": ind,
                 "measured": measured,
-                "error": (pred["peak"] / measured["peak"] - 1) if measured.get("peak") else None,
+                "error": (pred["peak"] / mpeak - 1) if mpeak else None,
+                "inductor_error": (ind["peak"] / mpeak - 1) if mpeak and ind else None,
                 # allocated before the step beyond the graphs' inputs (cuBLAS workspaces)
                 "outside_graphs": measured["start"] - pred["static"] if measured["start"] else None,
                 "seconds": round(time.perf_counter() - t0, 1),

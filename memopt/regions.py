@@ -21,6 +21,9 @@ import torch
 import torch.fx
 
 from memopt import _torch_compat as compat
+from memopt import inductor_buffers as buffers
+from memopt import report_cache
+from memopt._torch_compat import inductor_plan
 from memopt.config import MemoptConfig
 from memopt.partitioner import MemoptPartitioner
 from memopt.state import MemoptState
@@ -79,11 +82,32 @@ class RegionProgram:
         )
         self.state.note_compile()
         self.state.begin_region(gm, example_inputs, context=p.context())
-        fn = compat.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": p})
+        graphs: list[buffers.GraphBuffers] = []
+        with inductor_plan.wrapper_plans(graphs.append), inductor_plan.eager_backward():
+            fn = compat.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": p})
         index = self.state.end_region(example_inputs)
+        if index is not None and graphs:
+            self._note_buffers(index, graphs, held)
         if self.index is None:
             self.index = index
         return fn, index
+
+    def _note_buffers(self, index: int, graphs: list, held: int) -> None:
+        """Put Inductor's buffer plan of the region just compiled into its report (and the
+        report kept for a warm compile cache, which generates no code to read)."""
+        region = self.state.regions[index]
+        planner = region.extra.get("planner") or {}
+        sec = buffers.section(
+            graphs,
+            held,
+            tangents_held=compat.tangents_held_to_the_end(),
+            model_peak=planner.get("predicted_peak"),
+        )
+        if sec is None:
+            return
+        region.extra["inductor"] = sec
+        if self.state.last_key is not None:
+            report_cache.store(self.state.last_key, region)
 
     def __call__(self, *args: Any) -> Any:
         if self.index is None or not torch.is_grad_enabled():

@@ -15,10 +15,7 @@ cache dir, so a warm compile cache reproduces the same report and the same step 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import os
-import pickle
 import threading
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -26,8 +23,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from memopt import ranks
-from memopt.config import MemoptConfig, cache_dir, write_atomic
+from memopt import ranks, report_cache
+from memopt.config import MemoptConfig
 from memopt.offload.step_offload import StepOffload, user_step_offload
 from memopt.peak_probe import PeakProbe, allocated
 from memopt.planner import progress as planner_progress
@@ -70,6 +67,7 @@ class MemoptState:
         self.param_handle: Any = None  # memopt.params.FsdpOffload when param_offload
         self._lock = threading.Lock()
         self._pending: tuple[str, int | None] | None = None  # (persist key, index to replace)
+        self.last_key: str | None = None  # the persist key of the graph compiled last
         self._ran = False
         # the step
         self._seq: list[int] = []
@@ -542,17 +540,18 @@ class MemoptState:
             self._ran = True
         planner_progress.traced()
         if self._pending is not None:
-            self._store(self._pending[0], region, problem)
+            report_cache.store(self._pending[0], region, problem)
 
     def end_region(self, example_inputs: Sequence[Any]) -> int | None:
         """After compile_fx returned: the region's index, or None for a graph without a
         backward. On a cache hit (the partitioner did not run) the stored report comes back."""
         pending, self._pending = self._pending, None
+        self.last_key = pending[0] if pending is not None else None
         if self._ran:
             return self.regions[-1].index if pending[1] is None else pending[1]
         if pending is None or not _trains(example_inputs):
             return None
-        region, problem = self._load(pending[0])
+        region, problem = report_cache.load(pending[0])
         if region is None:
             log.warning(
                 "memopt: a compile-cache hit skipped the partitioner and no stored report was "
@@ -566,30 +565,6 @@ class MemoptState:
         self.add_region(region, problem)
         self._pending = None
         return region.index
-
-    def _path(self, key: str, suffix: str = "json") -> str:
-        return os.path.join(cache_dir(), "reports", f"{key}.{suffix}")
-
-    def _store(self, key: str, region: RegionReport, problem: Any) -> None:
-        try:
-            write_atomic(self._path(key), json.dumps(region.to_dict()))
-            if problem is not None:
-                write_atomic(self._path(key, "problem.pkl"), pickle.dumps(problem))
-        except (OSError, pickle.PicklingError, TypeError) as e:  # a read-only home must not
-            log.debug("memopt: could not persist the region report: %s", e)  # break training
-
-    def _load(self, key: str) -> tuple[RegionReport | None, Any]:
-        try:
-            with open(self._path(key)) as f:
-                region = RegionReport.from_dict(json.load(f))
-        except (OSError, ValueError, TypeError):
-            return None, None
-        try:
-            with open(self._path(key, "problem.pkl"), "rb") as f:
-                problem = pickle.load(f)  # noqa: S301 - memopt's own cache dir
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError):
-            problem = None
-        return region, problem
 
 
 def _trains(example_inputs: Sequence[Any]) -> bool:

@@ -12,7 +12,7 @@ table (a test checks that every pass is there).
 pass                       what it does                       file
 =========================  =================================  ===============================
 detect_layers              tag each joint node's layer        passes/detect_layers.py
-partition                  baseline min-cut partition         memopt/_torch_compat.py
+partition                  baseline min-cut partition         memopt/_torch_compat/
 find_saved_activations     the saved activations, by storage  passes/find_saved_activations.py
 find_recompute_subgraphs   recompute subgraph per storage     passes/find_recompute_subgraphs.py
 cluster_subgraphs          ORT-style cluster ids, sizes       passes/cluster_subgraphs.py

@@ -1,0 +1,159 @@
+"""Inductor's buffer plan of each graph it compiles, read from its wrapper (private API).
+
+After its memory planning pass (``PythonWrapperCodegen.run_wrapper_ir_passes``: a dead buffer
+waits in a pool until a later allocation of the same device, dtype and size takes it, and is
+deleted only if none does), the wrapper's lines say exactly which buffers the generated code
+allocates, reuses, aliases and deletes, in order. :func:`wrapper_plans` turns them into a
+:class:`memopt.inductor_buffers.GraphBuffers` per compiled graph; the arithmetic over them
+lives there (plain data, no torch internals).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from memopt.inductor_buffers import Event, GraphBuffers
+
+log = logging.getLogger("memopt")
+
+
+def _main_device() -> str:
+    """The graph's device type: CUDA when it has CUDA buffers (host copies it makes, memopt's
+    offloads, are not device memory)."""
+    from torch._inductor.virtualized import V
+
+    types = getattr(V.graph, "device_types", ())
+    return "cuda" if "cuda" in types else str(getattr(V.graph, "device_type", "cpu"))
+
+
+def _nbytes(buf: Any) -> int | None:
+    """Bytes of a buffer's storage at the compile's size hints, 0 for one on another device
+    than the graph's (None: cannot tell)."""
+    from torch._inductor.virtualized import V
+
+    try:
+        dev = buf.get_device()
+        if dev is not None and dev.type != _main_device():
+            return 0
+        get = getattr(V.graph, "get_allocation_storage_size", None)
+        size = get(buf) if get is not None else buf.get_layout().storage_size()
+        sv = V.graph.sizevars
+        hint = getattr(sv, "optimization_hint", None) or sv.size_hint
+        return int(hint(size, fallback=0)) * buf.get_dtype().itemsize
+    except Exception:  # a layout without a storage (NoneLayout, MultiOutputLayout)
+        return None
+
+
+def _events(lines: list[Any]) -> list[Event]:
+    from torch._inductor import ir
+    from torch._inductor.codegen import wrapper as w
+    from torch._inductor.virtualized import V
+
+    out: list[Event] = []
+    for line in lines:
+        if isinstance(line, w.AllocateLine):
+            out.append(Event("alloc", line.node.get_name(), _nbytes(line.node) or 0))
+        elif isinstance(line, w.ReuseLine):
+            old, new = line.node.get_name(), line.reused_as.get_name()
+            out.append(Event("alias", new, 0, old))
+            if line.delete_old:
+                out.append(Event("free", old))
+        elif isinstance(line, w.ReinterpretLine):
+            out.append(Event("alias", line.reused_as.get_name(), 0, line.node.get_name()))
+        elif isinstance(line, w.FreeIfNotReusedLine):
+            if not line.is_reused:
+                out.append(Event("free", line.node.get_name()))
+        elif isinstance(line, w.FreeLine):
+            out.append(Event("free", line.node.get_name()))
+        elif isinstance(line, w.ExternKernelAllocLine):
+            node = line.node
+            aliased = [b.get_name() for b in _aliased_inputs(node)]
+            if isinstance(node.layout, (ir.MultiOutputLayout, ir.NoneLayout)):
+                out.append(Event("alloc", node.get_name(), 0))  # its outputs are MultiOutputs
+            elif aliased:
+                out.append(Event("alias", node.get_name(), 0, aliased[0]))
+            else:
+                out.append(Event("alloc", node.get_name(), _nbytes(node) or 0, kernel=True))
+        elif isinstance(line, w.MultiOutputLine):
+            buf = V.graph.try_get_buffer(line.result_name)
+            n = _nbytes(buf) if buf is not None else None
+            out.append(Event("alloc", line.result_name, n or 0, line.arg_name, kernel=True))
+    return out
+
+
+def _aliased_inputs(node: Any) -> list[Any]:
+    try:
+        names = node.get_inputs_that_alias_output()
+    except Exception:
+        return []
+    return [n for n in names if hasattr(n, "get_name")] if names else []
+
+
+def _read(wrapper: Any) -> GraphBuffers:
+    from torch._inductor.virtualized import V
+
+    g = V.graph
+    inputs = {}
+    for name, box in g.graph_inputs.items():
+        if isinstance(box, torch._inductor.ir.TensorBox):
+            inputs[name] = _nbytes(box.data.data if hasattr(box.data, "data") else box.data)
+    outputs = []
+    for o in g.graph_outputs:
+        try:
+            outputs.append(o.get_name())
+        except Exception:
+            outputs.append(None)
+    fx_out = g.module.graph.output_node() if hasattr(g, "module") else None
+    fx_names = (
+        tuple(a.name if isinstance(a, torch.fx.Node) else None for a in fx_out.args[0])
+        if fx_out is not None and isinstance(fx_out.args[0], (tuple, list))
+        else ()
+    )
+    return GraphBuffers(
+        backward=bool(getattr(g, "is_backward", False)),
+        device=_main_device(),
+        inputs={k: v or 0 for k, v in inputs.items()},
+        events=tuple(_events(wrapper.lines)),
+        outputs=tuple(outputs),
+        fx_outputs=fx_names,
+        module=getattr(g, "module", None),
+    )
+
+
+@contextlib.contextmanager
+def wrapper_plans(sink: Callable[[GraphBuffers], None]) -> Iterator[None]:
+    """Call ``sink`` with the buffer plan of every graph Inductor generates code for while
+    active (an FX-graph cache hit generates none: turn the caches off to see every graph). A
+    wrapper this torch shapes differently is logged and skipped, never an error."""
+    from torch._inductor.codegen import wrapper as w
+
+    cls = w.PythonWrapperCodegen
+    orig = cls.run_wrapper_ir_passes
+
+    def run(self, is_inference, *args, **kwargs):
+        orig(self, is_inference, *args, **kwargs)
+        try:
+            sink(_read(self))
+        except Exception as e:  # noqa: BLE001 - a diagnostic must not break the compile
+            log.debug("memopt: could not read Inductor's buffer plan: %s", e)
+
+    cls.run_wrapper_ir_passes = run
+    try:
+        yield
+    finally:
+        cls.run_wrapper_ir_passes = orig
+
+
+def eager_backward() -> contextlib.AbstractContextManager:
+    """Lower the backward with the forward, not at the first backward call (so a compile
+    sees both graphs' buffer plans); a no-op on a torch without the switch."""
+    import torch._functorch.config as fconfig
+
+    if not hasattr(fconfig, "force_non_lazy_backward_lowering"):
+        return contextlib.nullcontext()
+    return fconfig.patch(force_non_lazy_backward_lowering=True)

@@ -1,0 +1,264 @@
+"""The device memory of a compiled graph as Inductor planned it: plain data and arithmetic.
+
+:func:`memopt._torch_compat.inductor_plan.wrapper_plans` reads, for each graph Inductor
+generates code for, the buffers its wrapper allocates, reuses, aliases and deletes in order
+(:class:`GraphBuffers`). Unlike the planner's FX-level model (:mod:`memopt.memory_rules`),
+this is what the generated code does: which values fuse away, which kernels write in place,
+and which dead buffers wait in Inductor's reuse pool for a later allocation of their size.
+:func:`replay` turns the events into the graph's live bytes; :func:`step_peaks` combines a
+region's forward and backward into the peak of a step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: the CUDA caching allocator's rounding of every block (``max_memory_allocated`` counts it)
+CUDA_ROUND = 512
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of the wrapper's memory plan."""
+
+    kind: str
+    """``alloc`` (a new storage of ``nbytes``), ``alias`` (``name`` now refers to ``of``'s
+    storage) or ``free`` (``name`` is deleted; its storage goes when no name refers to it)."""
+    name: str
+    nbytes: int = 0
+    of: str | None = None
+    kernel: bool = False
+    """Allocated by an extern kernel as it runs (a fallback op's output), not by the wrapper."""
+
+
+@dataclass(frozen=True)
+class GraphBuffers:
+    """Inductor's buffer plan of one compiled graph."""
+
+    backward: bool
+    device: str
+    inputs: Mapping[str, int]
+    """Graph input name to its bytes (the layout's storage)."""
+    events: tuple[Event, ...]
+    outputs: tuple[str | None, ...]
+    """The wrapper's names of the graph outputs (None for a non-tensor output)."""
+    fx_outputs: tuple[str | None, ...] = ()
+    """The FX output node's argument names, in the same order."""
+    module: Any = field(default=None, compare=False, repr=False)
+    """The FX GraphModule Inductor lowered (post-grad), to tell which outputs alias inputs."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Live bytes of one graph over its plan, counting the inputs given and what it allocates."""
+
+    entry: int
+    """Counted input bytes at the start."""
+    peak: int
+    peak_event: int
+    """Index of the event at the peak (-1: the entry)."""
+    end: int
+    """Counted bytes still live when the graph returns (its outputs, inputs held)."""
+    peak_names: tuple[str, ...] = ()
+    """Names whose storages are live at the peak, largest first (at most 12)."""
+    outputs: tuple[tuple[object, int] | None, ...] = ()
+    """Per graph output (as ``GraphBuffers.outputs``): its storage key and bytes, None for an
+    output that is a static input or an alias of one."""
+
+
+def _round(n: int, to: int) -> int:
+    return -(-n // to) * to if to > 1 else n
+
+
+def replay(
+    gb: GraphBuffers,
+    counted_inputs: Mapping[str, tuple[str, int]] | None = None,
+    held: frozenset[str] = frozenset(),
+    round_to: int = 1,
+) -> Replay:
+    """Live bytes over ``gb``'s plan. ``counted_inputs``: input name to (storage key, bytes)
+    for inputs the graph's memory includes (inputs sharing a storage share a key); every other
+    input is static (counted outside, never freed here). ``held``: storage keys something
+    outside the graph keeps alive (a ``del`` frees nothing)."""
+    counted_inputs = counted_inputs or {}
+    storage_of: dict[str, object] = {}
+    size: dict[object, int] = {}
+    refs: dict[object, int] = {}
+    for name, (key, nbytes) in counted_inputs.items():
+        storage_of[name] = key
+        size[key] = _round(nbytes, round_to)
+        refs[key] = refs.get(key, 0) + 1
+    live = sum(size.values())
+    entry, peak, peak_at = live, live, -1
+
+    def drop(name: str) -> None:
+        nonlocal live
+        key = storage_of.pop(name, None)
+        if key is None:
+            return
+        refs[key] -= 1
+        if refs[key] == 0 and key not in held:
+            live -= size.get(key, 0)
+
+    for i, ev in enumerate(gb.events):
+        if ev.kind == "alloc":
+            drop(ev.name)  # a name rebound (never in Inductor's plans; safe)
+            key = ("buf", i)
+            storage_of[ev.name], size[key], refs[key] = key, _round(ev.nbytes, round_to), 1
+            live += size[key]
+            if live > peak:
+                peak, peak_at = live, i
+        elif ev.kind == "alias":
+            key = storage_of.get(ev.of) if ev.of is not None else None
+            if key is None:
+                continue  # an alias of a static input: nothing counted
+            drop(ev.name)
+            storage_of[ev.name] = key
+            refs[key] += 1
+        elif ev.kind == "free":
+            drop(ev.name)
+    out_keys = {storage_of[o] for o in gb.outputs if o is not None and o in storage_of}
+    end = sum(size[k] for k in out_keys | {k for k in held if k in size})
+    outs = tuple(
+        (storage_of[o], size[storage_of[o]]) if o is not None and o in storage_of else None
+        for o in gb.outputs
+    )
+    names = _names_at(gb, counted_inputs, peak_at, round_to)
+    return Replay(entry, peak, peak_at, end, names, outs)
+
+
+def _names_at(gb, counted_inputs, upto: int, round_to: int) -> tuple[str, ...]:
+    """The largest storages live just after event ``upto`` (by their first name)."""
+    storage_of: dict[str, object] = {n: k for n, (k, _b) in counted_inputs.items()}
+    size = {k: _round(b, round_to) for _n, (k, b) in counted_inputs.items()}
+    first = {k: n for n, (k, _b) in counted_inputs.items()}
+    for i, ev in enumerate(gb.events[: upto + 1]):
+        if ev.kind == "alloc":
+            key = ("buf", i)
+            storage_of[ev.name], size[key], first[key] = key, _round(ev.nbytes, round_to), ev.name
+        elif ev.kind == "alias" and ev.of in storage_of:
+            storage_of[ev.name] = storage_of[ev.of]
+        elif ev.kind == "free":
+            storage_of.pop(ev.name, None)
+    keys = set(storage_of.values())
+    top = sorted(keys, key=lambda k: -size.get(k, 0))[:12]
+    return tuple(f"{first.get(k, '?')}:{size.get(k, 0)}" for k in top)
+
+
+@dataclass(frozen=True)
+class StepPeaks:
+    """A region's forward and backward as Inductor planned them, on top of ``static``."""
+
+    static: int
+    fwd: Replay
+    bwd: Replay
+
+    @property
+    def fwd_peak(self) -> int:
+        return self.static + self.fwd.peak
+
+    @property
+    def bwd_peak(self) -> int:
+        return self.static + self.bwd.peak
+
+    @property
+    def peak(self) -> int:
+        return max(self.fwd_peak, self.bwd_peak)
+
+
+def step_peaks(
+    fw: GraphBuffers,
+    bw: GraphBuffers,
+    static: int,
+    *,
+    tangents_held: bool,
+    round_to: int = 1,
+) -> StepPeaks:
+    """The forward's and the backward's peaks of one region. ``static``: bytes live through
+    the step outside the graphs' own buffers (parameters, the batch, earlier regions' saved
+    tensors). The forward's inputs are static. The backward's inputs that the forward made
+    (saved tensors) are counted with the forward's storage (views of one buffer share it) and
+    freed at their ``del``; saved aliases of forward inputs are static; the other inputs
+    (tangents: autograd's incoming gradients) are counted, and held to the end where autograd
+    holds them (``tangents_held``)."""
+    f = replay(fw, round_to=round_to)
+    made = {
+        name: out
+        for name, out in zip(fw.fx_outputs, f.outputs)
+        if name is not None and out is not None
+    }
+    static_names = {
+        name for name, out in zip(fw.fx_outputs, f.outputs) if name is not None and out is None
+    }
+    counted: dict[str, tuple[str, int]] = {}
+    held: set[object] = set()
+    for name, nbytes in bw.inputs.items():
+        if name in made:
+            key, size = made[name]
+            counted[name] = (key, size)
+        elif name in static_names or name in fw.inputs:
+            continue
+        else:
+            counted[name] = (("input", name), nbytes)
+            if tangents_held:
+                held.add(("input", name))
+    b = replay(bw, counted, frozenset(held), round_to=round_to)
+    return StepPeaks(static, f, b)
+
+
+def pair(graphs: list[GraphBuffers]) -> tuple[GraphBuffers, GraphBuffers] | None:
+    """A region's forward and backward among the graphs one compile generated: the last
+    backward, and the forward that made most of its saved inputs (the last on a tie)."""
+    bws = [g for g in graphs if g.backward]
+    fws = [g for g in graphs if not g.backward]
+    if not bws or not fws:
+        return None
+    bw = bws[-1]
+    need = set(bw.inputs)
+    return max(reversed(fws), key=lambda g: len(need & set(g.fx_outputs))), bw
+
+
+def section(
+    graphs: list[GraphBuffers],
+    held: int,
+    *,
+    tangents_held: bool,
+    model_peak: int | None = None,
+) -> dict[str, Any] | None:
+    """The region report's ``inductor`` section: the region's peaks as Inductor planned its
+    buffers, on its inputs and parameters plus ``held`` (earlier regions' saved bytes), next
+    to the planner's model (``model_peak``) when a budget planned it. None without both
+    graphs."""
+    from memopt.symbolic import fmt_bytes
+
+    fb = pair(graphs)
+    if fb is None:
+        return None
+    fw, bw = fb
+    round_to = CUDA_ROUND if fw.device == "cuda" else 1
+    static = held + sum(_round(n, round_to) for n in fw.inputs.values())
+    sp = step_peaks(fw, bw, static, tangents_held=tangents_held, round_to=round_to)
+    phase = "forward" if sp.fwd_peak >= sp.bwd_peak else "backward"
+    text = (
+        f"Inductor's buffer plan: peak {fmt_bytes(sp.peak)} in the {phase} (forward "
+        f"{fmt_bytes(sp.fwd_peak)}, backward {fmt_bytes(sp.bwd_peak)}; inputs and parameters "
+        f"{fmt_bytes(static)}"
+    )
+    if model_peak is not None:
+        text += f"; the planner's model predicted {fmt_bytes(model_peak)}"
+    text += (
+        "). Not counted: what no graph allocates (cuBLAS/cuDNN workspaces, the optimizer); "
+        "measure the step to see them."
+    )
+    return {
+        "peak": sp.peak,
+        "fwd_peak": sp.fwd_peak,
+        "bwd_peak": sp.bwd_peak,
+        "static": static,
+        "model_peak": model_peak,
+        "fwd_at_peak": list(sp.fwd.peak_names),
+        "bwd_at_peak": list(sp.bwd.peak_names),
+        "text": text,
+    }

@@ -1,0 +1,44 @@
+"""Region reports kept on disk by the hash of their graph, so that a compile-cache hit (which
+skips memopt's partitioner and Inductor's code generation) still has its region's report."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+from typing import Any
+
+from memopt.config import cache_dir, write_atomic
+from memopt.report import RegionReport
+
+log = logging.getLogger("memopt")
+
+
+def _path(key: str, suffix: str = "json") -> str:
+    return os.path.join(cache_dir(), "reports", f"{key}.{suffix}")
+
+
+def store(key: str, region: RegionReport, problem: Any = None) -> None:
+    """Keep ``region`` (and the planner's ``problem`` when given) under ``key``."""
+    try:
+        write_atomic(_path(key), json.dumps(region.to_dict()))
+        if problem is not None:
+            write_atomic(_path(key, "problem.pkl"), pickle.dumps(problem))
+    except (OSError, pickle.PicklingError, TypeError) as e:  # a read-only home must not
+        log.debug("memopt: could not persist the region report: %s", e)  # break training
+
+
+def load(key: str) -> tuple[RegionReport | None, Any]:
+    """The report and problem kept under ``key`` (None for what is not there)."""
+    try:
+        with open(_path(key)) as f:
+            region = RegionReport.from_dict(json.load(f))
+    except (OSError, ValueError, TypeError):
+        return None, None
+    try:
+        with open(_path(key, "problem.pkl"), "rb") as f:
+            problem = pickle.load(f)  # noqa: S301 - memopt's own cache dir
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError):
+        problem = None
+    return region, problem
