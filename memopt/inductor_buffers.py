@@ -125,12 +125,13 @@ def replay(
         (storage_of[o], size[storage_of[o]]) if o is not None and o in storage_of else None
         for o in gb.outputs
     )
-    names = _names_at(gb, counted_inputs, peak_at, round_to)
+    names = _names_at(gb, counted_inputs, held, peak_at, round_to)
     return Replay(entry, peak, peak_at, end, names, outs)
 
 
-def _names_at(gb, counted_inputs, upto: int, round_to: int) -> tuple[str, ...]:
-    """The largest storages live just after event ``upto`` (by their first name)."""
+def _names_at(gb, counted_inputs, held, upto: int, round_to: int) -> tuple[str, ...]:
+    """The largest storages live just after event ``upto`` (by their first name; ``held``
+    storages stay live)."""
     storage_of: dict[str, object] = {n: k for n, (k, _b) in counted_inputs.items()}
     size = {k: _round(b, round_to) for _n, (k, b) in counted_inputs.items()}
     first = {k: n for n, (k, _b) in counted_inputs.items()}
@@ -142,7 +143,7 @@ def _names_at(gb, counted_inputs, upto: int, round_to: int) -> tuple[str, ...]:
             storage_of[ev.name] = storage_of[ev.of]
         elif ev.kind == "free":
             storage_of.pop(ev.name, None)
-    keys = set(storage_of.values())
+    keys = set(storage_of.values()) | {k for k in held if k in size}
     top = sorted(keys, key=lambda k: -size.get(k, 0))[:12]
     return tuple(f"{first.get(k, '?')}:{size.get(k, 0)}" for k in top)
 
@@ -222,15 +223,15 @@ def pair(graphs: list[GraphBuffers]) -> tuple[GraphBuffers, GraphBuffers] | None
 
 def section(
     graphs: list[GraphBuffers],
-    held: int,
     *,
     tangents_held: bool,
     model_peak: int | None = None,
 ) -> dict[str, Any] | None:
     """The region report's ``inductor`` section: the region's peaks as Inductor planned its
-    buffers, on its inputs and parameters plus ``held`` (earlier regions' saved bytes), next
-    to the planner's model (``model_peak``) when a budget planned it. None without both
-    graphs."""
+    buffers, on its own inputs and parameters (what earlier regions of the step hold is the
+    step's, not the region's: identical layers get identical sections), next to the
+    planner's model (``model_peak``, the step's prediction where earlier regions hold bytes)
+    when a budget planned it. None without both graphs."""
     from memopt.symbolic import fmt_bytes
 
     fb = pair(graphs)
@@ -238,7 +239,7 @@ def section(
         return None
     fw, bw = fb
     round_to = CUDA_ROUND if fw.device == "cuda" else 1
-    static = held + sum(_round(n, round_to) for n in fw.inputs.values())
+    static = sum(_round(n, round_to) for n in fw.inputs.values())
     sp = step_peaks(fw, bw, static, tangents_held=tangents_held, round_to=round_to)
     phase = "forward" if sp.fwd_peak >= sp.bwd_peak else "backward"
     text = (

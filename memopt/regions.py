@@ -87,21 +87,21 @@ class RegionProgram:
             fn = compat.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": p})
         index = self.state.end_region(example_inputs)
         if index is not None and graphs:
-            self._note_buffers(index, graphs, held)
+            self._note_buffers(index, graphs, model_comparable=held == 0)
         if self.index is None:
             self.index = index
         return fn, index
 
-    def _note_buffers(self, index: int, graphs: list, held: int) -> None:
+    def _note_buffers(self, index: int, graphs: list, *, model_comparable: bool) -> None:
         """Put Inductor's buffer plan of the region just compiled into its report (and the
-        report kept for a warm compile cache, which generates no code to read)."""
+        report kept for a warm compile cache, which generates no code to read). The planner's
+        prediction is beside it when it is the region's alone (no earlier region held bytes)."""
         region = self.state.regions[index]
         planner = region.extra.get("planner") or {}
         sec = buffers.section(
             graphs,
-            held,
             tangents_held=compat.tangents_held_to_the_end(),
-            model_peak=planner.get("predicted_peak"),
+            model_peak=planner.get("predicted_peak") if model_comparable else None,
         )
         if sec is None:
             return

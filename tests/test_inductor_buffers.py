@@ -147,3 +147,9 @@ def test_inductor_plan_predicts_the_measured_peak_on_cuda():
         assert abs(sec["peak"] + outside - peak) <= 0.005 * peak, (level, sec, start, peak)
         del opt, model
         torch.cuda.empty_cache()
+
+
+def test_held_inputs_are_named_at_the_peak():
+    g = _gb([Event("free", "t"), Event("alloc", "buf0", 30)], inputs={"t": 50})
+    r = replay(g, {"t": ("t", 50)}, held=frozenset({"t"}))
+    assert (r.peak, r.peak_names) == (80, ("t:50", "buf0:30"))
