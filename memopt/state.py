@@ -33,6 +33,8 @@ from memopt.step import (
     Option,
     StepChoice,
     choose_with_offload,
+    exact_option,
+    finer_menus,
     fraction_target,
     region_menu,
     step_peak,
@@ -404,9 +406,12 @@ class MemoptState:
             return None
         menus = {r: self._menu(r) for r in set(sequence)}
         layers, timing = self._offload_options(sequence)
-        choice = choose_with_offload(
-            sequence, menus, self._target(sequence, menus), self._offsets(sequence), layers, timing
-        )
+        target, offsets = self._target(sequence, menus), self._offsets(sequence)
+        choice = choose_with_offload(sequence, menus, target, offsets, layers, timing)
+        finer = finer_menus(sequence, menus, choice, self._solve_at)
+        if finer is not None:  # use the room the menu's coarse shares left under the target
+            again = choose_with_offload(sequence, finer, target, offsets, layers, timing)
+            choice = again if again.feasible and again.overhead_s < choice.overhead_s else choice
         self.step_choice, self._planned_for = choice, tuple(sequence)
         if not self._user_offload:  # the step plan's own offload (replaces an earlier one)
             off = choice.offload
@@ -496,6 +501,10 @@ class MemoptState:
     def _menu(self, index: int) -> list[Option]:
         rp = self.problems[index]
         return region_menu(rp.problem, rp.rates, rp.saved_input_bytes, rp.max_depth)
+
+    def _solve_at(self, index: int, budget: int) -> Option | None:
+        rp = self.problems[index]
+        return exact_option(rp.problem, rp.rates, budget, rp.saved_input_bytes, rp.max_depth)
 
     def _compiled_as(self, index: int, option: Option) -> bool:
         frozen = self.regions[index].extra.get("frozen") or {}

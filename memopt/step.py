@@ -127,6 +127,52 @@ def region_menu(problem, rates, saved_inputs: int = 0, max_depth: int = 2) -> li
     return [replace(o, saved=o.saved + saved_inputs, saved_inputs=saved_inputs) for o in out]
 
 
+def exact_option(
+    problem, rates, budget: int, saved_inputs: int = 0, max_depth: int = 2
+) -> Option | None:
+    """The one-region planner's fastest plan whose own peak fits ``budget`` bytes (None when
+    none does): an option between the menu's coarse shares."""
+    from memopt.planner import solve
+    from memopt.symbolic import fmt_bytes
+
+    sol = solve(problem, budget, rates, max_recompute_depth=max_depth)
+    if sol.predicted_peak > budget:
+        return None
+    o = _option(sol, sol.predicted_peak, f"fits {fmt_bytes(budget)}")
+    return replace(o, saved=o.saved + saved_inputs, saved_inputs=saved_inputs)
+
+
+#: Room under a step plan's target, as a share of it, worth solving finer options for.
+FINER_MIN_ROOM = 0.002
+
+
+def finer_menus(
+    sequence: Sequence[int],
+    menus: Mapping[int, Sequence[Option]],
+    choice: StepChoice,
+    solve_at,
+) -> dict[int, list[Option]] | None:
+    """The menus plus, per region and option the ``choice`` runs, the plan solved at that
+    option's peak plus the room the choice leaves under its target (``solve_at(region,
+    budget) -> Option | None``). The menu's shares are coarse: at world 2 a step plan left
+    1.4-1.9% of its budget unused (docs/benchmarks.md, seventeenth session). None without
+    room (or without a fitting choice); ``choice.chosen`` is keyed by run."""
+    room = choice.target - choice.peak
+    if not choice.feasible or room <= FINER_MIN_ROOM * choice.target:
+        return None
+    out = {r: list(m) for r, m in menus.items()}
+    done: set[tuple] = set()
+    for i, r in enumerate(sequence):
+        o = choice.chosen.get(i)
+        if o is None or (r, o.key()) in done:
+            continue
+        done.add((r, o.key()))
+        new = solve_at(r, o.peak + room)
+        if new is not None and all(new.key() != x.key() for x in out[r]):
+            out[r].append(new)
+    return out
+
+
 def recompute_all(problem):
     """The problem with every recomputable cluster fixed to recompute (level 1's plan, which
     the search may not reach on its own); None when nothing is recomputable."""

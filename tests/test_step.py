@@ -113,3 +113,27 @@ def test_limit_variants_moves_extra_plans_to_a_kept_harder_one():
     assert len({o.label for o in out.values()}) == MAX_VARIANTS
     for i, o in out.items():  # every run saves at least as much as it did
         assert o.saved <= plans[i].saved and o.peak <= plans[i].peak
+
+
+def test_finer_menus_spend_the_room_the_coarse_shares_left():
+    """One region: the menu's option that fits a 95 MiB target peaks at 80 (room 15 MiB).
+    The planner solved at 80 + 15 MiB finds a plan of 93 MiB for half the overhead; choosing
+    again over the finer menu takes it. Without room, or when the choice does not fit, no
+    finer menu."""
+    from memopt.step import choose_runs, finer_menus
+
+    menus = {0: [opt(100, 60), opt(80, 40, 2.0, "coarse")]}
+    first = choose_runs((0,), menus, 95 * MiB)
+    assert first.chosen[0].label == "coarse" and first.peak == 80 * MiB
+    asked = []
+
+    def solve_at(region, budget):
+        asked.append((region, budget))
+        return opt(93, 52, 1.0, "fine")
+
+    finer = finer_menus((0,), menus, first, solve_at)
+    assert asked == [(0, 95 * MiB)] and [o.label for o in finer[0]][-1] == "fine"
+    again = choose_runs((0,), finer, 95 * MiB)
+    assert again.chosen[0].label == "fine" and again.overhead_s == pytest.approx(1.0)
+    assert finer_menus((0,), menus, choose_runs((0,), menus, 80 * MiB), solve_at) is None
+    assert finer_menus((0,), menus, choose_runs((0,), menus, 50 * MiB), solve_at) is None
