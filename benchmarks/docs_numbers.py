@@ -194,6 +194,14 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu-x2",
     ),
     Producer(
+        "multi_gpu_steps_w2_s18*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets --warmup 9 --memopt-log memopt_w2_s18.log --out docs/data/{file} (_s18: "
+        "finer step options, two H200s; _s18b: a tried variant that priced compiled options "
+        "at their Inductor peaks, not kept)",
+        "gpu-x2",
+    ),
+    Producer(
         "multi_gpu_steps_w2_s17*.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
         "--only budgets --warmup 9 --memopt-log memopt_w2_s17.log --out docs/data/{file} (_s17: "
