@@ -11,6 +11,7 @@ region's forward and backward into the peak of a step.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -253,6 +254,7 @@ def section(
         "). Not counted: what no graph allocates (cuBLAS/cuDNN workspaces, the optimizer); "
         "measure the step to see them."
     )
+    text = textwrap.fill(text, width=100)  # the report keeps to 120 columns
     return {
         "peak": sp.peak,
         "fwd_peak": sp.fwd_peak,
