@@ -87,12 +87,20 @@ def replay(
     storage_of: dict[str, object] = {}
     size: dict[object, int] = {}
     refs: dict[object, int] = {}
+    first: dict[object, str] = {}  # a storage's first name (for the names at the peak)
     for name, (key, nbytes) in counted_inputs.items():
         storage_of[name] = key
         size[key] = _round(nbytes, round_to)
         refs[key] = refs.get(key, 0) + 1
+        first.setdefault(key, name)
+    live_keys = set(size)
     live = sum(size.values())
-    entry, peak, peak_at = live, live, -1
+
+    def top() -> tuple[str, ...]:
+        keys = sorted(live_keys, key=lambda k: (-size[k], first[k]))[:12]
+        return tuple(f"{first[k]}:{size[k]}" for k in keys)
+
+    entry, peak, peak_at, peak_names = live, live, -1, top()
 
     def drop(name: str) -> None:
         nonlocal live
@@ -101,16 +109,19 @@ def replay(
             return
         refs[key] -= 1
         if refs[key] == 0 and key not in held:
-            live -= size.get(key, 0)
+            live -= size[key]
+            live_keys.discard(key)
 
     for i, ev in enumerate(gb.events):
         if ev.kind == "alloc":
             drop(ev.name)  # a name rebound (never in Inductor's plans; safe)
             key = ("buf", i)
             storage_of[ev.name], size[key], refs[key] = key, _round(ev.nbytes, round_to), 1
+            first[key] = ev.name
+            live_keys.add(key)
             live += size[key]
             if live > peak:
-                peak, peak_at = live, i
+                peak, peak_at, peak_names = live, i, top()
         elif ev.kind == "alias":
             key = storage_of.get(ev.of) if ev.of is not None else None
             if key is None:
@@ -126,27 +137,7 @@ def replay(
         (storage_of[o], size[storage_of[o]]) if o is not None and o in storage_of else None
         for o in gb.outputs
     )
-    names = _names_at(gb, counted_inputs, held, peak_at, round_to)
-    return Replay(entry, peak, peak_at, end, names, outs)
-
-
-def _names_at(gb, counted_inputs, held, upto: int, round_to: int) -> tuple[str, ...]:
-    """The largest storages live just after event ``upto`` (by their first name; ``held``
-    storages stay live)."""
-    storage_of: dict[str, object] = {n: k for n, (k, _b) in counted_inputs.items()}
-    size = {k: _round(b, round_to) for _n, (k, b) in counted_inputs.items()}
-    first = {k: n for n, (k, _b) in counted_inputs.items()}
-    for i, ev in enumerate(gb.events[: upto + 1]):
-        if ev.kind == "alloc":
-            key = ("buf", i)
-            storage_of[ev.name], size[key], first[key] = key, _round(ev.nbytes, round_to), ev.name
-        elif ev.kind == "alias" and ev.of in storage_of:
-            storage_of[ev.name] = storage_of[ev.of]
-        elif ev.kind == "free":
-            storage_of.pop(ev.name, None)
-    keys = set(storage_of.values()) | {k for k in held if k in size}
-    top = sorted(keys, key=lambda k: -size.get(k, 0))[:12]
-    return tuple(f"{first.get(k, '?')}:{size.get(k, 0)}" for k in top)
+    return Replay(entry, peak, peak_at, end, peak_names, outs)
 
 
 @dataclass(frozen=True)
