@@ -27,7 +27,8 @@ with the ``gpu`` variant's. Variants:
 * ``torchao``: ``CPUOffloadOptimizer(offload_gradients=True)`` when torchao imports (uncapped).
 
 A job ``memopt+threads=auto+batch=param:2x512`` passes HostAdamW keywords (``chunk=N`` sets the
-bf16 update's piece size). memopt rows record, per step, the seconds the update worker finished
+bf16 update's piece size of torch's kernel; ``kernel=torch`` picks torch's fused kernel over the
+native C loop). memopt rows record, per step, the seconds the update worker finished
 work (``host_busy_s``) and the training thread waited for it (``host_wait_s``).
 """
 
@@ -97,10 +98,11 @@ def cap_gpu(gib: float) -> None:
     torch.cuda.reset_peak_memory_stats()
 
 
-def _mp():
+def _mp(reduce: str = "fp32"):
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[reduce]
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=dt)
 
 
 def setup(name: str, model, args):
@@ -141,7 +143,8 @@ def setup(name: str, model, args):
     f = {"memopt-half": 0.5, "memopt-auto": "auto"}.get(name, args.fraction)
     kw.update(_options(args.options))
     stage = bool(kw.pop("stage", 0))  # memopt-half+stage=1: world-size-1 staging
-    rec = shard_with_offload(model, f, mp_policy=_mp(), host_dtype=host_dtype, stage_ahead=stage)
+    mp = _mp(kw.pop("reduce", "fp32"))  # reduce=bf16: gradients reduced in bf16
+    rec = shard_with_offload(model, f, mp_policy=mp, host_dtype=host_dtype, stage_ahead=stage)
     if "chunk" in kw:  # pieces of the bf16 update (memopt.params.adamw_kernel.CHUNK)
         from memopt.params import adamw_kernel
 
@@ -149,7 +152,7 @@ def setup(name: str, model, args):
     opt = HostAdamW(model.parameters(), offload=rec, overlap=name != "memopt-nooverlap", **kw)
     rows = rec.placement_rows() + opt.placement_rows()
     extra = {"placement": format_placement(rows), "threads": opt.threads}
-    extra["kernel"] = opt._update.__name__
+    extra["kernel"] = opt.kernel
     extra["record"] = rec
     extra["pinned_bytes"] = sum(r["param_bytes"] for r in rows if r.get("pinned"))
     extra["host_bytes"] = sum(r["param_bytes"] for r in rows if r["where"] == "cpu")
@@ -396,15 +399,18 @@ def adamw(args) -> dict:
         "memopt_bf16_writeback_s": _best(memopt_bf16(1 << 20), args.reps),
         "memopt_bf16_writeback_unchunked_s": _best(memopt_bf16(n), args.reps),
     }
-    if args.compiled:
-        t0 = time.perf_counter()
-        k.compiled_update(w, g16, m, v, out, s)
-        res["compile_s"] = time.perf_counter() - t0
-        res["compiled_bf16_writeback_s"] = _best(
-            lambda: k.compiled_update(w, g16, m, v, out, s), args.reps
+    from memopt.params import adamw_native as an
+
+    if an.available():
+        hp = [s.tensor()]
+        t = args.threads or torch.get_num_threads()
+        res["native_threads"] = t
+        res["native_fp32_s"] = _best(lambda: an.group_update([w], [p.grad], [m], [v], [None], hp, t), args.reps)  # fmt: skip
+        res["native_bf16_writeback_s"] = _best(
+            lambda: an.group_update([w], [g16], [m], [v], [out], hp, t), args.reps
         )
     base = res["torch_fused_fp32_s"]
-    for key in [key for key in res if key.endswith("_s") and key != "compile_s"]:
+    for key in [key for key in res if key.endswith("_s")]:
         res[key[:-2] + "_vs_torch_fused_fp32"] = res[key] / base
     return res
 
@@ -424,7 +430,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=240)
     ap.add_argument("--numel", type=int, default=1 << 26)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--compiled", action="store_true", help="adamw: also the Inductor kernel")
+    ap.add_argument("--threads", type=int, default=0, help="adamw: the native loop's threads")
     ap.add_argument("--out", default="param_peers.json")
     ap.add_argument("--waits", action="store_true", help="profile more steps: GPU waits, idle")
     ap.add_argument("--profile-steps", type=int, default=1, help="steps --waits profiles")

@@ -100,7 +100,8 @@ def _memopt(rank, fraction, **kw):
     model = kw.pop("model", None) or _model()
     mp_policy = kw.pop("mp_policy", None)
     rec = shard_with_offload(model, fraction, mp_policy=mp_policy, host_dtype="auto")
-    opt = HostAdamW(model.parameters(), lr=1e-2, offload=rec, kernel="torch", **kw)
+    kw.setdefault("kernel", "torch")
+    opt = HostAdamW(model.parameters(), lr=1e-2, offload=rec, **kw)
     return model, opt, rec
 
 
@@ -199,14 +200,20 @@ def check_bf16_host_shards(rank):
 
     mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     ref = _reference(rank, 3, mp_policy=mp_policy)
-    model, opt, rec = _memopt(rank, 0.4, mp_policy=mp_policy)
-    w = model.layers[0].up.weight
-    assert w.dtype == torch.bfloat16 and model.layers[1].up.weight.dtype == torch.float32
-    master = opt.state[w]["master_param"].to_local()
-    assert master.dtype == torch.float32 and torch.equal(master.bfloat16(), w.to_local())
-    got = _train(model, opt, 3, rank)
-    torch.testing.assert_close(got, ref, rtol=0, atol=2e-2)  # bf16 shards vs fp32 shards
-    assert torch.equal(opt.state[w]["master_param"].to_local().bfloat16(), w.to_local())
+    runs = {}
+    for kernel in ("torch", "native"):  # the C loop in one pass, torch's kernel in three
+        model, opt, rec = _memopt(rank, 0.4, mp_policy=mp_policy, kernel=kernel)
+        assert opt.kernel == kernel
+        w = model.layers[0].up.weight
+        assert w.dtype == torch.bfloat16 and model.layers[1].up.weight.dtype == torch.float32
+        master = opt.state[w]["master_param"].to_local()
+        assert master.dtype == torch.float32 and torch.equal(master.bfloat16(), w.to_local())
+        got = _train(model, opt, 3, rank)
+        torch.testing.assert_close(got, ref, rtol=0, atol=2e-2)  # bf16 shards vs fp32 shards
+        assert torch.equal(opt.state[w]["master_param"].to_local().bfloat16(), w.to_local())
+        runs[kernel] = (got, w.to_local().clone(), opt.state[w]["exp_avg_sq"].to_local())
+    (a, wa, va), (b, wb, vb) = runs["torch"], runs["native"]
+    assert a == b and torch.equal(wa, wb) and torch.equal(va, vb)  # bitwise the same update
 
 
 def check_checkpoint_round_trip(rank, tmp):

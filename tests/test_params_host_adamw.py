@@ -10,6 +10,7 @@ import torch
 
 from memopt.params import HostAdamW
 from memopt.params import adamw_kernel as k
+from memopt.params import adamw_native as an
 
 STEP = k.AdamWStep(lr=1e-2, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.1, step=3)
 
@@ -46,14 +47,64 @@ def test_torch_update_in_pieces_is_torch_fused_bitwise(monkeypatch):
     assert torch.equal(out, w.bfloat16())
 
 
-def test_compiled_update_matches_torch_fused():
-    w, grad, m, v = _state(4096, seed=1)
-    ref = _torch_reference(w, grad, m, v, STEP)
-    out = torch.empty(4096, dtype=torch.bfloat16)
-    k.compiled_update(w, grad, m, v, out, STEP)
-    for got, want in zip((w, m, v), ref):
-        torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-7)
-    assert torch.equal(out, w.bfloat16())
+@pytest.mark.parametrize(
+    "grad_dtype,write_back,maximize",
+    [(torch.float32, False, False), (torch.bfloat16, True, False), (torch.bfloat16, False, True),
+     (torch.float32, True, True)],
+)  # fmt: skip
+def test_native_update_is_torch_fused_bitwise(grad_dtype, write_back, maximize):
+    """One call over three tensors split over three threads (pieces cross the tensors'
+    borders) gives torch's fused update bit for bit, and the bf16 write-back is torch's cast."""
+    from dataclasses import replace
+
+    step = replace(STEP, maximize=maximize)
+    sizes = (70_016, 64, 100_032)
+    states = [_state(n, seed=i) for i, n in enumerate(sizes)]
+    grads = [g.to(grad_dtype) for _, g, _, _ in states]
+    refs = []
+    for (w, _, m, v), g in zip(states, grads):
+        w2, m2, v2 = w.clone(), m.clone(), v.clone()
+        k.torch_update(w2, g, m2, v2, None, step)
+        refs.append((w2, m2, v2))
+    outs = [torch.empty(n, dtype=torch.bfloat16) if write_back else None for n in sizes]
+    an.group_update(
+        [s[0] for s in states], grads, [s[2] for s in states], [s[3] for s in states], outs,
+        [step.tensor()] * 3, threads=3,
+    )  # fmt: skip
+    for (w, _, m, v), ref, out in zip(states, refs, outs):
+        for got, want in zip((w, m, v), ref):
+            assert torch.equal(got, want)
+        assert out is None or torch.equal(out.view(torch.int16), w.bfloat16().view(torch.int16))
+
+
+def test_native_write_back_rounds_like_torch():
+    """lr 0 keeps w, so out = bf16(w): ties to even, NaN, infinities, overflow, subnormals."""
+    bits = [0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0x7F800000, 0xFF800000,
+            0x7FC00001, 0xFFA00000, 0x80000000, 0x00000001, 0x00018000, 0x3F7FFFFF]  # fmt: skip
+    w = torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    n = w.numel()
+    out = torch.empty(n, dtype=torch.bfloat16)
+    zero = k.AdamWStep(lr=0.0, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.0, step=1)
+    want = w.bfloat16().view(torch.int16)
+    an.group_update([w], [torch.zeros(n)], [torch.zeros(n)], [torch.zeros(n)], [out],
+                    [zero.tensor()], threads=1)  # fmt: skip
+    nan = w.isnan()  # a NaN stays NaN; its bits differ between torch's own paths (0x7FC0, 0xFFFF)
+    assert nan.tolist() == [False] * 6 + [True, True] + [False] * 4
+    assert out[nan].isnan().all() and out.view(torch.int16)[~nan].tolist() == want[~nan].tolist()
+
+
+def test_kernel_choice_and_a_missing_compiler(monkeypatch, tmp_path):
+    p = torch.nn.Parameter(torch.randn(64))
+    assert HostAdamW([p]).kernel == "native" and HostAdamW([p], kernel="torch").kernel == "torch"
+    monkeypatch.setattr(an, "_LIB", [])  # forget the built loop; restored after the test
+    monkeypatch.setenv("MEMOPT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(an.NativeKernelError, match="no-such-cc"):
+        HostAdamW([p], kernel="native")
+    with pytest.warns(UserWarning, match="using torch's fused CPU kernel"):
+        assert HostAdamW([p]).kernel == "torch"
+    with pytest.raises(ValueError, match="kernel='fast' must be one of 'auto', 'native'"):
+        HostAdamW([p], kernel="fast")
 
 
 def test_host_adamw_trains_like_torch_and_loads_its_state_dict():

@@ -1,19 +1,18 @@
-"""The host AdamW update: one pass over memory, bf16 write-back included.
+"""The host AdamW update's scalars and its two kernels.
 
-    w, g, m, v (+ out) --one vectorized loop--> w', m', v' (+ out = bf16(w'))
+    w, g, m, v (+ out) --one loop--> w', m', v' (+ out = bf16(w'))
 
-torch's fused CPU AdamW (``torch._fused_adamw_``) needs the gradient in the parameter's dtype
-and writes only the fp32 parameter: with bf16 shards and fp32 masters it takes three passes
-(grad cast, update, bf16 cast). :func:`compiled_update` is that update written once in torch ops
-and compiled by Inductor into one C++ loop (vectorized, OpenMP over ``torch.get_num_threads()``
-threads), shape-dynamic, so a model compiles it once per (grad dtype, write-back) pair.
-Hyperparameters travel in a small tensor so changing the learning rate never recompiles.
-:func:`torch_update` is the fallback (no C++ compiler) and the reference in tests.
+:mod:`memopt.params.adamw_native` is the loop in C (one pass, 28 B/element with the bf16
+write-back). :func:`torch_update` is the same update through torch's fused CPU kernel
+(``torch._fused_adamw_``), which needs the gradient in the parameter's dtype and writes only the
+parameter: with bf16 shards and fp32 masters it takes three passes (gradient cast, update, bf16
+cast-out). It is the fallback where no C compiler is found, and the reference in tests.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -44,39 +43,14 @@ class AdamWStep:
     maximize: bool = False
 
     def tensor(self) -> torch.Tensor:
-        """``[beta1, beta2, eps, 1 - lr * wd, lr / bc1, sqrt(bc2), sign]`` as float64 (the
-        kernel computes in fp32 after reading them)."""
+        """``[1 - beta1, beta2, 1 - beta2, eps, 1 - lr * wd, -lr / bc1, sqrt(bc2), sign]``: each
+        computed in double and rounded to fp32 once, as torch's fused kernel does."""
         bc1 = 1.0 - self.beta1**self.step
         bc2 = math.sqrt(1.0 - self.beta2**self.step)
         sign = -1.0 if self.maximize else 1.0
-        vals = [self.beta1, self.beta2, self.eps, 1.0 - self.lr * self.weight_decay]
-        return torch.tensor([*vals, self.lr / bc1, bc2, sign], dtype=torch.float32)
-
-
-def _update(w, g, m, v, out, hp):
-    b1, b2, eps, decay, step_size, bc2, sign = (hp[i] for i in range(7))
-    g = g.float() * sign
-    m2 = m + (g - m) * (1 - b1)
-    v2 = v * b2 + g * g * (1 - b2)
-    w2 = w * decay - step_size * m2 / (v2.sqrt() / bc2 + eps)
-    m.copy_(m2)
-    v.copy_(v2)
-    w.copy_(w2)
-    if out is not None:
-        out.copy_(w2.to(out.dtype))
-
-
-_COMPILED = None
-
-
-def compiled_update(w, g, m, v, out, s: AdamWStep, scratch=None) -> None:
-    """Update fp32 ``w``, ``m``, ``v`` in place from ``g`` (any float dtype); ``out`` (or None)
-    receives ``w`` in its own dtype. All the same shape, contiguous, on the CPU."""
-    global _COMPILED
-    if _COMPILED is None:
-        _COMPILED = torch.compile(_update, dynamic=True, fullgraph=True)
-    if w.numel():
-        _COMPILED(w, g, m, v, out, s.tensor())
+        vals = [1.0 - self.beta1, self.beta2, 1.0 - self.beta2, self.eps]
+        vals += [1.0 - self.lr * self.weight_decay, -(self.lr / bc1), bc2, sign]
+        return torch.tensor(vals, dtype=torch.float32)
 
 
 #: Elements per piece of :func:`torch_update` (it bounds the fp32 scratch to 64 MiB). Smaller
@@ -115,8 +89,28 @@ def torch_update(w, g, m, v, out, s: AdamWStep, scratch: torch.Tensor | None = N
             o1[a:b].copy_(w1[a:b])
 
 
-def pick_update(kernel: str):
-    """``"torch"`` (torch's fused kernel, in cache-sized pieces) or ``"compiled"`` (Inductor)."""
-    if kernel not in ("compiled", "torch"):
-        raise ValueError(f"kernel={kernel!r} must be 'torch' or 'compiled'")
-    return compiled_update if kernel == "compiled" else torch_update
+KERNELS = ("auto", "native", "torch")
+
+
+def pick_kernel(kernel: str) -> str:
+    """``"native"`` (the C loop; :class:`~memopt.params.adamw_native.NativeKernelError` where
+    it cannot be built), ``"torch"`` (torch's fused kernel), or ``"auto"``: native where it
+    builds, else torch with a warning that says why."""
+    from memopt.params import adamw_native
+
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel={kernel!r} must be one of {', '.join(map(repr, KERNELS))}")
+    if kernel == "torch":
+        return kernel
+    try:
+        adamw_native.load()
+    except adamw_native.NativeKernelError as e:
+        if kernel == "native":
+            raise
+        warnings.warn(
+            f"memopt HostAdamW: the native AdamW loop is not available here ({e}); using "
+            "torch's fused CPU kernel (bf16 host shards then take three passes over memory)",
+            stacklevel=3,
+        )
+        return "torch"
+    return "native"

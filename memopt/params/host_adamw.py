@@ -35,9 +35,10 @@ from memopt.params.adamw_kernel import (
     CHUNK,
     AdamWStep,
     check_adamw_args,
-    pick_update,
+    pick_kernel,
     torch_update,
 )
+from memopt.params.adamw_native import group_update, native_ok
 from memopt.params.clip import clip_grads_
 from memopt.params.host_nvme import MomentFile
 from memopt.params.threads import (
@@ -58,8 +59,9 @@ class HostAdamW(torch.optim.Optimizer):
     Beyond torch.optim.AdamW's arguments: ``offload`` (the record from
     :func:`memopt.params.shard_with_offload`; supplies fp32 masters of bf16 host shards),
     ``overlap`` and ``accumulation_steps`` (update host shards during the backward of every
-    ``accumulation_steps``-th micro-batch), ``kernel`` (``"torch"`` or ``"compiled"``: see
-    :mod:`memopt.params.adamw_kernel`), ``threads`` (the update worker's CPU threads:
+    ``accumulation_steps``-th micro-batch), ``kernel`` (``"auto"``: the C loop of
+    :mod:`memopt.params.adamw_native` where a C compiler builds it, else ``"torch"``, torch's
+    fused kernel; ``"native"`` insists on the loop), ``threads`` (the update worker's CPU threads:
     ``"auto"`` (default) for this process's share of the host's cores less one, None for
     torch's count, or an int; see :mod:`memopt.params.threads`), ``batch`` (``"group"``: one task and one fused kernel call
     per FSDP2 group once all its gradients are on the host; ``"param"``: one per parameter),
@@ -79,7 +81,7 @@ class HostAdamW(torch.optim.Optimizer):
         offload=None,
         overlap: bool = False,
         accumulation_steps: int = 1,
-        kernel: str = "torch",
+        kernel: str = "auto",
         threads: int | str | None = "auto",
         batch: str = "group",
         nvme_dir: str | None = None,
@@ -95,7 +97,7 @@ class HostAdamW(torch.optim.Optimizer):
         team = resolve_threads(threads)
         self.threads = team if team is not None else torch.get_num_threads()
         self.overlapped_updates = 0  # host updates started during backward (a counter)
-        self._update = pick_update(kernel)
+        self.kernel = pick_kernel(kernel)  # what runs: "native" or "torch"
         self._scratch = torch.empty(0)  # fp32 gradient pieces (one user at a time)
         self._group_of: dict[int, dict] = {}
         self._micro: dict[int, int] = {}
@@ -123,7 +125,6 @@ class HostAdamW(torch.optim.Optimizer):
         self._offload = offload
         if offload is not None:
             offload.attach_optimizer(self)
-        self._warm_up()
 
     def _hook_host(self, p: torch.Tensor) -> None:
         """With ``overlap``, a host shard's update is queued when its gradient lands (once)."""
@@ -219,23 +220,6 @@ class HostAdamW(torch.optim.Optimizer):
                 m, v = st.pop("exp_avg"), st.pop("exp_avg_sq")
                 self._nvme.write(id(p), local(m), local(v)).result()
 
-    def _warm_up(self) -> None:
-        """Compile the kernel variants this model needs here, not on the worker thread."""
-        if self._update is torch_update:
-            return
-        seen = set()
-        for p in self.state:
-            if not self._on_host(p):
-                continue
-            master = "master_param" in self.state[p]
-            key = (p.dtype, master)
-            if key in seen:
-                continue
-            seen.add(key)
-            w = torch.zeros(16)
-            out = torch.zeros(16, dtype=p.dtype) if master else None
-            self._update(w, torch.zeros(16, dtype=p.dtype), w.clone(), w.clone(), out, _STEP0)
-
     # ---- updates ----------------------------------------------------------------------------
     def _item(self, p: torch.Tensor, group: dict) -> _Item:
         """``p``'s update with the gradient and scalars of now (the worker may run it after
@@ -280,16 +264,43 @@ class HostAdamW(torch.optim.Optimizer):
                 lambda i, m, v: self._update_host(items[i].p, items[i].grad, items[i].s, m, v),
             )
             return
-        fused: dict[tuple, list[_Item]] = {}
+        native, fused, rest = [], {}, []
         for it in items:
-            st = self.state[it.p]
-            plain = "master_param" not in st and it.grad.dtype == local(it.p).dtype
-            if plain and self._update is torch_update:
+            w, out = self._targets(it.p)
+            if self.kernel == "native" and native_ok(w, it.grad, out):
+                native.append(it)
+            elif out is None and it.grad.dtype == w.dtype:
                 fused.setdefault(_hyper(it.s), []).append(it)
             else:
-                self._update_host(it.p, it.grad, it.s)
+                rest.append(it)
+        if native:
+            self._native_host(native)
         for group in fused.values():
             self._fused_host(group)
+        for it in rest:
+            self._update_host(it.p, it.grad, it.s)
+
+    def _targets(self, p) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What the update writes: the fp32 master (or the shard itself) and, for a 16-bit
+        shard with a master, the shard as the write-back."""
+        master = self.state[p].get("master_param")
+        if master is None:
+            return local(p).detach(), None
+        return local(master), local(p).detach()
+
+    def _native_host(self, items: list[_Item], moments=None) -> None:
+        """One call of the C loop over the items (``moments``: the NVMe tier's buffers)."""
+        ws, outs, ms, vs = [], [], [], []
+        for i, it in enumerate(items):
+            w, out = self._targets(it.p)
+            if moments is None:
+                st = self.state[it.p]
+                m, v = local(st["exp_avg"]), local(st["exp_avg_sq"])
+            else:
+                m, v = moments[i]
+            ws.append(w), outs.append(out), ms.append(m.view(w.shape)), vs.append(v.view(w.shape))
+        grads = [it.grad for it in items]
+        group_update(ws, grads, ms, vs, outs, [it.s.tensor() for it in items], self.threads)
 
     def _fused_host(self, items: list[_Item]) -> None:
         s = items[0].s
@@ -309,19 +320,20 @@ class HostAdamW(torch.optim.Optimizer):
         )
 
     def _update_host(self, p, g, s: AdamWStep, m=None, v=None) -> None:
-        """One host shard through the update kernel (``m``, ``v``: flat moment buffers from
-        the NVMe tier; the state's own tensors otherwise)."""
+        """One host shard (``m``, ``v``: flat moment buffers from the NVMe tier; the state's
+        own tensors otherwise): the C loop where it applies, else torch's kernel."""
+        w, out = self._targets(p)
+        if self.kernel == "native" and native_ok(w, g, out):
+            self._native_host([_Item(p, g, s, None)], None if m is None else [(m, v)])
+            return
         st = self.state[p]
-        master = st.get("master_param")
-        w = local(master) if master is not None else local(p).detach()
-        out = local(p).detach() if master is not None else None
         if m is None:
             m, v = local(st["exp_avg"]), local(st["exp_avg_sq"])
         else:
             m, v = m.view(w.shape), v.view(w.shape)
         if g.dtype != w.dtype and self._scratch.numel() < min(g.numel(), CHUNK):
             self._scratch = torch.empty(min(g.numel(), CHUNK), dtype=w.dtype)
-        self._update(w, g, m, v, out, s, self._scratch)
+        torch_update(w, g, m, v, out, s, self._scratch)
 
     @staticmethod
     def _update_device(params: list[torch.Tensor], group: dict, state) -> None:
@@ -520,9 +532,6 @@ def _count_by_key(key_of: dict[int, int], ids) -> dict[int, int]:
         if i in key_of:
             out[key_of[i]] = out.get(key_of[i], 0) + 1
     return out
-
-
-_STEP0 = AdamWStep(lr=0.0, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, step=1)
 
 
 def _scalars(group: dict, step: int) -> AdamWStep:

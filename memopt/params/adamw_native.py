@@ -1,0 +1,232 @@
+"""The host AdamW update as one hand-vectorized C loop over a whole FSDP2 group.
+
+    for every element of every tensor of the group, in one pass over memory:
+        g = float(grad) * sign                       (grad fp32 or bf16: 4 or 2 B read)
+        m = fma(1 - beta1, g - m, m)                 (8 B)
+        v = fma((1 - beta2) * g, g, v * beta2)       (8 B)
+        w = w * (1 - lr * wd) + (-lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)   (8 B)
+        out = bf16(w), round to nearest even         (2 B written, only for bf16 shards)
+
+torch's fused CPU AdamW (``torch._fused_adamw_``) needs the gradient in the parameter's dtype
+and writes only the parameter: a bf16 shard with an fp32 master costs it three passes (gradient
+cast, update, bf16 cast-out), ~40 B/element against this loop's 28. Inductor's compiled form of
+the same loop moved 72 GB/s on the H100 host against the fused kernel's 126 GB/s and compiled
+for 69 s (docs/params.md), so the loop is written here in C: ~70 lines, compiled once per host
+by the system C compiler (``cc -O3 -march=native -fopenmp``, ~1 s) into ``MEMOPT_CACHE_DIR`` and
+called through ctypes, which releases the GIL for the call. The arithmetic is torch's fused
+kernel's, operation for operation (the same roundings), so the update is bitwise torch's on CPUs
+with FMA. The elements of all the group's
+tensors are split evenly over ``threads`` OpenMP threads (``num_threads`` is passed per call,
+so the worker's team size needs no per-thread setting).
+
+:func:`load` returns None when no compiler or no OpenMP is available (``kernel="auto"`` then
+falls back to torch's fused kernel); ``kernel="native"`` raises :class:`NativeKernelError`
+with the compiler's message.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import torch
+
+_SRC = r"""
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+#define HP 8
+
+static inline float bf2f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t f2bf(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    uint16_t r = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return (f != f) ? (uint16_t)0x7fc0 : r;
+}
+
+/* torch's fused CPU AdamW (ADAMW mode, vector path) operation for operation, so results are
+   bitwise equal on CPUs with FMA: m and v by fused multiply-adds (torch's
+   build contracts v's product and sum). */
+#define ADAMW_LOOP(GRAD, STORE)                                                        \
+    for (int64_t i = a; i < b; i++) {                                                  \
+        float gi = (GRAD) * sign;                                                      \
+        float mi = fmaf(c1, gi - m[i], m[i]);                                          \
+        float vi = fmaf(c2 * gi, gi, v[i] * b2);                                       \
+        float wi = w[i] * decay + nss * mi / (sqrtf(vi) / bc2 + eps);                  \
+        m[i] = mi; v[i] = vi; w[i] = wi; STORE;                                        \
+    }
+
+/* hp: 1 - beta1, beta2, 1 - beta2, eps, 1 - lr * wd, -lr / bc1, sqrt(bc2), sign (each
+   computed in double and rounded to float once, as torch does) */
+static void span(float *restrict w, const void *g, int gk, float *restrict m,
+                 float *restrict v, uint16_t *restrict out, int64_t a, int64_t b,
+                 const float *hp) {
+    const float c1 = hp[0], b2 = hp[1], c2 = hp[2], eps = hp[3], decay = hp[4], nss = hp[5],
+                bc2 = hp[6], sign = hp[7];
+    const float *restrict gf = (const float *)g;
+    const uint16_t *restrict gh = (const uint16_t *)g;
+    if (gk == 0 && out == 0) { ADAMW_LOOP(gf[i], (void)0) }
+    else if (gk == 0) { ADAMW_LOOP(gf[i], out[i] = f2bf(wi)) }
+    else if (out == 0) { ADAMW_LOOP(bf2f(gh[i]), (void)0) }
+    else { ADAMW_LOOP(bf2f(gh[i]), out[i] = f2bf(wi)) }
+}
+
+/* k tensors; their elements are split evenly over nt threads (64-element aligned pieces). */
+void memopt_adamw(int k, float **w, void **g, const int *gk, float **m, float **v,
+                  uint16_t **out, const int64_t *n, const float *hp, int nt) {
+    int64_t total = 0;
+    for (int i = 0; i < k; i++) total += n[i];
+    if (total == 0) return;
+    int64_t most = total / 32768 + 1;  /* at least 32 Ki elements per thread */
+    if (nt > most) nt = (int)most;
+    if (nt < 1) nt = 1;
+    int64_t per = ((total + nt - 1) / nt + 63) & ~(int64_t)63;
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+    for (int t = 0; t < nt; t++) {
+        int64_t lo = (int64_t)t * per, hi = lo + per, base = 0;
+        if (hi > total) hi = total;
+        for (int i = 0; i < k && base < hi; base += n[i], i++) {
+            int64_t a = lo > base ? lo : base, b = hi < base + n[i] ? hi : base + n[i];
+            if (a < b) span(w[i], g[i], gk[i], m[i], v[i], out[i], a - base, b - base, hp + HP * i);
+        }
+    }
+}
+"""
+
+_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-std=c11")
+
+
+class NativeKernelError(RuntimeError):
+    """The C AdamW loop could not be built or loaded here (no compiler, no OpenMP)."""
+
+
+def _compiler() -> str:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise NativeKernelError("no C compiler found (set CC, or install gcc)")
+    return cc
+
+
+def _cpu_signature() -> str:
+    """What ``-march=native`` depends on: the machine and its CPU flags."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    return platform.machine() + flags
+
+
+def _build() -> str:
+    from memopt.config import cache_dir
+
+    cc = _compiler()
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    except OSError as e:
+        raise NativeKernelError(f"C compiler {cc!r} does not run: {e}") from e
+    key = hashlib.sha256("\0".join([_SRC, cc, version, *_FLAGS, _cpu_signature()]).encode())
+    d = os.path.join(cache_dir(), "kernels")
+    path = os.path.join(d, f"adamw-{key.hexdigest()[:20]}.so")
+    if os.path.exists(path):
+        return path
+    os.makedirs(d, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=d) as tmp:
+        src, lib = os.path.join(tmp, "adamw.c"), os.path.join(tmp, "adamw.so")
+        with open(src, "w") as f:
+            f.write(_SRC)
+        r = subprocess.run([cc, *_FLAGS, src, "-o", lib, "-lm"], capture_output=True, text=True)
+        if r.returncode:
+            raise NativeKernelError(f"{cc} failed to build the AdamW loop:\n{r.stderr.strip()}")
+        os.replace(lib, path)  # atomic: ranks building at once each see a whole file
+    return path
+
+
+_LIB: list = []  # [CDLL] once built, [NativeKernelError] once failed
+_LOCK = threading.Lock()
+
+
+def load() -> ctypes.CDLL:
+    """The built loop (built on the first call), or :class:`NativeKernelError`."""
+    with _LOCK:
+        if not _LIB:
+            try:
+                lib = ctypes.CDLL(_build())
+                fn = lib.memopt_adamw
+            except (NativeKernelError, OSError, AttributeError) as e:
+                _LIB.append(e if isinstance(e, NativeKernelError) else NativeKernelError(str(e)))
+            else:
+                P = ctypes.c_void_p
+                fn.argtypes = [ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int]
+                fn.restype = None
+                _LIB.append(fn)
+    if isinstance(_LIB[0], NativeKernelError):
+        raise _LIB[0]
+    return _LIB[0]
+
+
+def available() -> bool:
+    try:
+        load()
+    except NativeKernelError:
+        return False
+    return True
+
+
+def _ptrs(xs) -> ctypes.Array:
+    return (ctypes.c_void_p * len(xs))(*xs)
+
+
+def group_update(ws, gs, ms, vs, outs, hps, threads: int) -> None:
+    """Update fp32 ``ws[i]``, ``ms[i]``, ``vs[i]`` in place from ``gs[i]`` (fp32 or bf16);
+    ``outs[i]`` (bf16, or None) receives ``ws[i]`` rounded to nearest even; ``hps[i]``: the
+    8-float scalar tensor of :meth:`memopt.params.adamw_kernel.AdamWStep.tensor`. All CPU,
+    contiguous, same numel per i. One call; the GIL is released while it runs."""
+    fn = load()
+    k = len(ws)
+    if not k:
+        return
+    for w, g, m, v, o in zip(ws, gs, ms, vs, outs):
+        _check(w, g, m, v, o)
+    hp = torch.cat([h.reshape(8) for h in hps]).contiguous()
+    gk = (ctypes.c_int * k)(*[int(g.dtype == torch.bfloat16) for g in gs])
+    n = (ctypes.c_int64 * k)(*[w.numel() for w in ws])
+    o = _ptrs([x.data_ptr() if x is not None else None for x in outs])
+    fn(k, _ptrs([x.data_ptr() for x in ws]), _ptrs([x.data_ptr() for x in gs]), gk,
+       _ptrs([x.data_ptr() for x in ms]), _ptrs([x.data_ptr() for x in vs]), o, n,
+       ctypes.c_void_p(hp.data_ptr()), int(threads))  # fmt: skip
+
+
+def native_ok(w, g, out) -> bool:
+    """Whether the loop takes this update: fp32 contiguous target, fp32 or bf16 contiguous
+    gradient of its size, no write-back or a bf16 one (others go to torch's kernel)."""
+    return (
+        w.dtype == torch.float32
+        and w.device.type == "cpu"
+        and w.is_contiguous()
+        and g.dtype in (torch.float32, torch.bfloat16)
+        and g.device.type == "cpu"
+        and g.is_contiguous()
+        and g.numel() == w.numel()
+        and (out is None or out.dtype == torch.bfloat16 and out.is_contiguous())
+        and (out is None or out.numel() == w.numel())
+    )
+
+
+def _check(w, g, m, v, out) -> None:
+    if not native_ok(w, g, out) or not all(
+        t.dtype == torch.float32 and t.is_contiguous() and t.numel() == w.numel() for t in (m, v)
+    ):
+        raise ValueError(
+            "the native AdamW takes contiguous CPU tensors of one size: fp32 w, m, v; fp32 or "
+            f"bf16 gradient; bf16 write-back or none (got w {w.dtype}, g {g.dtype}, "
+            f"out {None if out is None else out.dtype})"
+        )
