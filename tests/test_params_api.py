@@ -103,3 +103,39 @@ def test_optimize_param_offload_auto_grows_after_measuring_and_trains_like_adamw
     # the rate used is the slower of the timed-alone one and the one measured under training
     assert auto["loaded_adam_Bps"] == min(auto["rates"]["adam_Bps"], auto["probe_adam_Bps"])
     opt.close()
+
+
+def test_world_size_1_bf16_host_shards_are_exact_and_reduce_in_bf16(no_process_group):
+    """At world size 1 the default host_dtype="auto" keeps bf16 host shards with fp32 masters
+    (mp_policy bf16) and reduces their gradients in bf16: the same numbers as fp32 shards
+    reduced in fp32, bit for bit (FSDP2 computes in bf16 either way; one rank's reduction is the
+    identity), with 2 B/param host copies."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from memopt.params import shard_with_offload
+
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    ids = torch.randint(1, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    runs = []
+    for host_dtype in (None, "auto"):
+        torch.manual_seed(0)
+        model = tiny_llama(num_hidden_layers=2)
+        rec = shard_with_offload(model, 0.5, mp_policy=mp, host_dtype=host_dtype)
+        opt = memopt.HostAdamW(model.parameters(), lr=1e-2, offload=rec, overlap=True)
+        losses = []
+        for _ in range(3):
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        w = model.model.layers[0].mlp.up_proj.weight
+        runs.append((losses, w.to_local().float(), rec))
+        opt.close()
+    (a, wa, ra), (b, wb, rb) = runs
+    assert ra.host_dtype is None and ra.host_reduce_dtype == torch.float32
+    assert rb.host_dtype == torch.bfloat16 and rb.host_reduce_dtype == torch.bfloat16
+    assert rb.plan.on_host[0] and wb.dtype == torch.float32
+    assert a == b and torch.equal(wa.bfloat16().float(), wb)
+    with pytest.raises(ValueError, match="host_dtype='fp8' must be a torch dtype"):
+        shard_with_offload(tiny_llama(), 0.5, host_dtype="fp8")

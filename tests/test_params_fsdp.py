@@ -99,7 +99,8 @@ def _memopt(rank, fraction, **kw):
 
     model = kw.pop("model", None) or _model()
     mp_policy = kw.pop("mp_policy", None)
-    rec = shard_with_offload(model, fraction, mp_policy=mp_policy, host_dtype="auto")
+    hd = kw.pop("host_dtype", "auto")
+    rec = shard_with_offload(model, fraction, mp_policy=mp_policy, host_dtype=hd)
     kw.setdefault("kernel", "torch")
     opt = HostAdamW(model.parameters(), lr=1e-2, offload=rec, **kw)
     return model, opt, rec
@@ -201,9 +202,11 @@ def check_bf16_host_shards(rank):
     mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     ref = _reference(rank, 3, mp_policy=mp_policy)
     runs = {}
+    _, _, rec = _memopt(rank, 0.4, mp_policy=mp_policy)  # "auto" at world size 2: fp32 shards
+    assert rec.host_dtype is None and rec.host_reduce_dtype == torch.float32
     for kernel in ("torch", "native"):  # the C loop in one pass, torch's kernel in three
-        model, opt, rec = _memopt(rank, 0.4, mp_policy=mp_policy, kernel=kernel)
-        assert opt.kernel == kernel
+        model, opt, rec = _memopt(rank, 0.4, mp_policy=mp_policy, kernel=kernel, host_dtype="16bit")
+        assert opt.kernel == kernel and rec.host_reduce_dtype == torch.float32  # world 2: fp32
         w = model.layers[0].up.weight
         assert w.dtype == torch.bfloat16 and model.layers[1].up.weight.dtype == torch.float32
         master = opt.state[w]["master_param"].to_local()
