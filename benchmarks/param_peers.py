@@ -19,7 +19,7 @@ with the ``gpu`` variant's. Variants:
   + ``HostAdamW(overlap=True)`` (host updates during backward, and the next forward waits per
   group; ``host_dtype="auto"``: at world size 1 bf16 host shards with fp32 masters, 2 B/param
   transfers); ``memopt-nooverlap`` updates after backward; ``memopt-bf16host`` asks for bf16
-  host shards explicitly, ``memopt-fp32host`` for fp32 ones (the default before the twentieth
+  host shards explicitly, ``memopt-fp32host`` for fp32 ones (the default before the nineteenth
   session); ``memopt-half`` puts half the bytes on the host;
   ``memopt-auto`` starts with nothing there and lets ``param_offload="auto"`` choose (a probe
   after step 5, the rest after step 8; uncapped, 10 more steps, s/step the median of the last
