@@ -31,6 +31,7 @@ from benchmarks.docs_tables_fronts import (
 )
 from benchmarks.docs_tables_offload import offload_first, offload_gaps, offload_rows, offload_sweep
 from benchmarks.docs_tables_params import (
+    adamw_native_s19,
     cpu_adamw_1124,
     host_adamw,
     param_peers,
@@ -220,6 +221,11 @@ SECTIONS: dict[str, Section] = {
         ("param_peers_2026-11-25_s9.json", "param_peers_2026-11-25_s9_auto.json"), param_peers_s9
     ),
     "param_peers_s15": Section(("param_peers_s15.json", "param_peers_s15b.json"), param_peers_s15),
+    "param_peers_s19": Section(
+        ("param_peers_native_s19.json", "param_peers_s19.json", "param_peers_half_s19.json"),
+        param_peers_s15,
+    ),
+    "adamw_native_s19": Section(("param_peers_adamw_native_s19.json",), adamw_native_s19),
     "param_peers_2026-11-24": Section(
         ("param_peers_2026-11-24.json", "param_peers_pipelined_2026-11-24.json"), param_peers_1124
     ),

@@ -279,9 +279,27 @@ _S15_LABELS = {
     "memopt-half+threads=8": "memopt `param_offload=0.5`, HostAdamW `threads=8`",
     "memopt+nvme_dir=/tmp/nv": "memopt f=1, AdamW moments on disk (`nvme_dir`)",
 }
+_S15_LABELS.update(
+    {
+        "memopt-fp32host": "memopt f=1, fp32 host shards (`host_dtype=None`: the default before)",
+        "memopt-bf16host-fp32reduce": "memopt f=1, bf16 host shards, reduced in fp32",
+        "memopt-bf16host-fp32reduce+kernel=torch": "same, torch's fused kernel in three passes",
+        "memopt-bf16host+reduce=bf16": "memopt f=1, bf16 host shards reduced in bf16 (now the default)",
+        "memopt-half+host=fp32": "memopt `param_offload=0.5`, fp32 host shards",
+        "memopt-half+host=fp32+kernel=torch": "same, torch's kernel (the default before)",
+        "memopt-half+kernel=torch": "memopt `param_offload=0.5`, bf16 host shards, torch's kernel",
+    }
+)
 #: the row each variant is compared with (same run, same batch)
 _S15_REF = {
     "memopt": "fsdp2",
+    "memopt-fp32host": "fsdp2",
+    "memopt-bf16host-fp32reduce": "fsdp2",
+    "memopt-bf16host-fp32reduce+kernel=torch": "fsdp2",
+    "memopt-bf16host+reduce=bf16": "fsdp2",
+    "memopt-half+host=fp32": "fsdp2-nooffload",
+    "memopt-half+host=fp32+kernel=torch": "fsdp2-nooffload",
+    "memopt-half+kernel=torch": "fsdp2-nooffload",
     "memopt-half": "fsdp2-nooffload",
     "memopt-half+threads=8": "fsdp2-nooffload",
     "memopt-auto": "gpu",
@@ -295,15 +313,18 @@ def param_peers_s15(*runs: dict) -> str:
     heads = ("run", "variant", "batch", "cap GiB", "s/step", "tokens/s", "vs reference")
     heads += ("GPU peak GiB", "host share", "threads", "host busy / wait s", "host RSS GiB")
     rows = []
-    for letter, d in zip("AB", runs):
+    for letter, d in zip("ABCDEF", runs):
         ok = {(r["name"], r["bs"]): r for r in d["results"] if "error" not in r}
         for r in d["results"]:
             name = _S15_LABELS.get(r["name"], r["name"])
             batch = f"{r['bs']} × {r['seq']}"
             if "error" in r:
-                rows.append((letter, name, batch, "", "failed", "", "", "", "", "", "", ""))
+                err = "out of memory" if r["error"] == "OOM" else "failed"
+                rows.append((letter, name, batch, "", err, "", "", "", "", "", "", ""))
                 continue
             ref = _S15_REF.get(r["name"], "")
+            threads = r.get("threads", "")  # from the nineteenth session: a CPU profile
+            threads = r.get("worker_threads", "") if isinstance(threads, list) else threads
             base = ok.get((ref, r["bs"]))
             vs = f"{base['s_per_step'] / r['s_per_step']:.2f}× {ref}" if base else ""
             share = r.get("host_share")
@@ -320,9 +341,28 @@ def param_peers_s15(*runs: dict) -> str:
                     vs,
                     f"{r['peak_gib']:.2f}",
                     "" if share is None else f"{share:.2f}",
-                    r.get("threads", ""),
+                    threads,
                     host,
                     f"{r['VmHWM'] / GiB:.1f}",
                 )
             )
+    return table(heads, rows)
+
+
+def adamw_native_s19(d: dict) -> str:
+    """``param_peers.py adamw``: one AdamW step over ``numel`` fp32 elements on the host, best of
+    the repetitions; GB/s counts 28 B/element (fp32: w, m, v read and written, fp32 gradient
+    read; bf16: a 2 B gradient read and a 2 B bf16 copy written), what one pass moves."""
+    rows = []
+    for key, label in (
+        ("torch_fused_fp32_s", "torch fused AdamW, fp32 gradient (torch.optim.AdamW(fused=True))"),
+        ("native_fp32_s", "memopt native loop, fp32 gradient"),
+        ("native_bf16_writeback_s", "memopt native loop, bf16 gradient in, bf16 copy out"),
+        ("memopt_bf16_writeback_unchunked_s", "torch's kernel for the same (cast, update, cast)"),
+        ("torch_fused_bf16_writeback_s", "torch.optim.AdamW(fused=True) with the two casts"),
+    ):
+        t = d[key]
+        rows.append((label, f"{t * 1e3:.1f}", f"{28 * d['numel'] / t / 1e9:.0f}",
+                     f"{t / d['torch_fused_fp32_s']:.2f}"))  # fmt: skip
+    heads = ("update", "ms", "GB/s (28 B/element)", "vs torch fused fp32")
     return table(heads, rows)

@@ -144,6 +144,8 @@ def setup(name: str, model, args):
     host_dtype = {"memopt-bf16host": torch.bfloat16, "memopt-fp32host": None}.get(name, "auto")
     f = {"memopt-half": 0.5, "memopt-auto": "auto"}.get(name, args.fraction)
     kw.update(_options(args.options))
+    if "host" in kw:  # memopt-half+host=fp32: the host shards' dtype
+        host_dtype = {"fp32": None, "bf16": torch.bfloat16}[kw.pop("host")]
     stage = bool(kw.pop("stage", 0))  # memopt-half+stage=1: world-size-1 staging
     mp = _mp(kw.pop("reduce", "fp32"))  # reduce=bf16: gradients reduced in bf16
     rec = shard_with_offload(model, f, mp_policy=mp, host_dtype=host_dtype, stage_ahead=stage)
