@@ -222,7 +222,12 @@ SECTIONS: dict[str, Section] = {
     ),
     "param_peers_s15": Section(("param_peers_s15.json", "param_peers_s15b.json"), param_peers_s15),
     "param_peers_s19": Section(
-        ("param_peers_native_s19.json", "param_peers_s19.json", "param_peers_half_s19.json"),
+        (
+            "param_peers_native_s19.json",
+            "param_peers_s19.json",
+            "param_peers_half_s19.json",
+            "param_peers_stage_s19.json",
+        ),
         param_peers_s15,
     ),
     "adamw_native_s19": Section(("param_peers_adamw_native_s19.json",), adamw_native_s19),

@@ -288,6 +288,7 @@ _S15_LABELS.update(
         "memopt-half+host=fp32": "memopt `param_offload=0.5`, fp32 host shards",
         "memopt-half+host=fp32+kernel=torch": "same, torch's kernel (the default before)",
         "memopt-half+kernel=torch": "memopt `param_offload=0.5`, bf16 host shards, torch's kernel",
+        "memopt+stage=1": "memopt f=1, next group staged on a side stream (`stage_ahead=True`)",
     }
 )
 #: the row each variant is compared with (same run, same batch)
@@ -300,6 +301,7 @@ _S15_REF = {
     "memopt-half+host=fp32": "fsdp2-nooffload",
     "memopt-half+host=fp32+kernel=torch": "fsdp2-nooffload",
     "memopt-half+kernel=torch": "fsdp2-nooffload",
+    "memopt+stage=1": "fsdp2",
     "memopt-half": "fsdp2-nooffload",
     "memopt-half+threads=8": "fsdp2-nooffload",
     "memopt-auto": "gpu",
