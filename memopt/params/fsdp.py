@@ -1,6 +1,6 @@
 """Parameter offload through FSDP2: ``fully_shard`` with a host or device policy per group.
 
-    model --find_layers--> groups (each layer, then the root)
+    model --find_layers--> groups (each layer, the output head when it is not tied, the root)
           --plan_host_groups(bytes, f)--> HostPlan (which groups live on the host)
           --fully_shard(layer, offload_policy=CPUOffloadPolicy | OffloadPolicy)--> ... root
           --> FsdpOffload (the plan, fp32 masters of bf16 host shards, report rows)
@@ -42,7 +42,7 @@ from memopt.config import parse_param_offload
 from memopt.params import _fsdp_compat as fc
 from memopt.params.auto import AutoOffload
 from memopt.params.host_plan import HostPlan, plan_host_groups, share_for_budget
-from memopt.params.layers import find_layers
+from memopt.params.layers import find_layers, find_output_head
 from memopt.params.prefetch import HostPrefetch
 from memopt.params.rates import HostRates, host_rates
 
@@ -78,6 +78,8 @@ class FsdpOffload:
     """FSDP2's prefetch depth set by memopt (None: FSDP2's default of one)."""
     staging: HostPrefetch | None = None
     """At world size 1 on CUDA: host shards staged on the device ahead of use."""
+    head: str | None = None
+    """The output head's group name when it is a group of its own (see ``find_output_head``)."""
     host_reduce_dtype: torch.dtype | None = None
     """The dtype host groups reduce gradients in (None: FSDP2's default, the param dtype)."""
 
@@ -126,7 +128,7 @@ class FsdpOffload:
             rows.append(
                 {
                     "name": name or "(root)",
-                    "kind": "other" if mod is self.groups[-1][1] else "layer",
+                    "kind": "other" if mod is self.groups[-1][1] or name == self.head else "layer",
                     "param_bytes": sum(t.numel() * t.element_size() for t in locs),
                     "where": "cpu" if host else _where(locs),
                     "host": host,
@@ -267,13 +269,16 @@ def _start(
 
 def _shard(model, start, pin, layers_prefix, mesh, mp_policy, hd, rfa, world):
     """An unsharded model: ``fully_shard`` each layer group with a host or device policy."""
-    groups = [*find_layers(model, layers_prefix), ("", model)]
+    layers = find_layers(model, layers_prefix)
+    head = find_output_head(model, layers)
+    groups = [*layers, *head, ("", model)]
     layer_ids = {id(p) for _, m in groups[:-1] for p in m.parameters()}
     root_bytes = _nbytes(p for p in model.parameters() if id(p) not in layer_ids)
     sizes = [_nbytes(m.parameters()) for _, m in groups[:-1]] + [root_bytes]
     fraction, auto = start(sizes)
     plan = plan_host_groups([n for n, _ in groups], sizes, fraction)
     rec = FsdpOffload(plan, groups, pin, hd, user_sharded=False, auto=auto)
+    rec.head = head[0][0] if head else None
     kw = {"mesh": mesh, "reshard_after_forward": rfa}
     mp_host = _host_policy(mp_policy, hd, world)
     rec.host_reduce_dtype = mp_host.reduce_dtype if mp_host is not None else None

@@ -26,3 +26,25 @@ def find_layers(model: nn.Module, prefix: str | None = None) -> list[tuple[str, 
     if best is None:
         raise ValueError("the model has no nn.ModuleList of layers; pass layers_prefix")
     return find_layers(model, best)
+
+
+def find_output_head(
+    model: nn.Module, layers: list[tuple[str, nn.Module]]
+) -> list[tuple[str, nn.Module]]:
+    """The model's output head (``get_output_embeddings()``, e.g. an LLM's ``lm_head``) as a
+    group of its own, or nothing: when the model has none, when it sits inside a layer, or when
+    its weight is tied to a parameter outside it (the input embedding). As its own FSDP2 group
+    its gradient is reduced right after its backward, early in the backward pass, instead of
+    with the root group's at the end."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    if not isinstance(head, nn.Module) or not any(True for _ in head.parameters()):
+        return []
+    name = next((n for n, m in model.named_modules() if m is head), None)
+    if not name or any(name == n or name.startswith(n + ".") for n, _ in layers):
+        return []
+    own = {id(p) for p in head.parameters()}
+    for pname, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in own and not pname.startswith(name + "."):
+            return []  # tied: the parameter is also the input embedding's
+    return [(name, head)]
