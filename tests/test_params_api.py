@@ -75,9 +75,7 @@ def test_optimize_param_offload_auto_grows_after_measuring_and_trains_like_adamw
     )
     rec = memopt.param_offload_handle(opt_model)
     start = (True, True, False, True, False, False)  # 4 layers, lm_head, root: 3 spread groups
-    assert rec.plan.on_host == start and rec.auto.need == pytest.approx(
-        1 - 300_000 / 657_664
-    )
+    assert rec.plan.on_host == start and rec.auto.need == pytest.approx(1 - 300_000 / 657_664)
     opt = memopt.HostAdamW(model.parameters(), lr=1e-2, offload=rec, overlap=True)
     # steps 3-5 timed: the first estimate asks for every group; the probe moves half of what it
     # adds (share 0.900: layer 2); steps 6-8 time the host AdamW under training, then the rest
