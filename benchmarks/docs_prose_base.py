@@ -39,6 +39,7 @@ FILES = {
     "p19": "param_peers_s19.json",
     "p19h": "param_peers_half_s19.json",
     "p19d": "param_peers_stage_s19.json",
+    "p19e": "param_peers_head_s19.json",
     "ci": "ci_run.json",
     "first_hour": "first_hour.json",
     "pareto_llama": "pareto_llama.json",

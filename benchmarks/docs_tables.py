@@ -227,6 +227,7 @@ SECTIONS: dict[str, Section] = {
             "param_peers_s19.json",
             "param_peers_half_s19.json",
             "param_peers_stage_s19.json",
+            "param_peers_head_s19.json",
         ),
         param_peers_s15,
     ),
