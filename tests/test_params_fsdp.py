@@ -204,7 +204,10 @@ def check_bf16_host_shards(rank):
     runs = {}
     _, _, rec = _memopt(rank, 0.4, mp_policy=mp_policy)  # "auto" at world size 2: fp32 shards
     assert rec.host_dtype is None and rec.host_reduce_dtype == torch.float32
-    for kernel in ("torch", "native"):  # the C loop in one pass, torch's kernel in three
+    from memopt.params import adamw_native
+
+    kernels = ("torch", "native") if adamw_native.available() else ("torch",)
+    for kernel in kernels:  # the C loop in one pass, torch's kernel in three
         model, opt, rec = _memopt(rank, 0.4, mp_policy=mp_policy, kernel=kernel, host_dtype="16bit")
         assert opt.kernel == kernel and rec.host_reduce_dtype == torch.float32  # world 2: fp32
         w = model.layers[0].up.weight
@@ -215,8 +218,9 @@ def check_bf16_host_shards(rank):
         torch.testing.assert_close(got, ref, rtol=0, atol=2e-2)  # bf16 shards vs fp32 shards
         assert torch.equal(opt.state[w]["master_param"].to_local().bfloat16(), w.to_local())
         runs[kernel] = (got, w.to_local().clone(), opt.state[w]["exp_avg_sq"].to_local())
-    (a, wa, va), (b, wb, vb) = runs["torch"], runs["native"]
-    assert a == b and torch.equal(wa, wb) and torch.equal(va, vb)  # bitwise the same update
+    if "native" in runs:
+        (a, wa, va), (b, wb, vb) = runs["torch"], runs["native"]
+        assert a == b and torch.equal(wa, wb) and torch.equal(va, vb)  # bitwise the same update
 
 
 def check_checkpoint_round_trip(rank, tmp):

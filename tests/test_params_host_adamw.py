@@ -12,6 +12,8 @@ from memopt.params import HostAdamW
 from memopt.params import adamw_kernel as k
 from memopt.params import adamw_native as an
 
+#: the native loop needs a C compiler with OpenMP (present on CI and the GPU host)
+needs_cc = pytest.mark.skipif(not an.available(), reason="no C compiler with OpenMP here")
 STEP = k.AdamWStep(lr=1e-2, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.1, step=3)
 
 
@@ -52,6 +54,7 @@ def test_torch_update_in_pieces_is_torch_fused_bitwise(monkeypatch):
     [(torch.float32, False, False), (torch.bfloat16, True, False), (torch.bfloat16, False, True),
      (torch.float32, True, True)],
 )  # fmt: skip
+@needs_cc
 def test_native_update_is_torch_fused_bitwise(grad_dtype, write_back, maximize):
     """One call over three tensors split over three threads (pieces cross the tensors'
     borders) gives torch's fused update bit for bit, and the bf16 write-back is torch's cast."""
@@ -77,6 +80,7 @@ def test_native_update_is_torch_fused_bitwise(grad_dtype, write_back, maximize):
         assert out is None or torch.equal(out.view(torch.int16), w.bfloat16().view(torch.int16))
 
 
+@needs_cc
 def test_native_write_back_rounds_like_torch():
     """lr 0 keeps w, so out = bf16(w): ties to even, NaN, infinities, overflow, subnormals."""
     bits = [0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0x7F800000, 0xFF800000,
@@ -93,6 +97,7 @@ def test_native_write_back_rounds_like_torch():
     assert out[nan].isnan().all() and out.view(torch.int16)[~nan].tolist() == want[~nan].tolist()
 
 
+@needs_cc
 def test_kernel_choice_and_a_missing_compiler(monkeypatch, tmp_path):
     p = torch.nn.Parameter(torch.randn(64))
     assert HostAdamW([p]).kernel == "native" and HostAdamW([p], kernel="torch").kernel == "torch"
