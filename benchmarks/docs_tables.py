@@ -38,6 +38,7 @@ from benchmarks.docs_tables_params import (
     param_peers_1124,
     param_peers_s9,
     param_peers_s15,
+    param_peers_s19,
 )
 
 
@@ -229,7 +230,7 @@ SECTIONS: dict[str, Section] = {
             "param_peers_stage_s19.json",
             "param_peers_head_s19.json",
         ),
-        param_peers_s15,
+        param_peers_s19,
     ),
     "adamw_native_s19": Section(("param_peers_adamw_native_s19.json",), adamw_native_s19),
     "param_peers_2026-11-24": Section(

@@ -281,12 +281,12 @@ _S15_LABELS = {
 }
 _S15_LABELS.update(
     {
-        "memopt-fp32host": "memopt f=1, fp32 host shards (`host_dtype=None`: the default before)",
+        "memopt-fp32host": "memopt f=1, fp32 host shards (`host_dtype=None`, the default)",
         "memopt-bf16host-fp32reduce": "memopt f=1, bf16 host shards, reduced in fp32",
         "memopt-bf16host-fp32reduce+kernel=torch": "same, torch's fused kernel in three passes",
-        "memopt-bf16host+reduce=bf16": "memopt f=1, bf16 host shards reduced in bf16 (now the default)",
+        "memopt-bf16host+reduce=bf16": "memopt f=1, bf16 host shards reduced in bf16 (`host_dtype='auto'`)",
         "memopt-half+host=fp32": "memopt `param_offload=0.5`, fp32 host shards",
-        "memopt-half+host=fp32+kernel=torch": "same, torch's kernel (the default before)",
+        "memopt-half+host=fp32+kernel=torch": "same, torch's kernel (the default kernel before)",
         "memopt-half+kernel=torch": "memopt `param_offload=0.5`, bf16 host shards, torch's kernel",
         "memopt+stage=1": "memopt f=1, next group staged on a side stream (`stage_ahead=True`)",
     }
@@ -308,7 +308,17 @@ _S15_REF = {
 }
 
 
-def param_peers_s15(*runs: dict) -> str:
+def param_peers_s19(*runs: dict) -> str:
+    """The nineteenth session's runs (A-E) as :func:`param_peers_s15` renders them; the memopt
+    rows of runs B-E ran with ``host_dtype="auto"`` (bf16 host shards at world size 1)."""
+    labels = {
+        "memopt": "memopt f=1, `host_dtype='auto'` (bf16 shards, bf16 reduce)",
+        "memopt-half": "memopt `param_offload=0.5`, `host_dtype='auto'`",
+    }
+    return param_peers_s15(*runs, labels=labels)
+
+
+def param_peers_s15(*runs: dict, labels: dict | None = None) -> str:
     """The fifteenth session's runs A (batch 2 x 512) and B (4 x 1024 and the NVMe tier): each
     variant against its reference of the same run and batch; HostAdamW's threads and the update
     worker's median busy / the training thread's median wait per step (steps 4 on)."""
@@ -318,7 +328,7 @@ def param_peers_s15(*runs: dict) -> str:
     for letter, d in zip("ABCDEF", runs):
         ok = {(r["name"], r["bs"]): r for r in d["results"] if "error" not in r}
         for r in d["results"]:
-            name = _S15_LABELS.get(r["name"], r["name"])
+            name = {**_S15_LABELS, **(labels or {})}.get(r["name"], r["name"])
             batch = f"{r['bs']} × {r['seq']}"
             if "error" in r:
                 err = "out of memory" if r["error"] == "OOM" else "failed"

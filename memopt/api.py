@@ -70,7 +70,9 @@ def optimize(
     ``param_offload=f`` keeps that share of the parameter bytes on the host through FSDP2
     (docs/params.md): each layer is ``fully_shard``-ed with a host or device offload policy (a
     model already sharded keeps its groups; a world-size-1 process group is created when none
-    exists, its backend from ``device``; ``mp_policy=`` goes to ``fully_shard``). Train with
+    exists, its backend from ``device``; ``mp_policy=`` goes to ``fully_shard``; ``host_dtype=``
+    to :func:`memopt.params.shard_with_offload`, e.g. ``"auto"`` for bf16 host shards at world
+    size 1). Train with
     ``memopt.HostAdamW(model.parameters(), offload=memopt.param_offload_handle(model))``.
     ``param_offload="auto"`` or bytes (``"8GiB"``: at most that much of each rank's parameter
     shards on the device) let HostAdamW choose the share after the first steps from the
@@ -82,6 +84,7 @@ def optimize(
     settings = {k: kwargs.pop(k) for k in list(kwargs) if k in _SETTING_NAMES}
     mp_policy = kwargs.pop("mp_policy", None)  # FSDP2's, for param_offload
     host_rates = kwargs.pop("host_rates", None)  # memopt.params.HostRates, for "auto"
+    host_dtype = kwargs.pop("host_dtype", None)  # shard_with_offload's, for param_offload
     _check_compile_kwargs(kwargs)
     cfg = resolve_config(
         level=level,
@@ -92,6 +95,9 @@ def optimize(
         **settings,
     )
     _check_layers(model, cfg)
+    for name, value in (("host_dtype", host_dtype), ("mp_policy", mp_policy)):
+        if value is not None and not cfg.param_offload:
+            raise ConfigError(f"{name}={value!r} applies to param_offload, which is not set")
     state = MemoptState(cfg)
     if cfg.param_offload:
         from memopt.params import offload_parameters
@@ -103,6 +109,7 @@ def optimize(
             device=device,
             mp_policy=mp_policy,
             rates=host_rates,
+            host_dtype=host_dtype,
         )
     agree_device_rates()  # at world size > 1: every rank plans with the same rates
     compiled = torch.compile(model, backend=MemoptBackend(cfg, state), dynamic=dynamic, **kwargs)

@@ -108,8 +108,8 @@ def test_optimize_param_offload_auto_grows_after_measuring_and_trains_like_adamw
 
 
 def test_world_size_1_bf16_host_shards_are_exact_and_reduce_in_bf16(no_process_group):
-    """At world size 1 the default host_dtype="auto" keeps bf16 host shards with fp32 masters
-    (mp_policy bf16) and reduces their gradients in bf16: the same numbers as fp32 shards
+    """At world size 1 host_dtype="auto" keeps bf16 host shards with fp32 masters (mp_policy
+    bf16) and reduces their gradients in bf16: the same numbers as fp32 shards (the default)
     reduced in fp32, bit for bit (FSDP2 computes in bf16 either way; one rank's reduction is the
     identity), with 2 B/param host copies."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -142,3 +142,5 @@ def test_world_size_1_bf16_host_shards_are_exact_and_reduce_in_bf16(no_process_g
     assert a == b and torch.equal(wa.bfloat16().float(), wb)
     with pytest.raises(ValueError, match="host_dtype='fp8' must be a torch dtype"):
         shard_with_offload(tiny_llama(), 0.5, host_dtype="fp8")
+    with pytest.raises(memopt.ConfigError, match="host_dtype='auto' applies to param_offload"):
+        memopt.optimize(tiny_llama(), host_dtype="auto")

@@ -81,6 +81,38 @@ def test_native_update_is_torch_fused_bitwise(grad_dtype, write_back, maximize):
 
 
 @needs_cc
+@pytest.mark.parametrize("beta1", [0.0, 0.5, 0.3])
+def test_native_update_follows_torchs_lerp_for_any_beta1(beta1):
+    """torch's ``exp_avg.lerp_(g, 1 - beta1)`` starts from ``g`` when the weight is >= 0.5: at
+    beta1 0 an ``m`` of 1 and a gradient of 1e-8 give 1e-8, not 0."""
+    from dataclasses import replace
+
+    step = replace(STEP, beta1=beta1)
+    w, g, m, v = _state(4096, seed=7)
+    m[:8], g[:8] = 1.0, 1e-8
+    ref = [t.clone() for t in (w, m, v)]
+    k.torch_update(*ref[:1], g, *ref[1:], None, step)
+    an.group_update([w], [g], [m], [v], [None], [step.tensor()], threads=2)
+    for got, want in zip((w, m, v), ref):
+        assert torch.equal(got, want)
+    if beta1 == 0.0:
+        assert m[:8].tolist() == [pytest.approx(1e-8)] * 8
+
+
+@needs_cc
+def test_native_update_on_a_size_torch_ends_in_its_scalar_loop():
+    """87 elements: torch updates the last ``87 % vector width`` in a scalar loop whose ``v``
+    may round an ulp apart; ``w`` and ``m`` stay bitwise, ``v`` within an ulp."""
+    w, g, m, v = _state(87, seed=3)
+    ref = [t.clone() for t in (w, m, v)]
+    k.torch_update(ref[0], g, ref[1], ref[2], None, STEP)
+    an.group_update([w], [g], [m], [v], [None], [STEP.tensor()], threads=1)
+    assert torch.equal(m, ref[1])
+    torch.testing.assert_close(v, ref[2], rtol=2.4e-7, atol=0)
+    torch.testing.assert_close(w, ref[0], rtol=2.4e-7, atol=1e-9)
+
+
+@needs_cc
 def test_native_write_back_rounds_like_torch():
     """lr 0 keeps w, so out = bf16(w): ties to even, NaN, infinities, overflow, subnormals."""
     bits = [0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0x7F800000, 0xFF800000,

@@ -15,7 +15,8 @@ for 69 s (docs/params.md), so the loop is written here in C: ~70 lines, compiled
 by the system C compiler (``cc -O3 -march=native -fopenmp``, ~1 s) into ``MEMOPT_CACHE_DIR`` and
 called through ctypes, which releases the GIL for the call. The arithmetic is torch's fused
 kernel's, operation for operation (the same roundings), so the update is bitwise torch's on CPUs
-with FMA. The elements of all the group's
+with FMA, except in the last ``numel % vector width`` elements of a tensor, which torch updates
+in a scalar loop that may round ``v`` differently (by an ulp). The elements of all the group's
 tensors are split evenly over ``threads`` OpenMP threads (``num_threads`` is passed per call,
 so the worker's team size needs no per-thread setting).
 
@@ -52,12 +53,13 @@ static inline uint16_t f2bf(float f) {
 }
 
 /* torch's fused CPU AdamW (ADAMW mode, vector path) operation for operation, so results are
-   bitwise equal on CPUs with FMA: m and v by fused multiply-adds (torch's
-   build contracts v's product and sum). */
+   bitwise equal on CPUs with FMA: m by torch's lerp (from m when 1 - beta1 < 0.5, else from
+   g), v by a fused multiply-add (torch's build contracts its product and sum), nothing else
+   contracted (-ffp-contract=off). */
 #define ADAMW_LOOP(GRAD, STORE)                                                        \
     for (int64_t i = a; i < b; i++) {                                                  \
         float gi = (GRAD) * sign;                                                      \
-        float mi = fmaf(c1, gi - m[i], m[i]);                                          \
+        float mi = small ? fmaf(c1, gi - m[i], m[i]) : fmaf(c1m1, gi - m[i], gi);       \
         float vi = fmaf(c2 * gi, gi, v[i] * b2);                                       \
         float wi = w[i] * decay + nss * mi / (sqrtf(vi) / bc2 + eps);                  \
         m[i] = mi; v[i] = vi; w[i] = wi; STORE;                                        \
@@ -69,7 +71,8 @@ static void span(float *restrict w, const void *g, int gk, float *restrict m,
                  float *restrict v, uint16_t *restrict out, int64_t a, int64_t b,
                  const float *hp) {
     const float c1 = hp[0], b2 = hp[1], c2 = hp[2], eps = hp[3], decay = hp[4], nss = hp[5],
-                bc2 = hp[6], sign = hp[7];
+                bc2 = hp[6], sign = hp[7], c1m1 = c1 - 1.0f;
+    const int small = fabsf(c1) < 0.5f; /* torch's lerp: from m when the weight is small */
     const float *restrict gf = (const float *)g;
     const uint16_t *restrict gh = (const uint16_t *)g;
     if (gk == 0 && out == 0) { ADAMW_LOOP(gf[i], (void)0) }
@@ -101,6 +104,7 @@ void memopt_adamw(int k, float **w, void **g, const int *gk, float **m, float **
 """
 
 _FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-std=c11")
+_FLAGS += ("-ffp-contract=off",)  # clang contracts by default; torch's rounding is two-step
 
 
 class NativeKernelError(RuntimeError):
@@ -130,7 +134,9 @@ def _build() -> str:
 
     cc = _compiler()
     try:
-        version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+        version = subprocess.run(
+            [cc, "--version"], capture_output=True, text=True, errors="replace"
+        ).stdout
     except OSError as e:
         raise NativeKernelError(f"C compiler {cc!r} does not run: {e}") from e
     key = hashlib.sha256("\0".join([_SRC, cc, version, *_FLAGS, _cpu_signature()]).encode())
@@ -143,7 +149,8 @@ def _build() -> str:
         src, lib = os.path.join(tmp, "adamw.c"), os.path.join(tmp, "adamw.so")
         with open(src, "w") as f:
             f.write(_SRC)
-        r = subprocess.run([cc, *_FLAGS, src, "-o", lib, "-lm"], capture_output=True, text=True)
+        cmd = [cc, *_FLAGS, src, "-o", lib, "-lm"]
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
         if r.returncode:
             raise NativeKernelError(f"{cc} failed to build the AdamW loop:\n{r.stderr.strip()}")
         os.replace(lib, path)  # atomic: ranks building at once each see a whole file
@@ -205,26 +212,30 @@ def group_update(ws, gs, ms, vs, outs, hps, threads: int) -> None:
        ctypes.c_void_p(hp.data_ptr()), int(threads))  # fmt: skip
 
 
-def native_ok(w, g, out) -> bool:
-    """Whether the loop takes this update: fp32 contiguous target, fp32 or bf16 contiguous
-    gradient of its size, no write-back or a bf16 one (others go to torch's kernel)."""
+def native_ok(w, g, out, m=None, v=None) -> bool:
+    """Whether the loop takes this update: contiguous CPU tensors of one size, an fp32 target
+    (and fp32 moments), an fp32 or bf16 gradient, no write-back or a bf16 one (others go to
+    torch's kernel)."""
+
+    def ok(t, dtypes) -> bool:
+        return (
+            t.dtype in dtypes
+            and t.device.type == "cpu"
+            and t.is_contiguous()
+            and t.numel() == w.numel()
+        )
+
+    f32 = (torch.float32,)
     return (
-        w.dtype == torch.float32
-        and w.device.type == "cpu"
-        and w.is_contiguous()
-        and g.dtype in (torch.float32, torch.bfloat16)
-        and g.device.type == "cpu"
-        and g.is_contiguous()
-        and g.numel() == w.numel()
-        and (out is None or out.dtype == torch.bfloat16 and out.is_contiguous())
-        and (out is None or out.numel() == w.numel())
+        ok(w, f32)
+        and ok(g, (torch.float32, torch.bfloat16))
+        and (out is None or ok(out, (torch.bfloat16,)))
+        and all(ok(t, f32) for t in (m, v) if t is not None)
     )
 
 
 def _check(w, g, m, v, out) -> None:
-    if not native_ok(w, g, out) or not all(
-        t.dtype == torch.float32 and t.is_contiguous() and t.numel() == w.numel() for t in (m, v)
-    ):
+    if not native_ok(w, g, out, m, v):
         raise ValueError(
             "the native AdamW takes contiguous CPU tensors of one size: fp32 w, m, v; fp32 or "
             f"bf16 gradient; bf16 write-back or none (got w {w.dtype}, g {g.dtype}, "

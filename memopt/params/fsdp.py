@@ -10,12 +10,14 @@ for the all-gather before use, and their reduced gradients are copied back to th
 the user already sharded keeps its groups and mesh; memopt moves the chosen groups' shards to the
 host (:func:`memopt.params._fsdp_compat.move_group_to_host`).
 
-With ``host_dtype=torch.bfloat16`` (by default at world size 1 when ``mp_policy.param_dtype`` is
-bf16), the host groups are cast to bf16 *before* sharding: their shards, the all-gather copies
+With ``host_dtype=torch.bfloat16`` (or ``"auto"`` at world size 1 when ``mp_policy.param_dtype``
+is bf16), the host groups are cast to bf16 *before* sharding: their shards, the all-gather copies
 and the gradients are 2 B/param. The fp32 values are kept as masters (sliced to this rank's
 shard) for :class:`memopt.params.HostAdamW`, which updates them and writes the bf16 shard back.
-At world size 1 this is exact: the compute casts the fp32 shard to bf16 anyway, the gradient is
-bf16, and a reduction over one rank is the identity, so the host groups also reduce in bf16
+At world size 1, for one backward per step, this is exact: the compute casts the fp32 shard to
+bf16 anyway, the gradient is bf16, and a reduction over one rank is the identity (gradients
+accumulated over micro-batches or clipped are rounded to bf16, though), so the host groups also
+reduce in bf16
 (no fp32 copy of each layer's gradient on the device; measured 0.47 GiB lower peak and 38 ms
 faster per step on the benchmark, docs/params.md).
 """
@@ -189,7 +191,7 @@ def shard_with_offload(
     layers_prefix: str | None = None,
     mesh=None,
     mp_policy: MixedPrecisionPolicy | None = None,
-    host_dtype: torch.dtype | None | str = "auto",
+    host_dtype: torch.dtype | None | str = None,
     pin_memory: bool | None = None,
     reshard_after_forward: bool = True,
     prefetch: int | None = None,
@@ -205,12 +207,14 @@ def shard_with_offload(
     see :mod:`memopt.params.auto`).
 
     ``mesh`` / ``mp_policy`` / ``reshard_after_forward`` go to every ``fully_shard`` call.
-    ``pin_memory`` defaults to whether CUDA is available. ``host_dtype="auto"`` (default) casts
-    host groups to ``mp_policy.param_dtype`` when that is 16-bit and the world has one rank,
-    where it changes no number (fp32 masters kept for :class:`HostAdamW`; the host groups then
-    also reduce in that dtype); at world size > 1 it keeps the model's dtype, since FSDP2 would
-    round the fp32-reduced gradient to the 16-bit shard's dtype. ``"16bit"`` or a dtype casts at
-    any world size (accepting that rounding); ``None`` keeps the model's dtype.
+    ``pin_memory`` defaults to whether CUDA is available. ``host_dtype=None`` (default) keeps the
+    model's dtype on the host. ``"auto"`` casts host groups to ``mp_policy.param_dtype`` when that
+    is 16-bit and the world has one rank (fp32 masters kept for :class:`HostAdamW`; the host
+    groups then also reduce in that dtype): for one backward per step with unmodified gradients
+    this changes no number, but FSDP2 accumulates gradients of several micro-batches, and
+    clipping scales them, in the shard's 16-bit dtype. At world size > 1 ``"auto"`` keeps the
+    model's dtype, since FSDP2 would round the fp32-reduced gradient to 16 bits. ``"16bit"`` or
+    a dtype casts at any world size (accepting that rounding).
     ``prefetch=k`` all-gathers ``k`` layer groups ahead in forward and backward (FSDP2's
     default is one; :func:`memopt.params.host_plan.prefetch_depth` sizes ``k`` from the
     measured PCIe rate). Build the optimizer after this call.
@@ -354,10 +358,16 @@ def offload_parameters(
     device: torch.device | str | None = None,
     mp_policy: MixedPrecisionPolicy | None = None,
     rates: HostRates | None = None,
+    host_dtype: torch.dtype | None | str = None,
 ) -> FsdpOffload:
     """``memopt.optimize(..., param_offload=f)``: :func:`shard_with_offload` (a world-size-1
     process group is created when none exists; ``device`` picks its backend)."""
     ensure_process_group(device)
     return shard_with_offload(
-        model, fraction, layers_prefix=layers_prefix, mp_policy=mp_policy, rates=rates
+        model,
+        fraction,
+        layers_prefix=layers_prefix,
+        mp_policy=mp_policy,
+        rates=rates,
+        host_dtype=host_dtype,
     )

@@ -22,6 +22,7 @@ shards stay fp32 when loaded.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -121,6 +122,14 @@ class HostAdamW(torch.optim.Optimizer):
         if nvme_dir is not None:  # host shards' moments in a file (memopt.params.host_nvme)
             sizes = [(id(p), local(p).numel()) for p in self.state if self._on_host(p)]
             self._nvme = MomentFile(nvme_dir, sizes)
+        sixteen = [p for p in self.state if self._on_host(p) and "master_param" in self.state[p]]
+        if accumulation_steps > 1 and sixteen:
+            warnings.warn(
+                f"memopt HostAdamW: accumulation_steps={accumulation_steps} with 16-bit host "
+                f"shards ({len(sixteen)} parameters): FSDP2 accumulates their gradients in the "
+                "shard's dtype; shard with host_dtype=None for fp32 accumulation",
+                stacklevel=2,
+            )
         self.pipelined = bool(overlap and offload is not None and self._wait_in_forward(offload))
         self._offload = offload
         if offload is not None:
@@ -267,7 +276,9 @@ class HostAdamW(torch.optim.Optimizer):
         native, fused, rest = [], {}, []
         for it in items:
             w, out = self._targets(it.p)
-            if self.kernel == "native" and native_ok(w, it.grad, out):
+            st = self.state[it.p]
+            mv = (local(st["exp_avg"]), local(st["exp_avg_sq"]))
+            if self.kernel == "native" and native_ok(w, it.grad, out, *mv):
                 native.append(it)
             elif out is None and it.grad.dtype == w.dtype:
                 fused.setdefault(_hyper(it.s), []).append(it)
@@ -323,14 +334,14 @@ class HostAdamW(torch.optim.Optimizer):
         """One host shard (``m``, ``v``: flat moment buffers from the NVMe tier; the state's
         own tensors otherwise): the C loop where it applies, else torch's kernel."""
         w, out = self._targets(p)
-        if self.kernel == "native" and native_ok(w, g, out):
-            self._native_host([_Item(p, g, s, None)], None if m is None else [(m, v)])
-            return
         st = self.state[p]
         if m is None:
             m, v = local(st["exp_avg"]), local(st["exp_avg_sq"])
         else:
             m, v = m.view(w.shape), v.view(w.shape)
+        if self.kernel == "native" and native_ok(w, g, out, m, v):
+            self._native_host([_Item(p, g, s, None)], [(m, v)])
+            return
         if g.dtype != w.dtype and self._scratch.numel() < min(g.numel(), CHUNK):
             self._scratch = torch.empty(min(g.numel(), CHUNK), dtype=w.dtype)
         torch_update(w, g, m, v, out, s, self._scratch)
