@@ -17,16 +17,21 @@ with the ``gpu`` variant's. Variants:
   (uncapped): the "no offload" reference of ``param_offload=0.5``.
 * ``memopt``: ``memopt.params.shard_with_offload(model, f)`` (same FSDP2 groups and policies)
   + ``HostAdamW(overlap=True)`` (host updates during backward, and the next forward waits per
-  group; ``host_dtype="auto"``, passed by this benchmark: at world size 1 bf16 host shards
-  with fp32 masters, 2 B/param transfers); ``memopt-nooverlap`` updates after backward;
-  ``memopt-bf16host`` asks for bf16 host shards explicitly, ``memopt-fp32host`` for fp32 ones
-  (memopt's default, ``host_dtype=None``); ``memopt-half`` puts half the bytes on the host;
+  group; ``host_dtype="auto"``, the default since the twentieth session: at world size 1 bf16
+  host shards with fp32 masters, 2 B/param transfers); ``memopt-nooverlap`` updates after
+  backward; ``memopt-bf16host`` asks for bf16 host shards explicitly, ``memopt-fp32host`` for
+  fp32 ones (``host_dtype=None``); ``memopt-half`` puts half the bytes on the host;
   ``memopt-auto`` starts with nothing there and lets ``param_offload="auto"`` choose (a probe
   after step 5, the rest after step 8; uncapped, 10 more steps, s/step the median of the last
   9, all on the final placement).
 * (``streamer``, the old ``apply_param_offload(model, 0.9)`` + ``CPUAdamW``, was measured in
   docs/data/param_peers_2026-11-24.json and then deleted from memopt.)
 * ``torchao``: ``CPUOffloadOptimizer(offload_gradients=True)`` when torchao imports (uncapped).
+
+``--accum K`` runs K micro-batches of the job's shape per step (tokens/s counts all K; memopt
+with ``overlap`` gets ``accumulation_steps=K``); ``--clip X`` clips the global gradient norm to X
+before each step (torch's ``clip_grad_norm_``; memopt's ``HostAdamW.clip_grad_norm_``, which
+needs ``memopt-nooverlap``).
 
 A job ``memopt+threads=auto+batch=param:2x512`` passes HostAdamW keywords (``chunk=N`` sets the
 bf16 update's piece size of torch's kernel; ``kernel=torch`` picks torch's fused kernel over the
@@ -153,7 +158,9 @@ def setup(name: str, model, args):
         from memopt.params import adamw_kernel
 
         adamw_kernel.CHUNK = kw.pop("chunk")
-    opt = HostAdamW(model.parameters(), offload=rec, overlap=name != "memopt-nooverlap", **kw)
+    overlap = name != "memopt-nooverlap"
+    acc = args.accum if overlap else 1
+    opt = HostAdamW(model.parameters(), offload=rec, overlap=overlap, accumulation_steps=acc, **kw)
     rows = rec.placement_rows() + opt.placement_rows()
     extra = {"placement": format_placement(rows), "threads": opt.threads}
     extra["kernel"] = opt.kernel
@@ -185,17 +192,28 @@ def variant(args) -> dict:
     # 'auto' probes after step 5 and moves the rest after step 8; the 2 steps after a move
     # still wait for it, so the last 9 of 12 + 10 steps all run on the final placement
     steps = args.steps + (10 if args.name == "memopt-auto" else 0)
-    data = batches(steps, args.bs, args.seq, SIZES[args.size]["vocab"])
+    micro = args.accum
+    flat = batches(steps * micro, args.bs, args.seq, SIZES[args.size]["vocab"])
+    data = [flat[i : i + micro] for i in range(0, len(flat), micro)]
     losses, times, host = [], [], []
 
-    def one(x):
-        x = x.cuda(non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=x, labels=x).loss
-        loss.backward()
+    def one(xs):
+        total = 0.0
+        for x in xs:
+            x = x.cuda(non_blocking=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss / len(xs)
+            loss.backward()
+            total = total + loss.detach()
+        if args.clip:
+            clip = getattr(opt, "clip_grad_norm_", None)
+            if clip is not None:
+                clip(args.clip)
+            else:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss
+        return total
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import diag_threads
@@ -269,7 +287,9 @@ def variant(args) -> dict:
         "params": nparam,
         "s_per_step": s,
         "thread_cpu_s": statistics.median(cpu[first:]),
-        "tokens_per_s": args.bs * args.seq / s,
+        "tokens_per_s": args.bs * args.seq * micro / s,
+        "accum": micro,
+        "clip": args.clip,
         "peak_gib": torch.cuda.max_memory_allocated() / GiB,
         "cap_gib": None if args.name in UNCAPPED else args.cap_gib,
         "losses": losses,
@@ -287,6 +307,7 @@ def run(args) -> None:
         cmd = [sys.executable, __file__, "variant", "--name", name, "--bs", str(bs)]
         cmd += ["--seq", str(seq), "--size", args.size, "--cap-gib", str(args.cap_gib)]
         cmd += ["--fraction", str(args.fraction), "--steps", str(args.steps)]
+        cmd += ["--accum", str(args.accum), "--clip", str(args.clip)]
         cmd += ["--waits", "--profile-steps", str(args.profile_steps)] if args.waits else []
         if "+" in name:  # memopt+threads=auto: HostAdamW keywords
             base, opts = name.split("+", 1)
@@ -430,6 +451,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--cap-gib", type=float, default=3.5)
     ap.add_argument("--fraction", type=float, default=1.0)
+    ap.add_argument("--accum", type=int, default=1, help="micro-batches per step")
+    ap.add_argument("--clip", type=float, default=0.0, help="clip the grad norm to this")
     ap.add_argument("--options", default="", help="HostAdamW keywords: threads=auto+batch=param")
     ap.add_argument("--timeout", type=int, default=240)
     ap.add_argument("--numel", type=int, default=1 << 26)

@@ -71,8 +71,9 @@ def optimize(
     (docs/params.md): each layer is ``fully_shard``-ed with a host or device offload policy (a
     model already sharded keeps its groups; a world-size-1 process group is created when none
     exists, its backend from ``device``; ``mp_policy=`` goes to ``fully_shard``; ``host_dtype=``
-    to :func:`memopt.params.shard_with_offload`, e.g. ``"auto"`` for bf16 host shards at world
-    size 1). Train with
+    to :func:`memopt.params.shard_with_offload`: its default ``"auto"`` keeps bf16 host shards
+    with fp32 masters at world size 1 under a bf16 ``mp_policy``, ``None`` the model's dtype).
+    Train with
     ``memopt.HostAdamW(model.parameters(), offload=memopt.param_offload_handle(model))``.
     ``param_offload="auto"`` or bytes (``"8GiB"``: at most that much of each rank's parameter
     shards on the device) let HostAdamW choose the share after the first steps from the
@@ -84,7 +85,8 @@ def optimize(
     settings = {k: kwargs.pop(k) for k in list(kwargs) if k in _SETTING_NAMES}
     mp_policy = kwargs.pop("mp_policy", None)  # FSDP2's, for param_offload
     host_rates = kwargs.pop("host_rates", None)  # memopt.params.HostRates, for "auto"
-    host_dtype = kwargs.pop("host_dtype", None)  # shard_with_offload's, for param_offload
+    given = {k for k in ("host_dtype", "mp_policy") if kwargs.get(k) is not None}
+    host_dtype = kwargs.pop("host_dtype", "auto")  # shard_with_offload's, for param_offload
     _check_compile_kwargs(kwargs)
     cfg = resolve_config(
         level=level,
@@ -96,7 +98,7 @@ def optimize(
     )
     _check_layers(model, cfg)
     for name, value in (("host_dtype", host_dtype), ("mp_policy", mp_policy)):
-        if value is not None and not cfg.param_offload:
+        if name in given and not cfg.param_offload:
             raise ConfigError(f"{name}={value!r} applies to param_offload, which is not set")
     state = MemoptState(cfg)
     if cfg.param_offload:

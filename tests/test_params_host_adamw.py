@@ -113,6 +113,33 @@ def test_native_update_on_a_size_torch_ends_in_its_scalar_loop():
 
 
 @needs_cc
+def test_native_gradient_buffer_pass_is_torch_ops_bitwise():
+    """memopt.params.grad_acc's one-pass fold, check and scale against torch's ops on an fp32
+    buffer and bf16 gradients (a size that does not divide the threads' pieces)."""
+    n = 100_003
+    g = torch.Generator().manual_seed(1)
+    acc, old = torch.randn(n, generator=g), (torch.randn(n, generator=g) * 3).bfloat16()
+    new = torch.randn(n, generator=g).bfloat16()
+    a, out = acc.clone(), new.clone()  # fold into an exact buffer whose .grad is unchanged
+    vis = acc.bfloat16()
+    assert an.acc_pass(a, vis, 2, out, 1.0, out, 4) == 0
+    assert torch.equal(a, acc + new.float()) and torch.equal(out, (acc + new.float()).bfloat16())
+    a = torch.empty(n)  # the first fold: from the bf16 gradient
+    assert an.acc_pass(a, old, 1, new, 1.0, None, 3) == 0
+    assert torch.equal(a, old.float().add_(new))
+    vis[7], vis[99_999] = 5.0, -2.0  # changed outside: those elements are taken from .grad
+    a = acc.clone()
+    assert an.acc_pass(a, vis, 2, threads=4) == 2
+    want = acc.clone()
+    want[7], want[99_999] = 5.0, -2.0
+    assert torch.equal(a, want)
+    coef = torch.tensor(0.3712, dtype=torch.float32)  # clipping: fp32 times an fp32 factor
+    a, out = acc.clone(), torch.empty(n, dtype=torch.bfloat16)
+    an.acc_pass(a, None, 0, None, float(coef), out, 2)
+    assert torch.equal(a, acc * coef) and torch.equal(out, (acc * coef).bfloat16())
+
+
+@needs_cc
 def test_native_write_back_rounds_like_torch():
     """lr 0 keeps w, so out = bf16(w): ties to even, NaN, infinities, overflow, subnormals."""
     bits = [0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0x7F800000, 0xFF800000,

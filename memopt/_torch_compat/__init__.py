@@ -589,3 +589,10 @@ def tangents_held_to_the_end() -> bool:
 def donated_buffers_on() -> bool:
     """Whether AOTAutograd donates saved tensors to the backward (``donated_buffer``)."""
     return bool(getattr(torch._functorch.config, "donated_buffer", False))
+
+
+def queue_backward_callback(fn) -> None:
+    """Run ``fn`` on autograd's thread when the running backward pass ends, before
+    ``backward()`` returns (the engine's final callbacks, which FSDP2 uses too; callbacks queued
+    while they run are run as well)."""
+    torch.autograd.Variable._execution_engine.queue_callback(fn)

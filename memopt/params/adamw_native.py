@@ -101,6 +101,40 @@ void memopt_adamw(int k, float **w, void **g, const int *gk, float **m, float **
         }
     }
 }
+
+/* fp32 gradient buffers of bf16 host shards (memopt.params.grad_acc), one pass:
+   a = mode 0: acc[i]; 1: float(src[i]); 2: acc[i] where bf16(acc[i]) == src[i] (else float(src[i])
+   and counted as changed); then a += float(add[i]) if add; a *= scale; acc[i] = a;
+   out[i] = bf16(a) if out. Returns the changed count. */
+static int64_t acc_span(float *restrict acc, const uint16_t *src, int mode, const uint16_t *add,
+                        float scale, uint16_t *out, int64_t a, int64_t b) {
+    int64_t changed = 0;
+    for (int64_t i = a; i < b; i++) {
+        float x = acc[i];
+        if (mode == 1) x = bf2f(src[i]);
+        else if (mode == 2 && f2bf(x) != src[i]) { x = bf2f(src[i]); changed++; }
+        if (add) x = x + bf2f(add[i]);
+        x = x * scale;
+        acc[i] = x;
+        if (out) out[i] = f2bf(x);
+    }
+    return changed;
+}
+
+int64_t memopt_acc(int64_t n, float *acc, const uint16_t *src, int mode, const uint16_t *add,
+                   float scale, uint16_t *out, int nt) {
+    int64_t most = n / 32768 + 1, changed = 0;
+    if (nt > most) nt = (int)most;
+    if (nt < 1) nt = 1;
+    int64_t per = ((n + nt - 1) / nt + 63) & ~(int64_t)63;
+#pragma omp parallel for num_threads(nt) schedule(static, 1) reduction(+:changed)
+    for (int t = 0; t < nt; t++) {
+        int64_t lo = (int64_t)t * per, hi = lo + per;
+        if (hi > n) hi = n;
+        if (lo < hi) changed += acc_span(acc, src, mode, add, scale, out, lo, hi);
+    }
+    return changed;
+}
 """
 
 _FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-std=c11")
@@ -168,13 +202,17 @@ def load() -> ctypes.CDLL:
             try:
                 lib = ctypes.CDLL(_build())
                 fn = lib.memopt_adamw
+                acc = lib.memopt_acc
             except (NativeKernelError, OSError, AttributeError) as e:
                 _LIB.append(e if isinstance(e, NativeKernelError) else NativeKernelError(str(e)))
             else:
-                P = ctypes.c_void_p
-                fn.argtypes = [ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int]
+                P, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+                fn.argtypes = [i32, P, P, P, P, P, P, P, P, i32]
                 fn.restype = None
+                acc.argtypes = [i64, P, P, i32, P, ctypes.c_float, P, i32]
+                acc.restype = i64
                 _LIB.append(fn)
+                _LIB.append(acc)
     if isinstance(_LIB[0], NativeKernelError):
         raise _LIB[0]
     return _LIB[0]
@@ -210,6 +248,26 @@ def group_update(ws, gs, ms, vs, outs, hps, threads: int) -> None:
     fn(k, _ptrs([x.data_ptr() for x in ws]), _ptrs([x.data_ptr() for x in gs]), gk,
        _ptrs([x.data_ptr() for x in ms]), _ptrs([x.data_ptr() for x in vs]), o, n,
        ctypes.c_void_p(hp.data_ptr()), int(threads))  # fmt: skip
+
+
+def acc_pass(acc, src, mode: int, add=None, scale: float = 1.0, out=None, threads: int = 1) -> int:
+    """One pass over an fp32 gradient buffer ``acc`` (see ``memopt_acc`` in the C source):
+    ``mode`` 0 keeps ``acc``, 1 takes ``float(src)``, 2 keeps ``acc`` where ``src`` (bf16) still
+    equals its rounding, else takes ``src`` (counted); then ``+ float(add)``, ``* scale``; ``out``
+    (bf16) gets the rounding. Returns the count of changed elements. The GIL is released."""
+    load()
+    n = acc.numel()
+    for t in (src, add, out):
+        if t is not None and (t.dtype != torch.bfloat16 or t.numel() != n or not t.is_contiguous()):
+            raise ValueError("acc_pass takes contiguous bf16 src/add/out of acc's size")
+    if acc.dtype != torch.float32 or not acc.is_contiguous():
+        raise ValueError("acc_pass takes a contiguous fp32 acc")
+
+    def ptr(t):
+        return None if t is None else t.data_ptr()
+
+    fn = _LIB[1]
+    return int(fn(n, acc.data_ptr(), ptr(src), mode, ptr(add), scale, ptr(out), int(threads)))
 
 
 def native_ok(w, g, out, m=None, v=None) -> bool:

@@ -31,10 +31,13 @@ def _reduce_group(grads: Sequence[torch.Tensor]):
     return None, torch.device("cpu")
 
 
-def total_norm(grads: Sequence[torch.Tensor], norm_type: float = 2.0) -> torch.Tensor:
-    """The global ``norm_type`` norm of ``grads`` (local shards reduced over their mesh)."""
+def total_norm(
+    grads: Sequence[torch.Tensor], norm_type: float = 2.0, mesh_from=None
+) -> torch.Tensor:
+    """The global ``norm_type`` norm of ``grads`` (local shards reduced over the mesh of the
+    first DTensor in ``mesh_from``, default ``grads``)."""
     p = float(norm_type)
-    group, dev = _reduce_group(grads)
+    group, dev = _reduce_group(grads if mesh_from is None else mesh_from)
     parts = []
     for t in (local(g) for g in grads):
         if t.numel():
@@ -52,12 +55,18 @@ def total_norm(grads: Sequence[torch.Tensor], norm_type: float = 2.0) -> torch.T
 
 @torch.no_grad()
 def clip_grads_(
-    grads: Sequence[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    grads: Sequence[torch.Tensor], max_norm: float, norm_type: float = 2.0, mesh_from=None
 ) -> torch.Tensor:
-    """Scale ``grads`` in place so their global norm is at most ``max_norm``; returns the norm."""
-    norm = total_norm(grads, norm_type)
-    coef = torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0)
+    """Scale ``grads`` in place so their global norm is at most ``max_norm``; returns the norm.
+    ``mesh_from``: tensors whose DTensor mesh to reduce over when ``grads`` holds local ones."""
+    norm = total_norm(grads, norm_type, mesh_from)
+    coef = clip_coef(norm, max_norm)
     for g in grads:
         t = local(g)
         t.mul_(coef.to(t.device))
     return norm
+
+
+def clip_coef(norm: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """``min(1, max_norm / (norm + 1e-6))``, torch's ``clip_grad_norm_`` factor (fp32)."""
+    return torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0)

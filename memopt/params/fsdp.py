@@ -14,12 +14,11 @@ With ``host_dtype=torch.bfloat16`` (or ``"auto"`` at world size 1 when ``mp_poli
 is bf16), the host groups are cast to bf16 *before* sharding: their shards, the all-gather copies
 and the gradients are 2 B/param. The fp32 values are kept as masters (sliced to this rank's
 shard) for :class:`memopt.params.HostAdamW`, which updates them and writes the bf16 shard back.
-At world size 1, for one backward per step, this is exact: the compute casts the fp32 shard to
-bf16 anyway, the gradient is bf16, and a reduction over one rank is the identity (gradients
-accumulated over micro-batches or clipped are rounded to bf16, though), so the host groups also
-reduce in bf16
-(no fp32 copy of each layer's gradient on the device; measured 0.47 GiB lower peak and 38 ms
-faster per step on the benchmark, docs/params.md).
+At world size 1 this is exact: the compute casts the fp32 shard to bf16 anyway, the gradient is
+bf16, a reduction over one rank is the identity, and HostAdamW accumulates micro-batches and clips
+in fp32 (:mod:`memopt.params.grad_acc`). So the host groups also reduce in bf16 (no fp32 copy of
+each layer's gradient on the device; measured 0.47 GiB lower peak and 38 ms faster per step on
+the benchmark, docs/params.md). It is the default (``host_dtype="auto"``) at world size 1.
 """
 
 from __future__ import annotations
@@ -39,8 +38,10 @@ from torch.distributed.fsdp import (
     fully_shard,
 )
 from torch.distributed.tensor import distribute_tensor
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from memopt.config import parse_param_offload
+from memopt.errors import ConfigError
 from memopt.params import _fsdp_compat as fc
 from memopt.params.auto import AutoOffload
 from memopt.params.host_plan import HostPlan, plan_host_groups, share_for_budget
@@ -112,6 +113,8 @@ class FsdpOffload:
 
     def take_master(self, p: torch.Tensor) -> torch.Tensor | None:
         """The fp32 master of a bf16 host shard (handed over once, then forgotten)."""
+        if hasattr(p, MASTER_FLAG):
+            delattr(p, MASTER_FLAG)
         return self.masters.pop(id(p), None)
 
     def attach_optimizer(self, optimizer) -> None:
@@ -191,7 +194,7 @@ def shard_with_offload(
     layers_prefix: str | None = None,
     mesh=None,
     mp_policy: MixedPrecisionPolicy | None = None,
-    host_dtype: torch.dtype | None | str = None,
+    host_dtype: torch.dtype | None | str = "auto",
     pin_memory: bool | None = None,
     reshard_after_forward: bool = True,
     prefetch: int | None = None,
@@ -207,14 +210,14 @@ def shard_with_offload(
     see :mod:`memopt.params.auto`).
 
     ``mesh`` / ``mp_policy`` / ``reshard_after_forward`` go to every ``fully_shard`` call.
-    ``pin_memory`` defaults to whether CUDA is available. ``host_dtype=None`` (default) keeps the
-    model's dtype on the host. ``"auto"`` casts host groups to ``mp_policy.param_dtype`` when that
-    is 16-bit and the world has one rank (fp32 masters kept for :class:`HostAdamW`; the host
-    groups then also reduce in that dtype): for one backward per step with unmodified gradients
-    this changes no number, but FSDP2 accumulates gradients of several micro-batches, and
-    clipping scales them, in the shard's 16-bit dtype. At world size > 1 ``"auto"`` keeps the
-    model's dtype, since FSDP2 would round the fp32-reduced gradient to 16 bits. ``"16bit"`` or
-    a dtype casts at any world size (accepting that rounding).
+    ``pin_memory`` defaults to whether CUDA is available. ``host_dtype="auto"`` (default) casts
+    host groups to ``mp_policy.param_dtype`` when that is 16-bit and the world has one rank
+    (fp32 masters kept for :class:`HostAdamW`, which accumulates and clips their gradients in
+    fp32, :mod:`memopt.params.grad_acc`; the host groups then also reduce in that dtype): the
+    same numbers as fp32 shards with 2 B/param host copies. At world size > 1 ``"auto"`` keeps
+    the model's dtype, since FSDP2 would round the fp32-reduced gradient to 16 bits. ``"16bit"``
+    or a dtype casts at any world size (accepting that rounding); ``None`` keeps the model's
+    dtype. Another optimizer than HostAdamW stepping 16-bit host shards raises ConfigError.
     ``prefetch=k`` all-gathers ``k`` layer groups ahead in forward and backward (FSDP2's
     default is one; :func:`memopt.params.host_plan.prefetch_depth` sizes ``k`` from the
     measured PCIe rate). Build the optimizer after this call.
@@ -295,7 +298,35 @@ def _shard(model, start, pin, layers_prefix, mesh, mp_policy, hd, rfa, world):
             if key in full:
                 rec.masters[id(p)] = _local_master(full.pop(key), p)
     rec.cuda = any(p.is_cuda for p in model.parameters())
+    _guard_masters(p for p in model.parameters() if id(p) in rec.masters)
     return rec
+
+
+#: Attribute set on a 16-bit host shard whose fp32 master waits in its record for HostAdamW.
+MASTER_FLAG = "_memopt_master_waits"
+_HOOK: list = []  # the global optimizer step pre-hook's handle, once registered
+
+
+def _guard_masters(params) -> None:
+    """16-bit host shards train only through HostAdamW (it takes their fp32 masters): another
+    optimizer stepping them would update the bf16 shard itself, so its step raises."""
+    for p in params:
+        setattr(p, MASTER_FLAG, True)
+    if not _HOOK:
+        _HOOK.append(register_optimizer_step_pre_hook(_check_masters))
+
+
+def _check_masters(opt, args, kwargs) -> None:
+    """The global optimizer step pre-hook (registered once): see :func:`_guard_masters`."""
+    mine = sum(getattr(p, MASTER_FLAG, False) for g in opt.param_groups for p in g["params"])
+    if mine:
+        raise ConfigError(
+            f"{type(opt).__name__} steps {mine} bf16 host shard(s) made by shard_with_offload "
+            "(host_dtype='auto', the default at world size 1 with a 16-bit mp_policy): their "
+            "fp32 masters are kept for memopt.HostAdamW(model.parameters(), offload=rec), which "
+            "updates them and writes the bf16 shard back. Use HostAdamW, or shard with "
+            "host_dtype=None (fp32 host shards) for another optimizer"
+        )
 
 
 def set_prefetch(layers: list[nn.Module], depth: int) -> None:
@@ -358,7 +389,7 @@ def offload_parameters(
     device: torch.device | str | None = None,
     mp_policy: MixedPrecisionPolicy | None = None,
     rates: HostRates | None = None,
-    host_dtype: torch.dtype | None | str = None,
+    host_dtype: torch.dtype | None | str = "auto",
 ) -> FsdpOffload:
     """``memopt.optimize(..., param_offload=f)``: :func:`shard_with_offload` (a world-size-1
     process group is created when none exists; ``device`` picks its backend)."""

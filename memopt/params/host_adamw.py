@@ -22,7 +22,6 @@ shards stay fp32 when loaded.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -30,6 +29,7 @@ from functools import partial
 import torch
 
 from memopt._torch_compat import fused_adamw_
+from memopt.errors import ConfigError
 from memopt.params import _fsdp_compat as fc
 from memopt.params._fsdp_compat import group_params, is_fsdp, local
 from memopt.params.adamw_kernel import (
@@ -40,8 +40,11 @@ from memopt.params.adamw_kernel import (
     torch_update,
 )
 from memopt.params.adamw_native import group_update, native_ok
-from memopt.params.clip import clip_grads_
+from memopt.params.clip import clip_coef, total_norm
+from memopt.params.fsdp import MASTER_FLAG
+from memopt.params.grad_acc import Fp32Grads
 from memopt.params.host_nvme import MomentFile
+from memopt.params.report import optimizer_rows
 from memopt.params.threads import (
     check_nice,
     name_thread,
@@ -122,14 +125,14 @@ class HostAdamW(torch.optim.Optimizer):
         if nvme_dir is not None:  # host shards' moments in a file (memopt.params.host_nvme)
             sizes = [(id(p), local(p).numel()) for p in self.state if self._on_host(p)]
             self._nvme = MomentFile(nvme_dir, sizes)
-        sixteen = [p for p in self.state if self._on_host(p) and "master_param" in self.state[p]]
-        if accumulation_steps > 1 and sixteen:
-            warnings.warn(
-                f"memopt HostAdamW: accumulation_steps={accumulation_steps} with 16-bit host "
-                f"shards ({len(sixteen)} parameters): FSDP2 accumulates their gradients in the "
-                "shard's dtype; shard with host_dtype=None for fp32 accumulation",
-                stacklevel=2,
-            )
+        # 16-bit host shards: gradients accumulated and clipped in fp32 (memopt.params.grad_acc)
+        self._fp32 = Fp32Grads(
+            self._sixteen(self.state),
+            mods,
+            self._queue,
+            native=self.kernel == "native",
+            threads=self.threads,
+        )
         self.pipelined = bool(overlap and offload is not None and self._wait_in_forward(offload))
         self._offload = offload
         if offload is not None:
@@ -140,6 +143,20 @@ class HostAdamW(torch.optim.Optimizer):
         if self.overlap and self._on_host(p) and p.requires_grad and id(p) not in self._hooked:
             self._hooked.add(id(p))
             self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+
+    def _sixteen(self, params) -> list[torch.Tensor]:
+        return [
+            p
+            for p in params
+            if self._on_host(p) and p.requires_grad and "master_param" in self.state[p]
+        ]
+
+    def _grad(self, p):
+        """``p``'s gradient (local), or for a 16-bit host shard's accumulated or clipped one a
+        task the worker runs that returns its exact fp32 value (:mod:`memopt.params.grad_acc`)."""
+        if p in self._fp32:
+            return self._fp32.value(p)
+        return local(p.grad) if p.grad is not None else None
 
     def _start_worker(self, team: int | None) -> None:
         name_thread("memopt-adamw")  # before the team exists: its threads inherit the name
@@ -177,6 +194,12 @@ class HostAdamW(torch.optim.Optimizer):
             st["exp_avg_sq"] = torch.zeros_like(p, dtype=dtype)
         if host and p.dtype != torch.float32:
             master = offload.take_master(p) if offload is not None else None
+            if master is None and getattr(p, MASTER_FLAG, False):
+                raise ConfigError(
+                    "memopt HostAdamW: a bf16 host shard's fp32 master is in the record of "
+                    "shard_with_offload / memopt.optimize(param_offload=...): pass it as "
+                    "HostAdamW(..., offload=rec) (memopt.param_offload_handle(model))"
+                )
             st["master_param"] = torch.zeros_like(p, dtype=torch.float32)
             local(st["master_param"]).copy_(master if master is not None else local(p))
 
@@ -206,6 +229,8 @@ class HostAdamW(torch.optim.Optimizer):
             self._hook_host(p)
         host = [id(p) for p in self.state if self._on_host(p) and p.requires_grad]
         self._expect = _count_by_key(self._gkey, host)
+        mods = [m for _, m in self._offload.groups] if self._offload is not None else []
+        self._fp32.add(self._sixteen(params), mods)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's loading casts state to the parameter's dtype; the moments and master of a
@@ -230,7 +255,7 @@ class HostAdamW(torch.optim.Optimizer):
                 self._nvme.write(id(p), local(m), local(v)).result()
 
     # ---- updates ----------------------------------------------------------------------------
-    def _item(self, p: torch.Tensor, group: dict) -> _Item:
+    def _item(self, p: torch.Tensor, group: dict, grad: torch.Tensor) -> _Item:
         """``p``'s update with the gradient and scalars of now (the worker may run it after
         ``zero_grad`` or a scheduler step), and the event its gradient's D2H copy ends with."""
         st = self.state[p]
@@ -239,7 +264,7 @@ class HostAdamW(torch.optim.Optimizer):
         ev = fc.grad_copy_event(fp) if fp is not None else None
         if fp is None and p.grad is not None and _cuda_in_use():
             ev = _SYNC_ALL  # an unknown copy: wait for the whole device (correct, not fast)
-        return _Item(p, local(p.grad), _scalars(group, int(st["step"])), ev)
+        return _Item(p, grad, _scalars(group, int(st["step"])), ev)
 
     def _push(self, items: list[_Item]) -> None:
         self._queue.push([id(it.p) for it in items], partial(self._run_items, items))
@@ -267,6 +292,7 @@ class HostAdamW(torch.optim.Optimizer):
                 torch.cuda.synchronize()
             else:
                 ev.synchronize()
+        items = [_Item(it.p, it.grad(), it.s, None) if callable(it.grad) else it for it in items]
         if self._nvme is not None:
             self._nvme.run(
                 [id(it.p) for it in items],
@@ -375,11 +401,13 @@ class HostAdamW(torch.optim.Optimizer):
     def _on_grad(self, p: torch.Tensor) -> None:
         n = self._micro[id(p)] = self._micro.get(id(p), 0) + 1
         if n < self.accumulation_steps:
-            return
+            return  # a 16-bit host shard's gradient is folded into fp32 by Fp32Grads' own hook
         self._micro[id(p)] = 0
         self._done.add(id(p))
         self.overlapped_updates += 1
-        self._add(self._item(p, self._group_of[id(p)]))
+        fold = self._fp32.take_fold(p) if p in self._fp32 else None  # folded with the update
+        grad = fold if fold is not None else self._grad(p)
+        self._add(self._item(p, self._group_of[id(p)], grad))
 
     def wait(self) -> None:
         """Block until every queued host update has run (before reading the weights outside
@@ -405,15 +433,17 @@ class HostAdamW(torch.optim.Optimizer):
         for group in self.param_groups:
             device = []
             for p in group["params"]:
-                if p.grad is None or id(p) in self._done:
+                g = self._grad(p) if id(p) not in self._done else None
+                if g is None:
                     continue
                 if self._on_host(p):
-                    self._add(self._item(p, group))
+                    self._add(self._item(p, group, g))
                 else:
                     device.append(p)
             self._update_device(device, group, self.state)
         self._flush()
         self._done.clear()
+        self._fp32.reap()
         if not self.pipelined:
             self._queue.wait()
         auto = getattr(self._offload, "auto", None)
@@ -438,6 +468,7 @@ class HostAdamW(torch.optim.Optimizer):
         if not set_to_none:
             self.wait()  # queued updates read the gradient tensors that this would zero
         self._micro.clear()
+        self._fp32.clear()
         super().zero_grad(set_to_none=set_to_none)
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
@@ -448,8 +479,18 @@ class HostAdamW(torch.optim.Optimizer):
                 "backward, before the global norm is known. Build HostAdamW(overlap=False)."
             )
         self._drain()
-        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
-        return clip_grads_(grads, max_norm, norm_type)
+        params = [p for g in self.param_groups for p in g["params"]]
+        tracked = [(p, self._fp32.norm_source(p)) for p in params if p in self._fp32]
+        tracked = [(p, t) for p, t in tracked if t is not None]
+        others = [p.grad for p in params if p not in self._fp32 and p.grad is not None]
+        mesh_from = [p.grad for p in params if p.grad is not None]
+        norm = total_norm([t for _, t in tracked] + others, norm_type, mesh_from)
+        coef = clip_coef(norm, max_norm)
+        for g in others:
+            local(g).mul_(coef.to(local(g).device))
+        for p, _ in tracked:  # 16-bit host shards: scaled in fp32 (memopt.params.grad_acc)
+            self._fp32.scale(p, coef)
+        return norm
 
     def host_stats(self) -> dict:
         """Seconds the update worker was busy, tasks it finished, and seconds the training
@@ -464,12 +505,14 @@ class HostAdamW(torch.optim.Optimizer):
         cpu = [r for r in rows if r.get("where") == "cpu"]
         out["host_pinned_bytes"] = sum(r["param_bytes"] for r in cpu if r.get("pinned"))
         out["host_pageable_bytes"] = sum(r["param_bytes"] for r in cpu if not r.get("pinned"))
+        out["host_fp32_grad_bytes"] = self._fp32.nbytes  # in the pageable bytes
         auto = getattr(self._offload, "auto", None)
         if auto is not None:
             out["auto"] = auto.to_dict()
         return out
 
     def close(self) -> None:
+        self._fp32.close()
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
@@ -479,37 +522,17 @@ class HostAdamW(torch.optim.Optimizer):
 
     # ---- report -----------------------------------------------------------------------------
     def placement_rows(self) -> list[dict]:
-        """Per parameter group: masters and moments, host and device bytes apart."""
-        rows = []
-        for gi, group in enumerate(self.param_groups):
-            acc: dict[tuple[str, str], list[int]] = {}
-            for p in group["params"]:
-                if self._nvme is not None and id(p) in self._nvme:
-                    acc.setdefault(("exp_avg+exp_avg_sq", "disk"), [0, 0])[0] += (
-                        8 * local(p).numel()
-                    )
-                for key in _FP32_KEYS:
-                    t = self.state[p].get(key)
-                    if t is None:
-                        continue
-                    t = local(t)
-                    where = "cpu" if t.device.type == "cpu" else "gpu"
-                    name = "fp32 master" if key == "master_param" else "exp_avg+exp_avg_sq"
-                    row = acc.setdefault((name, where), [0, 1])
-                    row[0] += t.numel() * t.element_size()
-                    row[1] &= int(t.is_pinned() or where != "cpu")
-            for (name, where), (nbytes, pinned) in acc.items():
-                rows.append(
-                    {
-                        "name": f"optimizer group {gi}: {name}",
-                        "kind": "optimizer",
-                        "param_bytes": nbytes,
-                        "where": where,
-                        "pinned": bool(pinned) and where == "cpu",
-                        "slot": None,
-                    }
-                )
+        """Per parameter group: masters and moments, host and device bytes apart (and the fp32
+        gradient buffers of 16-bit host shards)."""
+        nvme = set() if self._nvme is None else {i for i in self._param_ids() if i in self._nvme}
+        rows = optimizer_rows(self.param_groups, self.state, _FP32_KEYS, nvme)
+        if self._fp32.nbytes:
+            rows.append(dict(name="fp32 gradient buffers (bf16 host shards)", kind="optimizer"))
+            rows[-1].update(param_bytes=self._fp32.nbytes, where="cpu", pinned=False, slot=None)
         return rows
+
+    def _param_ids(self) -> list[int]:
+        return [id(p) for g in self.param_groups for p in g["params"]]
 
 
 @dataclass(frozen=True)
@@ -517,7 +540,7 @@ class _Item:
     """One host shard's queued update."""
 
     p: torch.Tensor
-    grad: torch.Tensor
+    grad: object  # a local tensor, or a task returning one (memopt.params.grad_acc)
     s: AdamWStep
     event: object  # the gradient copy's CUDA event, _SYNC_ALL, or None
 

@@ -19,6 +19,35 @@ def placement_rows(handle=None, optimizer=None) -> list[dict]:
     return rows
 
 
+def optimizer_rows(param_groups, state, keys, on_disk: set[int]) -> list[dict]:
+    """Per parameter group of an optimizer: the bytes of its state ``keys`` (fp32 master,
+    moments) by where they live, pinned or not; moments in an NVMe file (``on_disk``: ids of
+    those parameters) as ``disk`` rows."""
+    from memopt.params._fsdp_compat import local
+
+    rows = []
+    for gi, group in enumerate(param_groups):
+        acc: dict[tuple[str, str], list[int]] = {}
+        for p in group["params"]:
+            if id(p) in on_disk:
+                acc.setdefault(("exp_avg+exp_avg_sq", "disk"), [0, 0])[0] += 8 * local(p).numel()
+            for key in keys:
+                t = state[p].get(key)
+                if t is None:
+                    continue
+                t = local(t)
+                where = "cpu" if t.device.type == "cpu" else "gpu"
+                name = "fp32 master" if key == "master_param" else "exp_avg+exp_avg_sq"
+                row = acc.setdefault((name, where), [0, 1])
+                row[0] += t.numel() * t.element_size()
+                row[1] &= int(t.is_pinned() or where != "cpu")
+        for (name, where), (nbytes, pinned) in acc.items():
+            row = {"name": f"optimizer group {gi}: {name}", "kind": "optimizer"}
+            row.update(param_bytes=nbytes, where=where, slot=None)
+            rows.append({**row, "pinned": bool(pinned) and where == "cpu"})
+    return rows
+
+
 def _fold(rows: list[dict]) -> list[tuple[str, dict, int]]:
     out: list[tuple[str, dict, int]] = []
     for r in rows:
