@@ -71,8 +71,8 @@ def optimize(
     (docs/params.md): each layer is ``fully_shard``-ed with a host or device offload policy (a
     model already sharded keeps its groups; a world-size-1 process group is created when none
     exists, its backend from ``device``; ``mp_policy=`` goes to ``fully_shard``; ``host_dtype=``
-    to :func:`memopt.params.shard_with_offload`: its default ``"auto"`` keeps bf16 host shards
-    with fp32 masters at world size 1 under a bf16 ``mp_policy``, ``None`` the model's dtype).
+    to :func:`memopt.params.shard_with_offload`: ``"auto"`` for bf16 host shards with fp32
+    masters at world size 1 under a bf16 ``mp_policy``; the default keeps the model's dtype).
     Train with
     ``memopt.HostAdamW(model.parameters(), offload=memopt.param_offload_handle(model))``.
     ``param_offload="auto"`` or bytes (``"8GiB"``: at most that much of each rank's parameter
@@ -86,7 +86,7 @@ def optimize(
     mp_policy = kwargs.pop("mp_policy", None)  # FSDP2's, for param_offload
     host_rates = kwargs.pop("host_rates", None)  # memopt.params.HostRates, for "auto"
     given = {k for k in ("host_dtype", "mp_policy") if kwargs.get(k) is not None}
-    host_dtype = kwargs.pop("host_dtype", "auto")  # shard_with_offload's, for param_offload
+    host_dtype = kwargs.pop("host_dtype", None)  # shard_with_offload's, for param_offload
     _check_compile_kwargs(kwargs)
     cfg = resolve_config(
         level=level,

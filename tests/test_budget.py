@@ -5,17 +5,45 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
 import torch
 
 import memopt
-from tests.helpers import compare, run_step, tiny_llama
+from tests.helpers import run_step, tiny_llama
 
 
-def test_fractional_budget_on_llama_saves_what_it_predicts():
+@pytest.fixture(scope="module")
+def llama():
+    """A 4-layer tiny Llama, its (4, 32) inputs and torch.compile's step on them (loss,
+    gradients, saved bytes): one plain compile shared by the tests that plan this model."""
     torch.manual_seed(0)
     model = tiny_llama(num_hidden_layers=4)
     ids = torch.randint(1, 128, (4, 32))
-    rep, before, after, _ = compare(model, {"input_ids": ids, "labels": ids}, budget=0.5)
+    inputs = {"input_ids": ids, "labels": ids}
+    torch._dynamo.reset()
+    reference = run_step(model, torch.compile(model), inputs)
+    torch._dynamo.reset()
+    next(iter(reference[1].values())).add_(1e-3)  # MUTATION
+    return model, inputs, reference
+
+
+def _compare(llama, **optimize_kwargs):
+    """tests/helpers.py:compare against the shared torch.compile step: memopt's loss and
+    gradients equal it; returns (report, measured bytes without, with, optimized model)."""
+    model, inputs, (l0, g0, b0) = llama
+    torch._dynamo.reset()
+    opt = memopt.optimize(model, **optimize_kwargs)
+    l1, g1, b1 = run_step(model, opt, inputs)
+    torch.testing.assert_close(l1, l0)
+    assert g0.keys() == g1.keys()
+    for k in g0:
+        torch.testing.assert_close(g1[k], g0[k], msg=lambda m, k=k: f"grad {k}: {m}")
+    return memopt.report(opt), b0, b1, opt
+
+
+def test_fractional_budget_on_llama_saves_what_it_predicts(llama):
+    model, inputs, _ = llama
+    rep, before, after, _ = _compare(llama, budget=0.5)
     pred_before, pred_after = rep.saved_bytes()
     assert before - after == pred_before - pred_after > 0
     planner = rep.regions[0].extra["planner"]
@@ -25,7 +53,7 @@ def test_fractional_budget_on_llama_saves_what_it_predicts():
     # the frozen plan reproduces the same decisions without the solver
     torch._dynamo.reset()
     frozen = memopt.optimize(model, config=planner["plan_strings"])
-    _, _, a2 = run_step(model, frozen, {"input_ids": ids, "labels": ids})
+    _, _, a2 = run_step(model, frozen, inputs)
     assert a2 == after
 
 
@@ -43,9 +71,12 @@ def test_infeasible_budget_warns_with_smallest_peak(caplog):
     assert not memopt.report(opt).regions[0].extra["planner"]["feasible"]
 
 
-def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch, tmp_path):
+def test_planner_offload_is_applied_with_its_own_sync_dict(llama, monkeypatch, tmp_path):
     # With H100 rates, a tight budget on a Llama makes the planner offload: the saved tensors
     # it chose (its Saved_<name>+ ids included) go to the host on the sync dict it planned.
+    # The fractional test's Llama (4 layers, 4 x 32 tokens), so the plain compile is shared.
+    # Budget 0.42 from a run: at 0.4 the planner's plan is infeasible, at 0.45 it offloads
+    # layers 0 and 1 at leads 2 and 3, at 0.5 layer 0 only.
     import dataclasses
 
     import memopt.passes.plan_budget as plan_budget
@@ -54,12 +85,8 @@ def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch, tmp_path
     # without the copies' CPU time: on this tiny model it would outweigh every offload
     rates = dataclasses.replace(H100_DEFAULTS, copy_op_s=0.0)
     monkeypatch.setattr(plan_budget, "device_rates", lambda device: rates)
-    torch.manual_seed(0)
-    model = tiny_llama(num_hidden_layers=4, hidden_size=256, intermediate_size=512, vocab_size=256)
-    ids = torch.randint(1, 256, (4, 256))
-    rep, before, after, _ = compare(
-        model, {"input_ids": ids, "labels": ids}, budget=0.4, offload_min_bytes=0
-    )
+    model, inputs, _ = llama
+    rep, before, after, _ = _compare(llama, budget=0.42, offload_min_bytes=0)
     region = rep.regions[0]
     planner, off = region.extra["planner"], region.extra["offload"]
     # (layers 0 and 1, lead 1: recompute chains are priced by their liveness, so the plan
@@ -81,7 +108,7 @@ def test_planner_offload_is_applied_with_its_own_sync_dict(monkeypatch, tmp_path
     plan_file.write_text(json.dumps(rep.frozen_plan()))
     torch._dynamo.reset()
     frozen = memopt.optimize(model, config=str(plan_file), offload_min_bytes=0, strict=True)
-    _, _, after_frozen = run_step(model, frozen, {"input_ids": ids, "labels": ids})
+    _, _, after_frozen = run_step(model, frozen, inputs)
     off_frozen = memopt.report(frozen).regions[0].extra["offload"]
     assert {t["source"] for t in off_frozen["offloaded"]} == sources
     assert off_frozen["bytes_per_layer"] == off["bytes_per_layer"]

@@ -90,8 +90,10 @@ def test_biasgelu_on_hf_models(factory):
 
 
 def test_hf_gpt2_dynamic_symbolic_names():
+    # one block: the symbolic names and sizes are the point, not the depth (two compiles with
+    # dynamic shapes, whose symbolic tracing costs grow with every block)
     torch.manual_seed(0)
-    model = tiny_gpt2()
+    model = tiny_gpt2(n_layer=1)
     torch._dynamo.reset()
     base = torch.compile(model, dynamic=True)
     opt = memopt.optimize(model, config="BiasGelu+:1:-1", dynamic=True)
@@ -100,9 +102,11 @@ def test_hf_gpt2_dynamic_symbolic_names():
         _, _, b0 = run_step(model, base, {"input_ids": ids, "labels": ids})
         _, g1, b1 = run_step(model, opt, {"input_ids": ids, "labels": ids})
         row = _row(memopt.report(opt), "BiasGelu+")
-        assert row["saving_symbolic"] == "2048*inputs_input_ids_dim0*inputs_input_ids_dim1"
+        # the GELU output of the one block: 4 * n_embd fp32 per token
+        assert row["freq"] == 1
+        assert row["saving_symbolic"] == "1024*inputs_input_ids_dim0*inputs_input_ids_dim1"
         assert b0 - b1 == 2048 * b * s
-        assert row["saving_bytes"] == 2048 * b * s  # at the latest call's sizes
+        assert row["saving_bytes"] == 1024 * b * s  # at the latest call's sizes
     d = memopt.report(opt).to_dict()
     assert d["sizes_from"] == "the latest call"
     assert (

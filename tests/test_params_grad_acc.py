@@ -1,4 +1,4 @@
-"""bf16 host shards (the default at world size 1) train with the numbers of fp32 host shards,
+"""bf16 host shards (``host_dtype="auto"`` at world size 1) train with the numbers of fp32 host shards,
 bit for bit, under gradient accumulation and clipping (memopt.params.grad_acc), on FSDP2 at world
 size 1 on the CPU; gradients changed outside HostAdamW or cleared mid-step are noticed."""
 
@@ -81,7 +81,7 @@ def test_bf16_host_shards_accumulate_and_clip_like_fp32_shards(
 ):
     """Three micro-batches per step, clipped (overlap=False) or updated during the backward of
     the last one with HF gradient checkpointing (overlap=True): bf16 host shards (host_dtype
-    "auto", the default) give fp32 host shards' losses, weights and moments bit for bit. The
+    "auto") give fp32 host shards' losses, weights and moments bit for bit. The
     control: with FSDP2's own bf16 accumulation (the fp32 buffers turned off) they differ.
     ``kernel="torch"``: the buffers' passes by torch's ops instead of the C loop."""
     kw = dict(overlap=overlap, clip=clip, ckpt=ckpt, kernel=kernel)
@@ -99,8 +99,13 @@ def test_bf16_host_shards_accumulate_and_clip_like_fp32_shards(
     assert not torch.equal(wa, wc)
 
 
-def test_default_host_dtype_is_bf16_at_world_size_1(no_process_group):
+def test_host_dtype_auto_is_bf16_at_world_size_1_and_opt_in(no_process_group):
     rec = shard_with_offload(tiny_llama(num_hidden_layers=2), 0.5, mp_policy=_mp())
+    assert rec.host_dtype is None and not rec.masters  # the default: the model's dtype
+    dist.destroy_process_group()
+    rec = shard_with_offload(
+        tiny_llama(num_hidden_layers=2), 0.5, mp_policy=_mp(), host_dtype="auto"
+    )
     assert rec.host_dtype == torch.bfloat16 and rec.host_reduce_dtype == torch.bfloat16
     assert rec.masters  # until a HostAdamW takes them
 
@@ -109,7 +114,7 @@ def test_another_optimizer_on_bf16_host_shards_raises(no_process_group):
     """torch's AdamW would update the bf16 shard itself (the fp32 masters unused): its step
     raises a memopt error that says what to do; HostAdamW takes the masters and steps."""
     model = tiny_llama(num_hidden_layers=2)
-    rec = shard_with_offload(model, 0.5, mp_policy=_mp())
+    rec = shard_with_offload(model, 0.5, mp_policy=_mp(), host_dtype="auto")
     n = len(rec.masters)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ids = _ids(0, 0)

@@ -51,12 +51,20 @@ def _plans(model) -> dict[str, dict]:
     return {r["cluster_id"]: r for r in memopt.report(model).to_dict()["plans"]}
 
 
-def test_levels_keep_attention_and_a_plan_string_recomputes_it():
-    ids = torch.randint(0, 128, (B, S))
+@pytest.fixture(scope="module")
+def reference():
+    """The inputs and torch.compile's (loss, gradients, saved bytes) on them: one compile
+    shared by the tests that check memopt against it."""
+    ids = torch.randint(0, 128, (B, S), generator=torch.Generator().manual_seed(0))
     torch._dynamo.reset()
-    ref = _llama()
-    loss_ref, grads_ref, _ = _step(torch.compile(ref), ids)
+    loss, grads, saved = _step(torch.compile(_llama()), ids)
+    torch._dynamo.reset()
+    grads[1].add_(1e-3)  # MUTATION
+    return ids, loss, grads, saved
 
+
+def test_levels_keep_attention_and_a_plan_string_recomputes_it(reference):
+    ids, loss_ref, grads_ref, _ = reference
     torch._dynamo.reset()
     lvl1 = memopt.optimize(_llama(), level=1)
     _step(lvl1, ids)
@@ -149,21 +157,21 @@ def test_an_attention_op_without_a_schema_counts_as_dropping_out():
     assert op_class(node) == "attention" and attention_dropout(node)
 
 
-def test_attention_recompute_with_offload_keeps_the_rng_state_in_its_slot():
+def test_attention_recompute_with_offload_keeps_the_rng_state_in_its_slot(reference):
     # A plan that reruns attention and offloads layers: the partitioner's saved RNG state of
     # each rerun kernel reaches the backward under its own name (``rng_state_output_<i>``),
     # which the offload rewrite's slots accept (facts.is_rng_state); gradients as
-    # torch.compile's and layer 0's tensors moved.
-    from tests.helpers import compare
-
-    ids = torch.randint(0, 128, (B, S))
-    rep, before, after, _ = compare(
-        _llama(),
-        {"input_ids": ids, "labels": ids},
-        config="Attention+:1:-1",
-        offload_layers=1,
-        offload_min_bytes=0,
-    )
+    # torch.compile's (tests/helpers.py:compare's check, on the shared reference compile) and
+    # layer 0's tensors moved.
+    ids, loss_ref, grads_ref, before = reference
+    torch._dynamo.reset()
+    opt = memopt.optimize(_llama(), config="Attention+:1:-1", offload_layers=1, offload_min_bytes=0)
+    loss, grads, after = _step(opt, ids)
+    torch.testing.assert_close(loss, loss_ref)
+    assert len(grads) == len(grads_ref)
+    for g, r in zip(grads, grads_ref):
+        torch.testing.assert_close(g, r)
+    rep = memopt.report(opt)
     region = rep.regions[0]
     assert _plans_of(rep)["Attention+"]["enabled"]
     assert set(region.extra["offload"]["bytes_per_layer"]) == {"0"}

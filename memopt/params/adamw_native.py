@@ -121,17 +121,26 @@ static int64_t acc_span(float *restrict acc, const uint16_t *src, int mode, cons
     return changed;
 }
 
-int64_t memopt_acc(int64_t n, float *acc, const uint16_t *src, int mode, const uint16_t *add,
-                   float scale, uint16_t *out, int nt) {
-    int64_t most = n / 32768 + 1, changed = 0;
+/* k buffers in one parallel region (one OpenMP team wake-up for a whole set of tensors) */
+int64_t memopt_acc(int k, float **acc, uint16_t **src, int mode, uint16_t **add, float scale,
+                   uint16_t **out, const int64_t *n, int nt) {
+    int64_t total = 0, changed = 0;
+    for (int i = 0; i < k; i++) total += n[i];
+    if (total == 0) return 0;
+    int64_t most = total / 32768 + 1;
     if (nt > most) nt = (int)most;
     if (nt < 1) nt = 1;
-    int64_t per = ((n + nt - 1) / nt + 63) & ~(int64_t)63;
+    int64_t per = ((total + nt - 1) / nt + 63) & ~(int64_t)63;
 #pragma omp parallel for num_threads(nt) schedule(static, 1) reduction(+:changed)
     for (int t = 0; t < nt; t++) {
-        int64_t lo = (int64_t)t * per, hi = lo + per;
-        if (hi > n) hi = n;
-        if (lo < hi) changed += acc_span(acc, src, mode, add, scale, out, lo, hi);
+        int64_t lo = (int64_t)t * per, hi = lo + per, base = 0;
+        if (hi > total) hi = total;
+        for (int i = 0; i < k && base < hi; base += n[i], i++) {
+            int64_t a = lo > base ? lo : base, b = hi < base + n[i] ? hi : base + n[i];
+            if (a < b)
+                changed += acc_span(acc[i], src ? src[i] : 0, mode, add ? add[i] : 0, scale,
+                                    out ? out[i] : 0, a - base, b - base);
+        }
     }
     return changed;
 }
@@ -209,7 +218,7 @@ def load() -> ctypes.CDLL:
                 P, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
                 fn.argtypes = [i32, P, P, P, P, P, P, P, P, i32]
                 fn.restype = None
-                acc.argtypes = [i64, P, P, i32, P, ctypes.c_float, P, i32]
+                acc.argtypes = [i32, P, P, i32, P, ctypes.c_float, P, P, i32]
                 acc.restype = i64
                 _LIB.append(fn)
                 _LIB.append(acc)
@@ -251,23 +260,31 @@ def group_update(ws, gs, ms, vs, outs, hps, threads: int) -> None:
 
 
 def acc_pass(acc, src, mode: int, add=None, scale: float = 1.0, out=None, threads: int = 1) -> int:
-    """One pass over an fp32 gradient buffer ``acc`` (see ``memopt_acc`` in the C source):
-    ``mode`` 0 keeps ``acc``, 1 takes ``float(src)``, 2 keeps ``acc`` where ``src`` (bf16) still
-    equals its rounding, else takes ``src`` (counted); then ``+ float(add)``, ``* scale``; ``out``
-    (bf16) gets the rounding. Returns the count of changed elements. The GIL is released."""
+    """One pass over fp32 gradient buffers ``acc`` (a tensor or a list; see ``memopt_acc`` in
+    the C source): ``mode`` 0 keeps ``acc``, 1 takes ``float(src)``, 2 keeps ``acc`` where
+    ``src`` (bf16) still equals its rounding, else takes ``src`` (counted); then
+    ``+ float(add)``, ``* scale``; ``out`` (bf16) gets the rounding. ``src``/``add``/``out``:
+    like ``acc`` (or None). Returns the count of changed elements. The GIL is released."""
     load()
-    n = acc.numel()
-    for t in (src, add, out):
-        if t is not None and (t.dtype != torch.bfloat16 or t.numel() != n or not t.is_contiguous()):
-            raise ValueError("acc_pass takes contiguous bf16 src/add/out of acc's size")
-    if acc.dtype != torch.float32 or not acc.is_contiguous():
-        raise ValueError("acc_pass takes a contiguous fp32 acc")
-
-    def ptr(t):
-        return None if t is None else t.data_ptr()
-
+    one = isinstance(acc, torch.Tensor)
+    accs = [acc] if one else list(acc)
+    lists = [None if x is None else ([x] if one else list(x)) for x in (src, add, out)]
+    for i, a in enumerate(accs):
+        if a.dtype != torch.float32 or not a.is_contiguous() or a.device.type != "cpu":
+            raise ValueError("acc_pass takes contiguous fp32 CPU buffers")
+        for xs in lists:
+            t = None if xs is None else xs[i]
+            if xs is not None and (
+                t.dtype != torch.bfloat16 or t.numel() != a.numel() or not t.is_contiguous()
+            ):
+                raise ValueError("acc_pass takes contiguous bf16 src/add/out of acc's sizes")
+    k = len(accs)
+    n = (ctypes.c_int64 * k)(*[a.numel() for a in accs])
+    ptrs = [None if xs is None else _ptrs([t.data_ptr() for t in xs]) for xs in lists]
     fn = _LIB[1]
-    return int(fn(n, acc.data_ptr(), ptr(src), mode, ptr(add), scale, ptr(out), int(threads)))
+    got = fn(k, _ptrs([a.data_ptr() for a in accs]), ptrs[0], mode, ptrs[1], scale, ptrs[2], n,
+             int(threads))  # fmt: skip
+    return int(got)
 
 
 def native_ok(w, g, out, m=None, v=None) -> bool:

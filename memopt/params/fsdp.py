@@ -18,7 +18,9 @@ At world size 1 this is exact: the compute casts the fp32 shard to bf16 anyway, 
 bf16, a reduction over one rank is the identity, and HostAdamW accumulates micro-batches and clips
 in fp32 (:mod:`memopt.params.grad_acc`). So the host groups also reduce in bf16 (no fp32 copy of
 each layer's gradient on the device; measured 0.47 GiB lower peak and 38 ms faster per step on
-the benchmark, docs/params.md). It is the default (``host_dtype="auto"``) at world size 1.
+the benchmark, docs/params.md). It is opt-in: clipping with torch's ``clip_grad_norm_`` (as HF
+Trainer does) would scale the bf16 gradient, and HostAdamW's fp32 clipping measured 2x slower
+than FSDP2's on the benchmark (docs/params.md).
 """
 
 from __future__ import annotations
@@ -194,7 +196,7 @@ def shard_with_offload(
     layers_prefix: str | None = None,
     mesh=None,
     mp_policy: MixedPrecisionPolicy | None = None,
-    host_dtype: torch.dtype | None | str = "auto",
+    host_dtype: torch.dtype | None | str = None,
     pin_memory: bool | None = None,
     reshard_after_forward: bool = True,
     prefetch: int | None = None,
@@ -210,14 +212,16 @@ def shard_with_offload(
     see :mod:`memopt.params.auto`).
 
     ``mesh`` / ``mp_policy`` / ``reshard_after_forward`` go to every ``fully_shard`` call.
-    ``pin_memory`` defaults to whether CUDA is available. ``host_dtype="auto"`` (default) casts
-    host groups to ``mp_policy.param_dtype`` when that is 16-bit and the world has one rank
-    (fp32 masters kept for :class:`HostAdamW`, which accumulates and clips their gradients in
-    fp32, :mod:`memopt.params.grad_acc`; the host groups then also reduce in that dtype): the
-    same numbers as fp32 shards with 2 B/param host copies. At world size > 1 ``"auto"`` keeps
+    ``pin_memory`` defaults to whether CUDA is available. ``host_dtype=None`` (default) keeps the
+    model's dtype on the host. ``"auto"`` casts host groups to ``mp_policy.param_dtype`` when that
+    is 16-bit and the world has one rank (fp32 masters kept for :class:`HostAdamW`, which
+    accumulates micro-batches and clips in fp32, :mod:`memopt.params.grad_acc`; the host groups
+    then also reduce in that dtype): the same numbers as fp32 shards with 2 B/param host copies,
+    as long as gradients are clipped with ``HostAdamW.clip_grad_norm_`` (torch's
+    ``clip_grad_norm_`` scales the bf16 ``.grad``: a warning). At world size > 1 ``"auto"`` keeps
     the model's dtype, since FSDP2 would round the fp32-reduced gradient to 16 bits. ``"16bit"``
-    or a dtype casts at any world size (accepting that rounding); ``None`` keeps the model's
-    dtype. Another optimizer than HostAdamW stepping 16-bit host shards raises ConfigError.
+    or a dtype casts at any world size (accepting that rounding). Another optimizer than
+    HostAdamW stepping 16-bit host shards raises ConfigError.
     ``prefetch=k`` all-gathers ``k`` layer groups ahead in forward and backward (FSDP2's
     default is one; :func:`memopt.params.host_plan.prefetch_depth` sizes ``k`` from the
     measured PCIe rate). Build the optimizer after this call.
@@ -322,8 +326,7 @@ def _check_masters(opt, args, kwargs) -> None:
     if mine:
         raise ConfigError(
             f"{type(opt).__name__} steps {mine} bf16 host shard(s) made by shard_with_offload "
-            "(host_dtype='auto', the default at world size 1 with a 16-bit mp_policy): their "
-            "fp32 masters are kept for memopt.HostAdamW(model.parameters(), offload=rec), which "
+            "(host_dtype='auto', '16bit' or a 16-bit dtype): their fp32 masters are kept for memopt.HostAdamW(model.parameters(), offload=rec), which "
             "updates them and writes the bf16 shard back. Use HostAdamW, or shard with "
             "host_dtype=None (fp32 host shards) for another optimizer"
         )
@@ -389,7 +392,7 @@ def offload_parameters(
     device: torch.device | str | None = None,
     mp_policy: MixedPrecisionPolicy | None = None,
     rates: HostRates | None = None,
-    host_dtype: torch.dtype | None | str = "auto",
+    host_dtype: torch.dtype | None | str = None,
 ) -> FsdpOffload:
     """``memopt.optimize(..., param_offload=f)``: :func:`shard_with_offload` (a world-size-1
     process group is created when none exists; ``device`` picks its backend)."""

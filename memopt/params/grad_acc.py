@@ -227,26 +227,39 @@ class Fp32Grads:
             return local(p.grad) if p.grad is not None else None
         return partial(self._checked, self._acc(p), local(p.grad))
 
-    def norm_source(self, p) -> torch.Tensor | None:
-        """What clipping takes the norm of: the checked fp32 buffer, or ``.grad``'s bf16 local
-        tensor (``vector_norm(..., dtype=float32)`` of it equals that of its fp32 copy)."""
-        v = self.value(p)
-        return v() if callable(v) else v
+    def norm_sources(self, params) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """What clipping takes the norm of, ``(p, fp32 buffer)`` for each of ``params`` with a
+        gradient: the checked exact value, or ``.grad`` converted in one pass over all of them
+        (torch's fp32 norm is ~6x faster than its ``vector_norm(bf16, dtype=float32)``, and the
+        buffers are scaled next anyway)."""
+        out, raw = [], []
+        for p in params:
+            v = self.value(p)
+            if v is None:
+                continue
+            if callable(v):
+                out.append((p, v()))
+            else:
+                raw.append((p, v))
+        if raw and self.native:
+            acc_pass([self._acc(p) for p, _ in raw], [v for _, v in raw], 1, threads=self.threads)
+        for p, v in raw:
+            if not self.native:
+                self._acc(p).copy_(v)
+            self._rec[id(p)] = _Rec(p.grad, exact=True)
+            out.append((p, self._acc(p)))
+        return out
 
-    def scale(self, p, coef: torch.Tensor) -> None:
-        """After :meth:`norm_source`: the exact gradient times ``coef`` (fp32, as torch's
-        clipping multiplies an fp32 gradient) into the buffer, its rounding into ``.grad``."""
-        rec, vis = self._rec.get(id(p)), local(p.grad)
-        exact = rec is not None and rec.exact and rec.grad is p.grad
-        acc = self._acc(p)
-        if self.native:
-            acc_pass(acc, vis, 0 if exact else 1, None, float(coef), vis, self.threads)
-        else:
-            if not exact:
-                acc.copy_(vis)
-            acc.mul_(coef.to(torch.float32))
-            vis.copy_(acc)
-        self._rec[id(p)] = _Rec(p.grad, exact=True)
+    def scale(self, params, coef: torch.Tensor) -> None:
+        """After :meth:`norm_sources`: the buffers times ``coef`` (fp32, as torch's clipping
+        multiplies an fp32 gradient), their rounding into ``.grad``, in one pass."""
+        accs, vis = [self._acc(p) for p in params], [local(p.grad) for p in params]
+        if self.native and accs:
+            acc_pass(accs, None, 0, None, float(coef), vis, self.threads)
+            return
+        for a, g in zip(accs, vis):
+            a.mul_(coef.to(torch.float32))
+            g.copy_(a)
 
     def reap(self) -> None:
         """Remove the landing hooks that ran (not from inside one: FSDP2 iterates them)."""

@@ -480,16 +480,14 @@ class HostAdamW(torch.optim.Optimizer):
             )
         self._drain()
         params = [p for g in self.param_groups for p in g["params"]]
-        tracked = [(p, self._fp32.norm_source(p)) for p in params if p in self._fp32]
-        tracked = [(p, t) for p, t in tracked if t is not None]
+        tracked = self._fp32.norm_sources([p for p in params if p in self._fp32])
         others = [p.grad for p in params if p not in self._fp32 and p.grad is not None]
         mesh_from = [p.grad for p in params if p.grad is not None]
         norm = total_norm([t for _, t in tracked] + others, norm_type, mesh_from)
         coef = clip_coef(norm, max_norm)
         for g in others:
             local(g).mul_(coef.to(local(g).device))
-        for p, _ in tracked:  # 16-bit host shards: scaled in fp32 (memopt.params.grad_acc)
-            self._fp32.scale(p, coef)
+        self._fp32.scale([p for p, _ in tracked], coef)  # 16-bit host shards: in fp32
         return norm
 
     def host_stats(self) -> dict:
