@@ -39,6 +39,7 @@ from benchmarks.docs_tables_params import (
     param_peers_s9,
     param_peers_s15,
     param_peers_s19,
+    param_peers_s20,
 )
 
 
@@ -233,6 +234,16 @@ SECTIONS: dict[str, Section] = {
         param_peers_s19,
     ),
     "adamw_native_s19": Section(("param_peers_adamw_native_s19.json",), adamw_native_s19),
+    "param_peers_s20": Section(
+        (
+            "param_peers_s20.json",
+            "param_peers_big_s20.json",
+            "param_peers_accum_s20.json",
+            "param_peers_clip_s20.json",
+            "param_peers_clip_s20b.json",
+        ),
+        param_peers_s20,
+    ),
     "param_peers_2026-11-24": Section(
         ("param_peers_2026-11-24.json", "param_peers_pipelined_2026-11-24.json"), param_peers_1124
     ),

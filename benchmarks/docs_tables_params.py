@@ -305,6 +305,7 @@ _S15_REF = {
     "memopt-half": "fsdp2-nooffload",
     "memopt-half+threads=8": "fsdp2-nooffload",
     "memopt-auto": "gpu",
+    "memopt-nooverlap": "fsdp2",
 }
 
 
@@ -314,6 +315,19 @@ def param_peers_s19(*runs: dict) -> str:
     labels = {
         "memopt": "memopt f=1, `host_dtype='auto'` (bf16 shards, bf16 reduce)",
         "memopt-half": "memopt `param_offload=0.5`, `host_dtype='auto'`",
+    }
+    return param_peers_s15(*runs, labels=labels)
+
+
+def param_peers_s20(*runs: dict) -> str:
+    """The twentieth session's runs: A (H100) every peer at 2 x 512 and 4 x 1024, B (H200) the
+    largest batch both fit, C (H200) four micro-batches per step, D and E (H200) clipping to
+    norm 1 (E after the fp32 norm change); memopt rows with ``host_dtype="auto"``."""
+    labels = {
+        "memopt": "memopt f=1, `host_dtype='auto'` (bf16 shards, bf16 reduce)",
+        "memopt-nooverlap": "memopt f=1, `host_dtype='auto'`, `overlap=False`, "
+        "`opt.clip_grad_norm_`",
+        "fsdp2": "FSDP2 CPU offload, torch AdamW(fused) (`clip_grad_norm_` in D, E)",
     }
     return param_peers_s15(*runs, labels=labels)
 
