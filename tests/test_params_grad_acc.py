@@ -35,13 +35,13 @@ def _ids(step: int, micro: int) -> torch.Tensor:
 
 
 def _train(host_dtype, *, overlap, clip, ckpt=False, kernel="auto", steps=3, micro=3):
-    """``steps`` steps of ``micro`` micro-batches; returns the losses, the host layer's fp32
-    weights (the master for bf16 shards) and ``exp_avg_sq``, and the record."""
+    """``steps`` steps of ``micro`` micro-batches, every group on the host; returns the losses,
+    all fp32 weights (the masters for bf16 shards) and ``exp_avg_sq`` (flat), and the record."""
     torch.manual_seed(0)
     model = tiny_llama(num_hidden_layers=2)
     if ckpt:
         model.gradient_checkpointing_enable()
-    rec = shard_with_offload(model, 0.5, mp_policy=_mp(), host_dtype=host_dtype)
+    rec = shard_with_offload(model, 1.0, mp_policy=_mp(), host_dtype=host_dtype)  # root too
     acc = micro if overlap else 1
     opt = memopt.HostAdamW(
         model.parameters(),
@@ -63,12 +63,11 @@ def _train(host_dtype, *, overlap, clip, ckpt=False, kernel="auto", steps=3, mic
         opt.step()
         opt.zero_grad()
     opt.wait()
-    w = model.model.layers[0].mlp.up_proj.weight
-    st = opt.state[w]
-    master = st.get("master_param", w)
-    out = (losses, master.to_local().float().clone(), st["exp_avg_sq"].to_local().clone(), rec)
+    params = list(model.parameters())
+    ws = [opt.state[p].get("master_param", p).to_local().float().clone() for p in params]
+    vs = [opt.state[p]["exp_avg_sq"].to_local().clone() for p in params]
     opt.close()
-    return out
+    return losses, torch.cat([w.flatten() for w in ws]), torch.cat([v.flatten() for v in vs]), rec
 
 
 @pytest.mark.parametrize(

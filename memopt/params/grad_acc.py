@@ -75,7 +75,7 @@ class Fp32Grads:
         self._queue = queue
         self._fsdp: dict[int, object] = {}
         self._folds: set[int] = set()  # fold tasks queued in this backward
-        self._warned = False
+        self._warned = self._blind = False
         self._hooks = []
         self._dead = []  # one-shot hooks to remove outside FSDP2's loop over them
         self.add(params, groups)
@@ -125,10 +125,22 @@ class Fp32Grads:
         if not any(getattr(self._rec.get(id(p)), "armed", False) for p in params):
             return
         leaves = [t for t in tree_flatten(output)[0] if isinstance(t, torch.Tensor)]
+        leaves = [t for t in leaves if t.requires_grad]
         hook = partial(self._hand_over, params)
         for t in leaves:
-            if t.requires_grad:
-                t.register_hook(hook)
+            t.register_hook(hook)
+        if not leaves:  # nothing marks the start of its backward: FSDP2 adds in bf16
+            for p in params:
+                self._rec.pop(id(p), None)
+            if not self._blind:
+                self._blind = True
+                warnings.warn(
+                    f"memopt HostAdamW: {type(module).__name__}'s forward returned no tensor "
+                    "that requires grad (or one inside a type torch's pytree cannot open), so "
+                    "memopt cannot see its backward start: the micro-batches of its bf16 host "
+                    "shards are added in bf16 by FSDP2",
+                    stacklevel=2,
+                )
 
     def _hand_over(self, params, grad) -> None:
         for p in params:
