@@ -75,7 +75,7 @@ class Fp32Grads:
         self._queue = queue
         self._fsdp: dict[int, object] = {}
         self._folds: set[int] = set()  # fold tasks queued in this backward
-        self._warned = self._blind = False
+        self._warned = False
         self._hooks = []
         self._dead = []  # one-shot hooks to remove outside FSDP2's loop over them
         self.add(params, groups)
@@ -129,18 +129,10 @@ class Fp32Grads:
         hook = partial(self._hand_over, params)
         for t in leaves:
             t.register_hook(hook)
-        if not leaves:  # nothing marks the start of its backward: FSDP2 adds in bf16
+        if not leaves:  # no backward through this call: its gradients stay as they are
             for p in params:
-                self._rec.pop(id(p), None)
-            if not self._blind:
-                self._blind = True
-                warnings.warn(
-                    f"memopt HostAdamW: {type(module).__name__}'s forward returned no tensor "
-                    "that requires grad (or one inside a type torch's pytree cannot open), so "
-                    "memopt cannot see its backward start: the micro-batches of its bf16 host "
-                    "shards are added in bf16 by FSDP2",
-                    stacklevel=2,
-                )
+                if id(p) in self._rec:
+                    self._rec[id(p)].armed = False
 
     def _hand_over(self, params, grad) -> None:
         for p in params:
