@@ -158,8 +158,14 @@ class Fp32Grads:
         self._queue.push(id(p), fold)
 
     def _end_of_backward(self) -> None:
+        self.settle()
+
+    def settle(self) -> None:
+        """Wait for the folds queued since the last wait (the worker runs newest first: an
+        update queued after a fold must not overtake it)."""
         keys, self._folds = self._folds, set()
-        self._queue.wait(keys)
+        if keys:
+            self._queue.wait(keys)
 
     def take_fold(self, p):
         """At ``p``'s landing: the task that adds the new gradient into the exact value so far

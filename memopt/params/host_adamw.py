@@ -433,6 +433,7 @@ class HostAdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._flush()  # groups whose parameters did not all get a gradient
+        self._fp32.settle()
         for group in self.param_groups:
             device = []
             for p in group["params"]:
