@@ -81,25 +81,37 @@ static void span(float *restrict w, const void *g, int gk, float *restrict m,
     else { ADAMW_LOOP(bf2f(gh[i]), out[i] = f2bf(wi)) }
 }
 
-/* k tensors; their elements are split evenly over nt threads (64-element aligned pieces). */
+/* The elements of k tensors split evenly over at most nt threads (64-element aligned pieces,
+   at least 32 Ki elements a thread): sets *nt and *total, returns the piece size. */
+static int64_t split(int k, const int64_t *n, int *nt, int64_t *total) {
+    int64_t t = 0;
+    for (int i = 0; i < k; i++) t += n[i];
+    *total = t;
+    int64_t most = t / 32768 + 1;
+    if (*nt > most) *nt = (int)most;
+    if (*nt < 1) *nt = 1;
+    return ((t + *nt - 1) / *nt + 63) & ~(int64_t)63;
+}
+
+/* thread t's piece: BODY for each tensor i's part [a, b) of it (offsets within tensor i) */
+#define FOR_PIECE(t, per, total, k, n, BODY)                                           \
+    {                                                                                  \
+        int64_t lo = (int64_t)(t) * (per), hi = lo + (per), base = 0;                  \
+        if (hi > (total)) hi = (total);                                                \
+        for (int i = 0; i < (k) && base < hi; base += (n)[i], i++) {                   \
+            int64_t a = lo > base ? lo : base, b = hi < base + (n)[i] ? hi : base + (n)[i]; \
+            if (a < b) { a -= base; b -= base; BODY; }                                 \
+        }                                                                              \
+    }
+
+/* k tensors, their elements split over nt threads */
 void memopt_adamw(int k, float **w, void **g, const int *gk, float **m, float **v,
                   uint16_t **out, const int64_t *n, const float *hp, int nt) {
-    int64_t total = 0;
-    for (int i = 0; i < k; i++) total += n[i];
+    int64_t total, per = split(k, n, &nt, &total);
     if (total == 0) return;
-    int64_t most = total / 32768 + 1;  /* at least 32 Ki elements per thread */
-    if (nt > most) nt = (int)most;
-    if (nt < 1) nt = 1;
-    int64_t per = ((total + nt - 1) / nt + 63) & ~(int64_t)63;
 #pragma omp parallel for num_threads(nt) schedule(static, 1)
-    for (int t = 0; t < nt; t++) {
-        int64_t lo = (int64_t)t * per, hi = lo + per, base = 0;
-        if (hi > total) hi = total;
-        for (int i = 0; i < k && base < hi; base += n[i], i++) {
-            int64_t a = lo > base ? lo : base, b = hi < base + n[i] ? hi : base + n[i];
-            if (a < b) span(w[i], g[i], gk[i], m[i], v[i], out[i], a - base, b - base, hp + HP * i);
-        }
-    }
+    for (int t = 0; t < nt; t++)
+        FOR_PIECE(t, per, total, k, n, span(w[i], g[i], gk[i], m[i], v[i], out[i], a, b, hp + HP * i))
 }
 
 /* fp32 gradient buffers of bf16 host shards (memopt.params.grad_acc), one pass:
@@ -124,24 +136,13 @@ static int64_t acc_span(float *restrict acc, const uint16_t *src, int mode, cons
 /* k buffers in one parallel region (one OpenMP team wake-up for a whole set of tensors) */
 int64_t memopt_acc(int k, float **acc, uint16_t **src, int mode, uint16_t **add, float scale,
                    uint16_t **out, const int64_t *n, int nt) {
-    int64_t total = 0, changed = 0;
-    for (int i = 0; i < k; i++) total += n[i];
+    int64_t changed = 0, total, per = split(k, n, &nt, &total);
     if (total == 0) return 0;
-    int64_t most = total / 32768 + 1;
-    if (nt > most) nt = (int)most;
-    if (nt < 1) nt = 1;
-    int64_t per = ((total + nt - 1) / nt + 63) & ~(int64_t)63;
 #pragma omp parallel for num_threads(nt) schedule(static, 1) reduction(+:changed)
-    for (int t = 0; t < nt; t++) {
-        int64_t lo = (int64_t)t * per, hi = lo + per, base = 0;
-        if (hi > total) hi = total;
-        for (int i = 0; i < k && base < hi; base += n[i], i++) {
-            int64_t a = lo > base ? lo : base, b = hi < base + n[i] ? hi : base + n[i];
-            if (a < b)
-                changed += acc_span(acc[i], src ? src[i] : 0, mode, add ? add[i] : 0, scale,
-                                    out ? out[i] : 0, a - base, b - base);
-        }
-    }
+    for (int t = 0; t < nt; t++)
+        FOR_PIECE(t, per, total, k, n,
+                  changed += acc_span(acc[i], src ? src[i] : 0, mode, add ? add[i] : 0, scale,
+                                      out ? out[i] : 0, a, b))
     return changed;
 }
 """
