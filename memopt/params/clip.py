@@ -53,20 +53,6 @@ def total_norm(
     return acc if math.isinf(p) else acc ** (1.0 / p)
 
 
-@torch.no_grad()
-def clip_grads_(
-    grads: Sequence[torch.Tensor], max_norm: float, norm_type: float = 2.0, mesh_from=None
-) -> torch.Tensor:
-    """Scale ``grads`` in place so their global norm is at most ``max_norm``; returns the norm.
-    ``mesh_from``: tensors whose DTensor mesh to reduce over when ``grads`` holds local ones."""
-    norm = total_norm(grads, norm_type, mesh_from)
-    coef = clip_coef(norm, max_norm)
-    for g in grads:
-        t = local(g)
-        t.mul_(coef.to(t.device))
-    return norm
-
-
 def clip_coef(norm: torch.Tensor, max_norm: float) -> torch.Tensor:
     """``min(1, max_norm / (norm + 1e-6))``, torch's ``clip_grad_norm_`` factor (fp32)."""
     return torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0)

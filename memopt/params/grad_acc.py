@@ -63,17 +63,20 @@ class _Rec:
 class Fp32Grads:
     """fp32 accumulation and clipping for the 16-bit host shards ``params`` (see the module
     docstring); ``groups``: the FSDP2 modules whose forward starts a micro-batch; ``queue``:
-    the update worker's :class:`~memopt.params.update_queue.UpdateQueue`; ``native``: the C
+    the update worker's :class:`~memopt.params.update_queue.UpdateQueue`; ``fsdp``: ``id(sharded
+    param) -> FSDPParam`` (``_fsdp_compat.fsdp_params_by_id``, the optimizer's); ``native``: the C
     passes of :func:`~memopt.params.adamw_native.acc_pass` on ``threads`` threads (else torch's
     ops, the same numbers)."""
 
-    def __init__(self, params, groups, queue, *, native: bool = False, threads: int = 1) -> None:
+    def __init__(
+        self, params, groups, queue, fsdp: dict, *, native: bool = False, threads: int = 1
+    ) -> None:
         self.native, self.threads = native, threads
         self._params: dict[int, torch.Tensor] = {}
         self._rec: dict[int, _Rec] = {}
         self._buf: dict[int, torch.Tensor] = {}  # persistent fp32 buffers
         self._queue = queue
-        self._fsdp: dict[int, object] = {}
+        self._fsdp = fsdp
         self._folds: set[int] = set()  # fold tasks queued in this backward
         self._warned = False
         self._hooks = []
@@ -84,7 +87,6 @@ class Fp32Grads:
         """Track ``params`` too (e.g. shards the automatic placement moved to the host)."""
         new = {id(p): p for p in params if id(p) not in self._params}
         self._params.update(new)
-        self._fsdp.update(fc.fsdp_params_by_id(groups))
         for mod in groups:
             mine = [p for p in (group_params(mod) if is_fsdp(mod) else []) if id(p) in new]
             if mine:

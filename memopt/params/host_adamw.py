@@ -133,6 +133,7 @@ class HostAdamW(torch.optim.Optimizer):
             self._sixteen(self.state),
             mods,
             self._queue,
+            self._fsdp,
             native=self.kernel == "native",
             threads=self.threads,
         )
@@ -526,15 +527,20 @@ class HostAdamW(torch.optim.Optimizer):
     def placement_rows(self) -> list[dict]:
         """Per parameter group: masters and moments, host and device bytes apart (and the fp32
         gradient buffers of 16-bit host shards)."""
-        nvme = set() if self._nvme is None else {i for i in self._param_ids() if i in self._nvme}
-        rows = optimizer_rows(self.param_groups, self.state, _FP32_KEYS, nvme)
+        on_disk = self._nvme if self._nvme is not None else ()
+        rows = optimizer_rows(self.param_groups, self.state, _FP32_KEYS, on_disk)
         if self._fp32.nbytes:
-            rows.append(dict(name="fp32 gradient buffers (bf16 host shards)", kind="optimizer"))
-            rows[-1].update(param_bytes=self._fp32.nbytes, where="cpu", pinned=False, slot=None)
+            rows.append(
+                {
+                    "name": "fp32 gradient buffers (bf16 host shards)",
+                    "kind": "optimizer",
+                    "param_bytes": self._fp32.nbytes,
+                    "where": "cpu",
+                    "pinned": False,
+                    "slot": None,
+                }
+            )
         return rows
-
-    def _param_ids(self) -> list[int]:
-        return [id(p) for g in self.param_groups for p in g["params"]]
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ def placement_rows(handle=None, optimizer=None) -> list[dict]:
     return rows
 
 
-def optimizer_rows(param_groups, state, keys, on_disk: set[int]) -> list[dict]:
+def optimizer_rows(param_groups, state, keys, on_disk) -> list[dict]:
     """Per parameter group of an optimizer: the bytes of its state ``keys`` (fp32 master,
-    moments) by where they live, pinned or not; moments in an NVMe file (``on_disk``: ids of
-    those parameters) as ``disk`` rows."""
+    moments) by where they live, pinned or not; moments in an NVMe file (``on_disk``: holds the
+    ids of those parameters) as ``disk`` rows."""
     from memopt.params._fsdp_compat import local
 
     rows = []
