@@ -195,24 +195,29 @@ def variant(args) -> dict:
     micro = args.accum
     flat = batches(steps * micro, args.bs, args.seq, SIZES[args.size]["vocab"])
     data = [flat[i : i + micro] for i in range(0, len(flat), micro)]
-    losses, times, host = [], [], []
+    losses, times, host, phases = [], [], [], []
 
     def one(xs):
-        total = 0.0
+        total, t0 = 0.0, time.perf_counter()
         for x in xs:
             x = x.cuda(non_blocking=True)
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(input_ids=x, labels=x).loss / len(xs)
             loss.backward()
             total = total + loss.detach()
+        t1 = time.perf_counter()
         if args.clip:
             clip = getattr(opt, "clip_grad_norm_", None)
             if clip is not None:
                 clip(args.clip)
             else:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        t2 = time.perf_counter()
         opt.step()
+        t3 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
+        # host seconds (no device sync) until each phase returned: backward, clip, step
+        phases.append({"fwd_bwd": t1 - t0, "clip": t2 - t1, "step": t3 - t2})
         return total
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -236,6 +241,7 @@ def variant(args) -> dict:
         if hasattr(opt, "host_stats"):
             host.append(opt.host_stats())
     s = statistics.median(times[first:])
+    extra["phases_s"] = {k: statistics.median(ph[k] for ph in phases[first:]) for k in phases[0]}
     extra["threads"] = diag_threads.per_step(threads0, diag_threads.snapshot(), len(data) - first)
     extra["host_runnable"] = statistics.median(ld["runnable"] for ld in loads) if loads else None
     if args.waits:  # one more step profiled: the compute stream's waits and their causes

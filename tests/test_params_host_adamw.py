@@ -114,18 +114,19 @@ def test_native_update_on_a_size_torch_ends_in_its_scalar_loop():
 
 @needs_cc
 def test_native_gradient_buffer_pass_is_torch_ops_bitwise():
-    """memopt.params.grad_acc's one-pass fold, check and scale against torch's ops on an fp32
-    buffer and bf16 gradients (a size that does not divide the threads' pieces)."""
+    """memopt.params.grad_acc's one-pass fold and check against torch's ops on an fp32 buffer and
+    bf16 gradients (a size that does not divide the threads' pieces); clipping's sum of squares
+    against a double sum."""
     n = 100_003
     g = torch.Generator().manual_seed(1)
     acc, old = torch.randn(n, generator=g), (torch.randn(n, generator=g) * 3).bfloat16()
     new = torch.randn(n, generator=g).bfloat16()
     a, out = acc.clone(), new.clone()  # fold into an exact buffer whose .grad is unchanged
     vis = acc.bfloat16()
-    assert an.acc_pass(a, vis, 2, out, 1.0, out, 4) == 0
+    assert an.acc_pass(a, vis, 2, out, out, 4) == 0
     assert torch.equal(a, acc + new.float()) and torch.equal(out, (acc + new.float()).bfloat16())
     a = torch.empty(n)  # the first fold: from the bf16 gradient
-    assert an.acc_pass(a, old, 1, new, 1.0, None, 3) == 0
+    assert an.acc_pass(a, old, 1, new, None, 3) == 0
     assert torch.equal(a, old.float().add_(new))
     vis[7], vis[99_999] = 5.0, -2.0  # changed outside: those elements are taken from .grad
     a = acc.clone()
@@ -133,10 +134,13 @@ def test_native_gradient_buffer_pass_is_torch_ops_bitwise():
     want = acc.clone()
     want[7], want[99_999] = 5.0, -2.0
     assert torch.equal(a, want)
-    coef = torch.tensor(0.3712, dtype=torch.float32)  # clipping: fp32 times an fp32 factor
-    a, out = acc.clone(), torch.empty(n, dtype=torch.bfloat16)
-    an.acc_pass(a, None, 0, None, float(coef), out, 2)
-    assert torch.equal(a, acc * coef) and torch.equal(out, (acc * coef).bfloat16())
+    xs = [acc, old, torch.empty(0), acc[:5]]
+    want = sum(float(x.double().square().sum()) for x in xs)
+    for threads in (1, 3, 16):  # a double sum: every order agrees to ~1e-15
+        assert abs(an.sumsq(xs, threads) - want) <= 1e-13 * want
+    assert an.sumsq(xs, 3) == an.sumsq(xs, 3)
+    with pytest.raises(ValueError, match="contiguous fp32 or bf16"):
+        an.sumsq([acc.half()], 2)
 
 
 @needs_cc
@@ -218,18 +222,50 @@ def test_host_adamw_bf16_parameter_keeps_fp32_master_and_state_across_load():
     ]
 
 
-def test_host_adamw_clips_like_torch():
+@pytest.mark.parametrize("kernel,maximize", [("native", False), ("native", True), ("torch", False)])
+def test_host_adamw_clips_like_torch(kernel, maximize):
+    """The norm is torch's (to an fp32 rounding: the host sum is in double), the update is
+    bitwise torch's clip then fused AdamW; ``.grad`` of host shards is left unscaled; a second
+    call measures the clipped gradients; ``zero_grad`` drops the factor."""
+    if kernel == "native" and not an.available():
+        pytest.skip("no C compiler")
     torch.manual_seed(0)
-    a = [torch.nn.Parameter(torch.randn(10)) for _ in range(3)]
+    a = [torch.nn.Parameter(torch.randn(n)) for n in (64, 128, 1024)]  # no scalar tails
     b = [torch.nn.Parameter(t.detach().clone()) for t in a]
+    kw = dict(lr=0.1, weight_decay=0.01, maximize=maximize)
+    ref = torch.optim.AdamW(b, fused=True, **kw)
+    opt = HostAdamW(a, kernel=kernel, **kw)
+
+    def grads():
+        raw = [torch.randn(p.numel()) * 3 for p in a]
+        for pa, pb, r in zip(a, b, raw):
+            pa.grad, pb.grad = r.clone(), r.clone()
+        return raw
+
+    for calls in (1, 2):  # one clip: bitwise; two: the factors multiply (an fp32 rounding)
+        raw = grads()
+        for _ in range(calls):
+            want = torch.nn.utils.clip_grad_norm_(b, 1.0)
+            torch.testing.assert_close(opt.clip_grad_norm_(1.0), want, rtol=2e-6, atol=0)
+        for pa, r in zip(a, raw):
+            assert torch.equal(pa.grad, r)
+        ref.step()
+        opt.step()
+        for pa, pb in zip(a, b):
+            tol = 0 if calls == 1 else 1e-5
+            torch.testing.assert_close(pa, pb, rtol=tol, atol=tol * 1e-2)
+        for pa, pb in zip(a, b):  # the next round starts from the same state
+            pa.data.copy_(pb.data)
+            for key in ("exp_avg", "exp_avg_sq"):
+                opt.state[pa][key].copy_(ref.state[pb][key])
+    grads()  # a factor measured, then zero_grad and new gradients: the step is unscaled
+    opt.clip_grad_norm_(1e-3)
+    opt.zero_grad()
+    grads()
+    opt.step()
+    ref.step()
     for pa, pb in zip(a, b):
-        pa.grad = torch.randn(10) * 3
-        pb.grad = pa.grad.clone()
-    want = torch.nn.utils.clip_grad_norm_(b, 1.0)
-    got = HostAdamW(a).clip_grad_norm_(1.0)
-    torch.testing.assert_close(got, want)
-    for pa, pb in zip(a, b):
-        torch.testing.assert_close(pa.grad, pb.grad)
+        torch.testing.assert_close(pa, pb, rtol=0, atol=0)
     with pytest.raises(ValueError, match="kernel="):
         HostAdamW(a, kernel="fast")
 

@@ -41,13 +41,17 @@ class AdamWStep:
     weight_decay: float
     step: int
     maximize: bool = False
+    #: clipping's factor (an fp32 value), applied to the gradient inside the update: the
+    #: update sees fl(g * grad_scale), what it would see had the gradient been scaled first
+    grad_scale: float = 1.0
 
     def tensor(self) -> torch.Tensor:
         """``[1 - beta1, beta2, 1 - beta2, eps, 1 - lr * wd, -lr / bc1, sqrt(bc2), sign]``: each
-        computed in double and rounded to fp32 once, as torch's fused kernel does."""
+        computed in double and rounded to fp32 once, as torch's fused kernel does; ``sign`` is
+        -1 or 1 (``maximize``) times ``grad_scale`` (exact: one fp32 multiply in the loop)."""
         bc1 = 1.0 - self.beta1**self.step
         bc2 = math.sqrt(1.0 - self.beta2**self.step)
-        sign = -1.0 if self.maximize else 1.0
+        sign = (-1.0 if self.maximize else 1.0) * self.grad_scale
         vals = [1.0 - self.beta1, self.beta2, 1.0 - self.beta2, self.eps]
         vals += [1.0 - self.lr * self.weight_decay, -(self.lr / bc1), bc2, sign]
         return torch.tensor(vals, dtype=torch.float32)
@@ -74,8 +78,9 @@ def torch_update(w, g, m, v, out, s: AdamWStep, scratch: torch.Tensor | None = N
         maximize=s.maximize,
     )
     step = [torch.tensor(float(s.step))]
+    coef = torch.tensor(s.grad_scale, dtype=torch.float32) if s.grad_scale != 1.0 else None
     if g.dtype == w.dtype and out is None:
-        fused_adamw_([w], [g], [m], [v], step, **kw)
+        fused_adamw_([w], [g if coef is None else g * coef], [m], [v], step, **kw)
         return
     w1, g1, m1, v1 = w.view(-1), g.reshape(-1), m.view(-1), v.view(-1)
     o1 = out.view(-1) if out is not None else None
@@ -83,7 +88,9 @@ def torch_update(w, g, m, v, out, s: AdamWStep, scratch: torch.Tensor | None = N
         scratch = torch.empty(min(n, CHUNK), dtype=w.dtype)
     for a in range(0, n, CHUNK):
         b = min(n, a + CHUNK)
-        gs = g1[a:b] if g.dtype == w.dtype else scratch[: b - a].copy_(g1[a:b])
+        gs = g1[a:b] if g.dtype == w.dtype and coef is None else scratch[: b - a].copy_(g1[a:b])
+        if coef is not None:
+            gs.mul_(coef)
         fused_adamw_([w1[a:b]], [gs], [m1[a:b]], [v1[a:b]], step, **kw)
         if o1 is not None:
             o1[a:b].copy_(w1[a:b])

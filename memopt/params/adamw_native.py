@@ -116,17 +116,16 @@ void memopt_adamw(int k, float **w, void **g, const int *gk, float **m, float **
 
 /* fp32 gradient buffers of bf16 host shards (memopt.params.grad_acc), one pass:
    a = mode 0: acc[i]; 1: float(src[i]); 2: acc[i] where bf16(acc[i]) == src[i] (else float(src[i])
-   and counted as changed); then a += float(add[i]) if add; a *= scale; acc[i] = a;
+   and counted as changed); then a += float(add[i]) if add; acc[i] = a;
    out[i] = bf16(a) if out. Returns the changed count. */
 static int64_t acc_span(float *restrict acc, const uint16_t *src, int mode, const uint16_t *add,
-                        float scale, uint16_t *out, int64_t a, int64_t b) {
+                        uint16_t *out, int64_t a, int64_t b) {
     int64_t changed = 0;
     for (int64_t i = a; i < b; i++) {
         float x = acc[i];
         if (mode == 1) x = bf2f(src[i]);
         else if (mode == 2 && f2bf(x) != src[i]) { x = bf2f(src[i]); changed++; }
         if (add) x = x + bf2f(add[i]);
-        x = x * scale;
         acc[i] = x;
         if (out) out[i] = f2bf(x);
     }
@@ -134,16 +133,53 @@ static int64_t acc_span(float *restrict acc, const uint16_t *src, int mode, cons
 }
 
 /* k buffers in one parallel region (one OpenMP team wake-up for a whole set of tensors) */
-int64_t memopt_acc(int k, float **acc, uint16_t **src, int mode, uint16_t **add, float scale,
+int64_t memopt_acc(int k, float **acc, uint16_t **src, int mode, uint16_t **add,
                    uint16_t **out, const int64_t *n, int nt) {
     int64_t changed = 0, total, per = split(k, n, &nt, &total);
     if (total == 0) return 0;
 #pragma omp parallel for num_threads(nt) schedule(static, 1) reduction(+:changed)
     for (int t = 0; t < nt; t++)
         FOR_PIECE(t, per, total, k, n,
-                  changed += acc_span(acc[i], src ? src[i] : 0, mode, add ? add[i] : 0, scale,
+                  changed += acc_span(acc[i], src ? src[i] : 0, mode, add ? add[i] : 0,
                                       out ? out[i] : 0, a, b))
     return changed;
+}
+
+/* sum of squares in double of x[a, b) (fp32, or bf16 when xk): 8 lanes, then the tail */
+static double sq_span(const void *x, int xk, int64_t a, int64_t b) {
+    double s[8] = {0}, r = 0;
+    const float *f = (const float *)x;
+    const uint16_t *h = (const uint16_t *)x;
+    int64_t i = a;
+    if (xk) {
+        for (; i + 8 <= b; i += 8)
+            for (int j = 0; j < 8; j++) { double y = bf2f(h[i + j]); s[j] += y * y; }
+        for (; i < b; i++) { double y = bf2f(h[i]); r += y * y; }
+    } else {
+        for (; i + 8 <= b; i += 8)
+            for (int j = 0; j < 8; j++) { double y = f[i + j]; s[j] += y * y; }
+        for (; i < b; i++) { double y = f[i]; r += y * y; }
+    }
+    for (int j = 0; j < 8; j++) r += s[j];
+    return r;
+}
+
+/* the sum of squares of k tensors' elements, in double; the threads' sums are added in thread
+   order, so the result depends only on the inputs and nt */
+double memopt_sumsq(int k, void **x, const int *xk, const int64_t *n, int nt) {
+    int64_t total, per = split(k, n, &nt, &total);
+    double part[256] = {0}, r = 0;
+    if (total == 0) return 0.0;
+    if (nt > 256) nt = 256;
+    per = ((total + nt - 1) / nt + 63) & ~(int64_t)63;
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+    for (int t = 0; t < nt; t++) {
+        double s = 0;
+        FOR_PIECE(t, per, total, k, n, s += sq_span(x[i], xk[i], a, b))
+        part[t] = s;
+    }
+    for (int t = 0; t < nt; t++) r += part[t];
+    return r;
 }
 """
 
@@ -213,16 +249,18 @@ def load() -> ctypes.CDLL:
                 lib = ctypes.CDLL(_build())
                 fn = lib.memopt_adamw
                 acc = lib.memopt_acc
+                sq = lib.memopt_sumsq
             except (NativeKernelError, OSError, AttributeError) as e:
                 _LIB.append(e if isinstance(e, NativeKernelError) else NativeKernelError(str(e)))
             else:
                 P, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
                 fn.argtypes = [i32, P, P, P, P, P, P, P, P, i32]
                 fn.restype = None
-                acc.argtypes = [i32, P, P, i32, P, ctypes.c_float, P, P, i32]
+                acc.argtypes = [i32, P, P, i32, P, P, P, i32]
                 acc.restype = i64
-                _LIB.append(fn)
-                _LIB.append(acc)
+                sq.argtypes = [i32, P, P, P, i32]
+                sq.restype = ctypes.c_double
+                _LIB.extend([fn, acc, sq])
     if isinstance(_LIB[0], NativeKernelError):
         raise _LIB[0]
     return _LIB[0]
@@ -260,11 +298,11 @@ def group_update(ws, gs, ms, vs, outs, hps, threads: int) -> None:
        ctypes.c_void_p(hp.data_ptr()), int(threads))  # fmt: skip
 
 
-def acc_pass(acc, src, mode: int, add=None, scale: float = 1.0, out=None, threads: int = 1) -> int:
+def acc_pass(acc, src, mode: int, add=None, out=None, threads: int = 1) -> int:
     """One pass over fp32 gradient buffers ``acc`` (a tensor or a list; see ``memopt_acc`` in
     the C source): ``mode`` 0 keeps ``acc``, 1 takes ``float(src)``, 2 keeps ``acc`` where
     ``src`` (bf16) still equals its rounding, else takes ``src`` (counted); then
-    ``+ float(add)``, ``* scale``; ``out`` (bf16) gets the rounding. ``src``/``add``/``out``:
+    ``+ float(add)``; ``out`` (bf16) gets the rounding. ``src``/``add``/``out``:
     like ``acc`` (or None). Returns the count of changed elements. The GIL is released."""
     load()
     one = isinstance(acc, torch.Tensor)
@@ -283,9 +321,31 @@ def acc_pass(acc, src, mode: int, add=None, scale: float = 1.0, out=None, thread
     n = (ctypes.c_int64 * k)(*[a.numel() for a in accs])
     ptrs = [None if xs is None else _ptrs([t.data_ptr() for t in xs]) for xs in lists]
     fn = _LIB[1]
-    got = fn(k, _ptrs([a.data_ptr() for a in accs]), ptrs[0], mode, ptrs[1], scale, ptrs[2], n,
+    got = fn(k, _ptrs([a.data_ptr() for a in accs]), ptrs[0], mode, ptrs[1], ptrs[2], n,
              int(threads))  # fmt: skip
     return int(got)
+
+
+def sumsq_ok(x: torch.Tensor) -> bool:
+    return (
+        x.dtype in (torch.float32, torch.bfloat16) and x.is_contiguous() and x.device.type == "cpu"
+    )
+
+
+def sumsq(xs, threads: int = 1) -> float:
+    """The sum of squares of the elements of ``xs`` (contiguous fp32 or bf16 CPU tensors),
+    accumulated in double: one read of each, the GIL released. Deterministic for a given
+    ``threads``."""
+    load()
+    xs = [x for x in xs if x.numel()]
+    if not all(map(sumsq_ok, xs)):
+        raise ValueError("sumsq takes contiguous fp32 or bf16 CPU tensors")
+    k = len(xs)
+    if not k:
+        return 0.0
+    kinds = (ctypes.c_int * k)(*[int(x.dtype == torch.bfloat16) for x in xs])
+    n = (ctypes.c_int64 * k)(*[x.numel() for x in xs])
+    return float(_LIB[2](k, _ptrs([x.data_ptr() for x in xs]), kinds, n, int(threads)))
 
 
 def native_ok(w, g, out, m=None, v=None) -> bool:

@@ -3,7 +3,9 @@
 Each rank takes the norm of its local shards (per device, then combined on the mesh's device),
 one all-reduce over the shard group (sum of ``norm ** p``, or max for ``inf``) gives the global
 norm, and every local shard is scaled by ``min(1, max_norm / (norm + 1e-6))`` -- the numbers
-``torch.nn.utils.clip_grad_norm_`` computes on the unsharded gradients.
+``torch.nn.utils.clip_grad_norm_`` computes on the unsharded gradients. Host tensors of the
+2-norm may go to the C pass of :func:`memopt.params.adamw_native.sumsq` (one read, summed in
+double: within an fp32 rounding of torch's fp32 norm).
 """
 
 from __future__ import annotations
@@ -32,13 +34,24 @@ def _reduce_group(grads: Sequence[torch.Tensor]):
 
 
 def total_norm(
-    grads: Sequence[torch.Tensor], norm_type: float = 2.0, mesh_from=None
+    grads: Sequence[torch.Tensor],
+    norm_type: float = 2.0,
+    mesh_from=None,
+    host: Sequence[torch.Tensor] = (),
+    threads: int = 0,
 ) -> torch.Tensor:
-    """The global ``norm_type`` norm of ``grads`` (local shards reduced over the mesh of the
-    first DTensor in ``mesh_from``, default ``grads``)."""
+    """The global ``norm_type`` norm of ``grads`` and ``host`` (local shards reduced over the
+    mesh of the first DTensor in ``mesh_from``, default ``grads``). ``threads`` > 0: the 2-norm
+    of ``host`` (contiguous fp32/bf16 CPU tensors) by the C pass with that many threads."""
     p = float(norm_type)
     group, dev = _reduce_group(grads if mesh_from is None else mesh_from)
     parts = []
+    if host and threads > 0 and p == 2.0:
+        from memopt.params.adamw_native import sumsq
+
+        parts.append(torch.tensor(sumsq(host, threads), dtype=torch.float32).to(dev))
+    else:
+        grads = [*grads, *host]
     for t in (local(g) for g in grads):
         if t.numel():
             n = torch.linalg.vector_norm(t, p, dtype=torch.float32)

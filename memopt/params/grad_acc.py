@@ -1,10 +1,10 @@
-"""Exact gradients for 16-bit host shards: fp32 accumulation over micro-batches, fp32 clipping.
+"""Exact gradients for 16-bit host shards: fp32 accumulation over micro-batches.
 
 A bf16 host shard's gradient arrives from FSDP2 in bf16. For one backward that is exact (an
 fp32 shard gets ``float(g)`` of the same bf16 ``g`` at world size 1), but FSDP2 would add the
 next micro-batch's gradient into it in bf16 (it accumulates into a sharded gradient that is not
-None, after a blocking copy into fresh pageable memory), and clipping would scale it there. An
-fp32 shard gets ``float(g1) + float(g2)`` and ``* coef`` in fp32. :class:`Fp32Grads` keeps that
+None, after a blocking copy into fresh pageable memory). An fp32 shard gets
+``float(g1) + float(g2)`` in fp32. :class:`Fp32Grads` keeps that
 fp32 value in a persistent buffer beside the bf16 ``.grad`` of every tracked (16-bit host)
 parameter::
 
@@ -16,13 +16,14 @@ parameter::
     the gradient lands (post-accumulate-grad hook):         queue on the update worker:
         acc = exact so far + float(.grad) in fp32;  .grad = bf16(acc)  (what readers see)
     the backward ends (autograd's final callback):          wait for those tasks
-    clip (HostAdamW.clip_grad_norm_):                       acc = exact * coef in fp32
+    clip (HostAdamW.clip_grad_norm_):   the norm of ``acc`` (checked as below); the factor
+           goes into the update, which sees fl(acc * coef) as an fp32 shard's would
     step:  the update reads ``acc`` where ``.grad`` still equals its bf16 rounding (checked on
            the data: an op through a DTensor, as torch's foreach clipping, bumps no version
            counter); elements changed outside (e.g. torch.nn.utils.clip_grad_norm_, in bf16)
            are taken as changed, with a warning
 
-With one backward per step and no clipping nothing is recorded and nothing runs. The buffers
+With one backward per step nothing is recorded and nothing runs (clipped or not). The buffers
 (4 B per tracked parameter, pageable, counted in ``HostAdamW.host_stats``) are allocated on first
 use and kept, so later steps touch no fresh pages. The adds run on the update worker's threads
 while the backward goes on (16 B/element per micro-batch). Not detected:
@@ -194,7 +195,7 @@ class Fp32Grads:
         acc, old, fresh = self._acc(p), local(before), local(new)
         if self.native:  # one pass, 14 B/element (10 the first time)
             mode = 2 if before_exact else 1
-            self._changed(acc_pass(acc, old, mode, fresh, 1.0, fresh, self.threads))
+            self._changed(acc_pass(acc, old, mode, fresh, fresh, self.threads))
             return acc
         if before_exact:
             self._checked(acc, old)
@@ -238,40 +239,6 @@ class Fp32Grads:
                 self._rec.pop(id(p))
             return local(p.grad) if p.grad is not None else None
         return partial(self._checked, self._acc(p), local(p.grad))
-
-    def norm_sources(self, params) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """What clipping takes the norm of, ``(p, fp32 buffer)`` for each of ``params`` with a
-        gradient: the checked exact value, or ``.grad`` converted in one pass over all of them
-        (torch's fp32 norm is ~6x faster than its ``vector_norm(bf16, dtype=float32)``, and the
-        buffers are scaled next anyway)."""
-        out, raw = [], []
-        for p in params:
-            v = self.value(p)
-            if v is None:
-                continue
-            if callable(v):
-                out.append((p, v()))
-            else:
-                raw.append((p, v))
-        if raw and self.native:
-            acc_pass([self._acc(p) for p, _ in raw], [v for _, v in raw], 1, threads=self.threads)
-        for p, v in raw:
-            if not self.native:
-                self._acc(p).copy_(v)
-            self._rec[id(p)] = _Rec(p.grad, exact=True)
-            out.append((p, self._acc(p)))
-        return out
-
-    def scale(self, params, coef: torch.Tensor) -> None:
-        """After :meth:`norm_sources`: the buffers times ``coef`` (fp32, as torch's clipping
-        multiplies an fp32 gradient), their rounding into ``.grad``, in one pass."""
-        accs, vis = [self._acc(p) for p in params], [local(p.grad) for p in params]
-        if self.native and accs:
-            acc_pass(accs, None, 0, None, float(coef), vis, self.threads)
-            return
-        for a, g in zip(accs, vis):
-            a.mul_(coef.to(torch.float32))
-            g.copy_(a)
 
     def reap(self) -> None:
         """Remove the landing hooks that ran (not from inside one: FSDP2 iterates them)."""

@@ -42,7 +42,7 @@ from memopt.params.adamw_kernel import (
     pick_kernel,
     torch_update,
 )
-from memopt.params.adamw_native import group_update, native_ok
+from memopt.params.adamw_native import group_update, native_ok, sumsq_ok
 from memopt.params.clip import clip_coef, total_norm
 from memopt.params.fsdp import MASTER_FLAG
 from memopt.params.grad_acc import Fp32Grads
@@ -117,6 +117,7 @@ class HostAdamW(torch.optim.Optimizer):
         self._fsdp = fc.fsdp_params_by_id(mods)
         self._gkey = {pid: gi for gi, m in enumerate(mods) for pid in _ids(m)}
         self._pending: dict[int, list[_Item]] = {}
+        self._clip: tuple[float, dict] | None = None  # clip_grad_norm_'s factor, its gradients
         for group in self.param_groups:
             for p in group["params"]:
                 self._group_of[id(p)] = group
@@ -268,7 +269,10 @@ class HostAdamW(torch.optim.Optimizer):
         ev = fc.grad_copy_event(fp) if fp is not None else None
         if fp is None and p.grad is not None and _cuda_in_use():
             ev = _SYNC_ALL  # an unknown copy: wait for the whole device (correct, not fast)
-        return _Item(p, grad, _scalars(group, int(st["step"])), ev)
+        scale = 1.0  # clip_grad_norm_'s factor, while p's gradient is the one it measured
+        if self._clip is not None and self._clip[1].get(id(p)) is p.grad is not None:
+            scale = self._clip[0]
+        return _Item(p, grad, _scalars(group, int(st["step"]), scale), ev)
 
     def _push(self, items: list[_Item]) -> None:
         self._queue.push([id(it.p) for it in items], partial(self._run_items, items))
@@ -346,9 +350,12 @@ class HostAdamW(torch.optim.Optimizer):
     def _fused_host(self, items: list[_Item]) -> None:
         s = items[0].s
         st = [self.state[it.p] for it in items]
+        grads = [it.grad for it in items]
+        if s.grad_scale != 1.0:  # clipping's factor: fl(g * coef), as torch's clip would
+            grads = torch._foreach_mul(grads, torch.tensor(s.grad_scale, dtype=torch.float32))
         fused_adamw_(
             [local(it.p).detach() for it in items],
-            [it.grad for it in items],
+            grads,
             [local(x["exp_avg"]) for x in st],
             [local(x["exp_avg_sq"]) for x in st],
             [torch.tensor(float(it.s.step)) for it in items],
@@ -448,6 +455,7 @@ class HostAdamW(torch.optim.Optimizer):
             self._update_device(device, group, self.state)
         self._flush()
         self._done.clear()
+        self._clip = None
         self._fp32.reap()
         if not self.pipelined:
             self._queue.wait()
@@ -474,25 +482,39 @@ class HostAdamW(torch.optim.Optimizer):
             self.wait()  # queued updates read the gradient tensors that this would zero
         self._micro.clear()
         self._fp32.clear()
+        self._clip = None
         super().zero_grad(set_to_none=set_to_none)
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
-        """Global-norm clipping over host and device shards (equal to clip_grad_norm_)."""
+        """Global-norm clipping over host and device shards: returns the norm, and the next
+        :meth:`step` updates with the gradients times ``min(1, max_norm / (norm + 1e-6))``, the
+        numbers of ``torch.nn.utils.clip_grad_norm_``. Device gradients are scaled in place;
+        host shards' ``.grad`` are *not* rewritten: the factor is applied inside their update
+        (bitwise as if scaled first), which saves two passes over host memory. The host norm
+        is one C pass (2-norm, ``kernel="native"``). A new backward or ``zero_grad`` before
+        ``step`` drops the factor."""
         if self.overlap:
             raise RuntimeError(
                 "clip_grad_norm_ cannot work with overlap=True: host shards are updated during "
                 "backward, before the global norm is known. Build HostAdamW(overlap=False)."
             )
         self._drain()
-        params = [p for g in self.param_groups for p in g["params"]]
-        tracked = self._fp32.norm_sources([p for p in params if p in self._fp32])
-        others = [p.grad for p in params if p not in self._fp32 and p.grad is not None]
-        mesh_from = [p.grad for p in params if p.grad is not None]
-        norm = total_norm([t for _, t in tracked] + others, norm_type, mesh_from)
+        params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+        host = [p for p in params if self._on_host(p)]
+        device = [p.grad for p in params if not self._on_host(p)]
+        vals = [self._grad(p) for p in host]
+        vals = [v() if callable(v) else v for v in vals]  # accumulated: the checked fp32 sums
+        scale = self._clip[0] if self._clip is not None else 1.0  # a second call: already scaled
+        if scale != 1.0:
+            vals = [v * torch.tensor(scale, dtype=torch.float32) for v in vals]
+        native = self.kernel == "native" and all(sumsq_ok(v) for v in vals)
+        mesh_from = [p.grad for p in params]
+        norm = total_norm(device, norm_type, mesh_from, vals, self.threads if native else 0)
         coef = clip_coef(norm, max_norm)
-        for g in others:
+        for g in device:
             local(g).mul_(coef.to(local(g).device))
-        self._fp32.scale([p for p, _ in tracked], coef)  # 16-bit host shards: in fp32
+        total = float((coef * torch.tensor(scale, dtype=torch.float32)).item())
+        self._clip = (total, {id(p): p.grad for p in host})
         return norm
 
     def host_stats(self) -> dict:
@@ -557,7 +579,7 @@ _SYNC_ALL = object()
 
 
 def _hyper(s: AdamWStep) -> tuple:
-    return (s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.maximize)
+    return (s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.maximize, s.grad_scale)
 
 
 def _cuda_in_use() -> bool:
@@ -576,7 +598,7 @@ def _count_by_key(key_of: dict[int, int], ids) -> dict[int, int]:
     return out
 
 
-def _scalars(group: dict, step: int) -> AdamWStep:
+def _scalars(group: dict, step: int, grad_scale: float = 1.0) -> AdamWStep:
     b1, b2 = group["betas"]
     return AdamWStep(
         lr=float(group["lr"]),
@@ -586,6 +608,7 @@ def _scalars(group: dict, step: int) -> AdamWStep:
         weight_decay=float(group["weight_decay"]),
         step=step,
         maximize=bool(group["maximize"]),
+        grad_scale=grad_scale,
     )
 
 
