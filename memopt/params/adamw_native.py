@@ -145,22 +145,29 @@ int64_t memopt_acc(int k, float **acc, uint16_t **src, int mode, uint16_t **add,
     return changed;
 }
 
-/* sum of squares in double of x[a, b) (fp32, or bf16 when xk): 8 lanes, then the tail */
+/* sum of squares in double of x[a, b) (fp32, or bf16 when xk): 32 lanes (independent add
+   chains, so the vector units are not waiting on one), then the tail */
+#define SQ_LANES 32
 static double sq_span(const void *x, int xk, int64_t a, int64_t b) {
-    double s[8] = {0}, r = 0;
+    double s[SQ_LANES] = {0}, r = 0;
     const float *f = (const float *)x;
     const uint16_t *h = (const uint16_t *)x;
     int64_t i = a;
     if (xk) {
-        for (; i + 8 <= b; i += 8)
-            for (int j = 0; j < 8; j++) { double y = bf2f(h[i + j]); s[j] += y * y; }
+        for (; i + SQ_LANES <= b; i += SQ_LANES)
+            for (int j = 0; j < SQ_LANES; j++) {
+                uint32_t u = (uint32_t)h[i + j] << 16;
+                float y;
+                memcpy(&y, &u, 4);
+                s[j] += (double)y * (double)y;
+            }
         for (; i < b; i++) { double y = bf2f(h[i]); r += y * y; }
     } else {
-        for (; i + 8 <= b; i += 8)
-            for (int j = 0; j < 8; j++) { double y = f[i + j]; s[j] += y * y; }
+        for (; i + SQ_LANES <= b; i += SQ_LANES)
+            for (int j = 0; j < SQ_LANES; j++) s[j] += (double)f[i + j] * (double)f[i + j];
         for (; i < b; i++) { double y = f[i]; r += y * y; }
     }
-    for (int j = 0; j < 8; j++) r += s[j];
+    for (int j = 0; j < SQ_LANES; j++) r += s[j];
     return r;
 }
 
