@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 import memopt
+from memopt.params import _fsdp_compat as fc
 from memopt.params import shard_with_offload
 from memopt.params.grad_acc import Fp32Grads
 from tests.helpers import tiny_llama
@@ -51,6 +52,13 @@ def _train(host_dtype, *, overlap, clip, ckpt=False, kernel="auto", steps=3, mic
         accumulation_steps=acc,
         kernel=kernel,
     )
+    landed = []
+
+    def no_param_hooks(params):  # torch >= 2.13 copies synchronously for a param with one
+        landed.append(len(params))
+        assert not any(getattr(p, "_post_accumulate_grad_hooks", None) for p in params)
+
+    notices = [fc.on_reduced(m, no_param_hooks) for _, m in rec.groups]
     losses = []
     for s in range(steps):
         for m in range(micro):
@@ -67,6 +75,10 @@ def _train(host_dtype, *, overlap, clip, ckpt=False, kernel="auto", steps=3, mic
     ws = [opt.state[p].get("master_param", p).to_local().float().clone() for p in params]
     vs = [opt.state[p]["exp_avg_sq"].to_local().clone() for p in params]
     opt.close()
+    for n in notices:
+        n.remove()
+    assert sum(landed) == len(params) * steps * micro  # every gradient, every micro-batch
+    assert not any("post_backward" in vars(fc.param_group(m)) for _, m in rec.groups)
     return losses, torch.cat([w.flatten() for w in ws]), torch.cat([v.flatten() for v in vs]), rec
 
 

@@ -59,12 +59,65 @@ def fsdp_params_by_id(modules) -> dict[int, object]:
 def grad_copy_event(fsdp_param) -> torch.cuda.Event | None:
     """The event after the D2H copy of this parameter's reduced gradient, while in flight.
 
-    torch 2.11 copies a host group's gradient with ``non_blocking=True`` and calls the
-    post-accumulate-grad hooks right after recording this event, so a hook that reads the
-    gradient on the CPU must wait for it; torch 2.13 copies synchronously when a hook exists
-    (the event is then None).
+    FSDP2 copies a host group's gradient with ``non_blocking=True`` into pinned memory (when it
+    assigns a fresh gradient and, from torch 2.13, when the parameter has no post-accumulate-
+    grad hook) and records this event, so a reader on the CPU must wait for it (None after a
+    synchronous copy, and once ``finalize_backward`` waited for it).
     """
     return getattr(fsdp_param, "grad_offload_event", None)
+
+
+class _Notice:
+    def __init__(self, group, fns: list, fn) -> None:
+        self._group, self._fns, self._fn = group, fns, fn
+
+    def remove(self) -> None:
+        if self._fn in self._fns:
+            self._fns.remove(self._fn)
+        if not self._fns and "post_backward" in vars(self._group):
+            del self._group.post_backward  # the class's method again
+            del self._group._memopt_reduced
+
+
+def _version(g) -> int:
+    return -1 if g is None else local(g)._version
+
+
+def on_reduced(module: nn.Module, fn) -> _Notice:
+    """Call ``fn(params)`` after the FSDP2 group of ``module`` has reduced its gradients into its
+    sharded parameters (the end of its ``post_backward``, which autograd runs once the group's
+    backward is done and the root's final callback runs for groups autograd skipped), with the
+    parameters whose ``.grad`` that call assigned or accumulated into (object or version
+    changed). Callbacks run in registration order; the returned handle's ``remove()`` drops one.
+
+    One notice per group, not a post-accumulate-grad hook per parameter: from torch 2.13 such a
+    hook on an offloaded parameter makes FSDP2 copy its gradient to the host synchronously, into
+    fresh pageable memory (FSDP2 cannot tell when a hook reads it). ``post_backward`` is looked
+    up on the instance by both callers, so an instance attribute routes them here."""
+    group = param_group(module)
+    fns = vars(group).get("_memopt_reduced")
+    if fns is None:
+        fns = group._memopt_reduced = []
+        original = group.post_backward
+
+        def post_backward(*args, **kwargs):
+            before = [(fp, fp.sharded_param.grad) for fp in group.fsdp_params]
+            versions = [_version(g) for _, g in before]
+            out = original(*args, **kwargs)
+            landed = [
+                fp.sharded_param
+                for (fp, g), v in zip(before, versions)
+                if (now := fp.sharded_param.grad) is not None
+                and (now is not g or _version(now) != v)
+            ]
+            if landed:
+                for f in list(fns):
+                    f(landed)
+            return out
+
+        group.post_backward = post_backward
+    fns.append(fn)
+    return _Notice(group, fns, fn)
 
 
 def group_on_host(module: nn.Module) -> bool:

@@ -96,6 +96,37 @@ def torch_update(w, g, m, v, out, s: AdamWStep, scratch: torch.Tensor | None = N
             o1[a:b].copy_(w1[a:b])
 
 
+def device_update(params: list, group: dict, state) -> None:
+    """torch's fused AdamW over ``params`` (FSDP2 shards on the device: their local tensors),
+    with ``group``'s hyperparameters and the per-parameter ``state`` (its step moved to the
+    shard's device)."""
+    from memopt.params._fsdp_compat import local
+
+    if not params:
+        return
+    b1, b2 = group["betas"]
+    steps = []
+    for p in params:
+        st = state[p]
+        if st["step"].device != local(p).device:
+            st["step"] = st["step"].to(local(p).device, torch.float32)
+        steps.append(st["step"])
+    torch._foreach_add_(steps, 1)
+    fused_adamw_(
+        [local(p).detach() for p in params],
+        [local(p.grad) for p in params],
+        [local(state[p]["exp_avg"]) for p in params],
+        [local(state[p]["exp_avg_sq"]) for p in params],
+        steps,
+        lr=float(group["lr"]),
+        beta1=float(b1),
+        beta2=float(b2),
+        weight_decay=float(group["weight_decay"]),
+        eps=float(group["eps"]),
+        maximize=bool(group["maximize"]),
+    )
+
+
 KERNELS = ("auto", "native", "torch")
 
 

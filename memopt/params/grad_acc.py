@@ -13,7 +13,7 @@ parameter::
     the group's backward starts (hook on its outputs):      .grad still g -> .grad = None, so
         FSDP2 copies the next gradient fresh (pinned, non-blocking); .grad changed or cleared
         since the forward (``model.zero_grad()``) -> the record is void
-    the gradient lands (post-accumulate-grad hook):         queue on the update worker:
+    the gradient lands (HostAdamW's FSDP2 group notice):    queue on the update worker:
         acc = exact so far + float(.grad) in fp32;  .grad = bf16(acc)  (what readers see)
     the backward ends (autograd's final callback):          wait for those tasks
     clip (HostAdamW.clip_grad_norm_):   the norm of ``acc`` (checked as below); the factor
@@ -58,7 +58,6 @@ class _Rec:
     exact: bool = False
     armed: bool = False
     handed: bool = False
-    hook: object = None
 
 
 class Fp32Grads:
@@ -81,7 +80,6 @@ class Fp32Grads:
         self._folds: set[int] = set()  # fold tasks queued in this backward
         self._warned = False
         self._hooks = []
-        self._dead = []  # one-shot hooks to remove outside FSDP2's loop over them
         self.add(params, groups)
 
     def add(self, params, groups) -> None:
@@ -112,7 +110,6 @@ class Fp32Grads:
     def _arm(self, params, module, args) -> None:
         if not torch.is_grad_enabled():
             return
-        self.reap()
         for p in params:
             rec = self._rec.get(id(p))
             if rec is not None and (rec.armed or rec.handed):
@@ -148,10 +145,11 @@ class Fp32Grads:
                 continue
             p.grad = None
             rec.handed = True
-            rec.hook = p.register_post_accumulate_grad_hook(self._landed)
 
     # ---- the gradient lands: fold it in on the worker ---------------------------------------
-    def _landed(self, p) -> None:
+    def landed(self, p) -> None:
+        """FSDP2 assigned ``p``'s gradient (HostAdamW's group notice, after its own handler took
+        the fold for an update due now): queue the fold unless taken."""
         fold = self.take_fold(p)
         if fold is None:
             return
@@ -177,9 +175,6 @@ class Fp32Grads:
         if rec is None or not rec.handed:
             return None
         rec.handed = False
-        if rec.hook is not None:
-            self._dead.append(rec.hook)
-            rec.hook = None
         before, new = rec.grad, p.grad
         if new is None:
             self._rec.pop(id(p))
@@ -240,18 +235,8 @@ class Fp32Grads:
             return local(p.grad) if p.grad is not None else None
         return partial(self._checked, self._acc(p), local(p.grad))
 
-    def reap(self) -> None:
-        """Remove the landing hooks that ran (not from inside one: FSDP2 iterates them)."""
-        for h in self._dead:
-            h.remove()
-        self._dead.clear()
-
     def clear(self) -> None:
-        for rec in self._rec.values():
-            if rec.hook is not None:
-                self._dead.append(rec.hook)
         self._rec.clear()
-        self.reap()
 
     def close(self) -> None:
         self.clear()

@@ -7,8 +7,9 @@ Per parameter, by where its local shard lives::
     device:                         torch's fused AdamW on the device (one foreach call)
 
 With ``overlap=True`` a host shard's update is queued as soon as FSDP2 has copied its reduced
-gradient to the host (a post-accumulate-grad hook on the sharded parameter, which FSDP2 calls
-after the reduce-scatter) and runs on a worker thread, newest first (``update_queue``), so the
+gradient to the host (a notice at the end of the group's ``post_backward``,
+``_fsdp_compat.on_reduced``: a post-accumulate-grad hook would make torch >= 2.13 copy it
+synchronously into pageable memory) and runs on a worker thread, newest first (``update_queue``), so the
 CPU step runs during the rest of the backward. ``step()`` steps the device shards and returns;
 built with the ``offload`` record, each FSDP2 group's next forward waits for its own updates only
 (otherwise ``step()`` waits for all). Global-norm clipping needs every gradient first, so it
@@ -39,6 +40,7 @@ from memopt.params.adamw_kernel import (
     CHUNK,
     AdamWStep,
     check_adamw_args,
+    device_update,
     pick_kernel,
     torch_update,
 )
@@ -118,6 +120,7 @@ class HostAdamW(torch.optim.Optimizer):
         self._gkey = {pid: gi for gi, m in enumerate(mods) for pid in _ids(m)}
         self._pending: dict[int, list[_Item]] = {}
         self._clip: tuple[float, dict] | None = None  # clip_grad_norm_'s factor, its gradients
+        self._hooks += [fc.on_reduced(m, self._on_reduced) for m in mods if _ids(m)]
         for group in self.param_groups:
             for p in group["params"]:
                 self._group_of[id(p)] = group
@@ -144,10 +147,21 @@ class HostAdamW(torch.optim.Optimizer):
             offload.attach_optimizer(self)
 
     def _hook_host(self, p: torch.Tensor) -> None:
-        """With ``overlap``, a host shard's update is queued when its gradient lands (once)."""
+        """With ``overlap``, a host shard's update is queued when its gradient lands: an FSDP2
+        group's by the group's notice (:meth:`_on_reduced`), another's by its own hook."""
         if self.overlap and self._on_host(p) and p.requires_grad and id(p) not in self._hooked:
             self._hooked.add(id(p))
-            self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+            if id(p) not in self._fsdp:
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+
+    def _on_reduced(self, params) -> None:
+        """An FSDP2 group's gradients landed: queue the updates due (``overlap``), then fold
+        the other micro-batches' gradients of 16-bit host shards into their fp32 buffers."""
+        for p in params:
+            if id(p) in self._hooked:
+                self._on_grad(p)
+            if p in self._fp32:
+                self._fp32.landed(p)
 
     def _sixteen(self, params) -> list[torch.Tensor]:
         return [
@@ -383,36 +397,10 @@ class HostAdamW(torch.optim.Optimizer):
             self._scratch = torch.empty(min(g.numel(), CHUNK), dtype=w.dtype)
         torch_update(w, g, m, v, out, s, self._scratch)
 
-    @staticmethod
-    def _update_device(params: list[torch.Tensor], group: dict, state) -> None:
-        if not params:
-            return
-        b1, b2 = group["betas"]
-        steps = []
-        for p in params:
-            st = state[p]
-            if st["step"].device != local(p).device:
-                st["step"] = st["step"].to(local(p).device, torch.float32)
-            steps.append(st["step"])
-        torch._foreach_add_(steps, 1)
-        fused_adamw_(
-            [local(p).detach() for p in params],
-            [local(p.grad) for p in params],
-            [local(state[p]["exp_avg"]) for p in params],
-            [local(state[p]["exp_avg_sq"]) for p in params],
-            steps,
-            lr=float(group["lr"]),
-            beta1=float(b1),
-            beta2=float(b2),
-            weight_decay=float(group["weight_decay"]),
-            eps=float(group["eps"]),
-            maximize=bool(group["maximize"]),
-        )
-
     def _on_grad(self, p: torch.Tensor) -> None:
         n = self._micro[id(p)] = self._micro.get(id(p), 0) + 1
         if n < self.accumulation_steps:
-            return  # a 16-bit host shard's gradient is folded into fp32 by Fp32Grads' own hook
+            return  # a 16-bit host shard's gradient is folded into fp32 next (_on_reduced)
         self._micro[id(p)] = 0
         self._done.add(id(p))
         self.overlapped_updates += 1
@@ -452,11 +440,10 @@ class HostAdamW(torch.optim.Optimizer):
                     self._add(self._item(p, group, g))
                 else:
                     device.append(p)
-            self._update_device(device, group, self.state)
+            device_update(device, group, self.state)
         self._flush()
         self._done.clear()
         self._clip = None
-        self._fp32.reap()
         if not self.pipelined:
             self._queue.wait()
         auto = getattr(self._offload, "auto", None)
@@ -550,19 +537,7 @@ class HostAdamW(torch.optim.Optimizer):
         """Per parameter group: masters and moments, host and device bytes apart (and the fp32
         gradient buffers of 16-bit host shards)."""
         on_disk = self._nvme if self._nvme is not None else ()
-        rows = optimizer_rows(self.param_groups, self.state, _FP32_KEYS, on_disk)
-        if self._fp32.nbytes:
-            rows.append(
-                {
-                    "name": "fp32 gradient buffers (bf16 host shards)",
-                    "kind": "optimizer",
-                    "param_bytes": self._fp32.nbytes,
-                    "where": "cpu",
-                    "pinned": False,
-                    "slot": None,
-                }
-            )
-        return rows
+        return optimizer_rows(self.param_groups, self.state, _FP32_KEYS, on_disk, self._fp32.nbytes)
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ def placement_rows(handle=None, optimizer=None) -> list[dict]:
     return rows
 
 
-def optimizer_rows(param_groups, state, keys, on_disk) -> list[dict]:
+def optimizer_rows(param_groups, state, keys, on_disk, grad_buffer_bytes: int = 0) -> list[dict]:
     """Per parameter group of an optimizer: the bytes of its state ``keys`` (fp32 master,
     moments) by where they live, pinned or not; moments in an NVMe file (``on_disk``: holds the
-    ids of those parameters) as ``disk`` rows."""
+    ids of those parameters) as ``disk`` rows; then the fp32 gradient buffers of 16-bit host
+    shards (pageable host bytes) when there are any."""
     from memopt.params._fsdp_compat import local
 
     rows = []
@@ -45,6 +46,10 @@ def optimizer_rows(param_groups, state, keys, on_disk) -> list[dict]:
             row = {"name": f"optimizer group {gi}: {name}", "kind": "optimizer"}
             row.update(param_bytes=nbytes, where=where, slot=None)
             rows.append({**row, "pinned": bool(pinned) and where == "cpu"})
+    if grad_buffer_bytes:
+        name = "fp32 gradient buffers (bf16 host shards)"
+        rows.append(dict(name=name, kind="optimizer", param_bytes=grad_buffer_bytes, where="cpu"))
+        rows[-1].update(pinned=False, slot=None)
     return rows
 
 
