@@ -294,6 +294,12 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "clip_host*.json",
+        f"PYTHONPATH=. {PY}clip_host.py --size 1b --out docs/data/{{file}}",
+        "gpu",
+        "the H100 machine's host CPU; no GPU used",
+    ),
+    Producer(
         "param_peers*.json",
         f"PYTHONPATH=. {PY}param_peers.py run --out docs/data/{{file}} --jobs ...",
         "gpu",

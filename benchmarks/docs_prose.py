@@ -79,6 +79,7 @@ VALUES: dict[str, Callable[..., str]] = {
     "host_range": history.host_range,
     "floor_share": history.floor_share,
     "lbatch_meta": history.lbatch_meta,
+    "json": history.json_value,
 }
 
 

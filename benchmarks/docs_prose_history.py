@@ -512,3 +512,12 @@ def floor_share(variant: str, bs: str) -> str:
     )
     vals = sorted(100 * floor / _peer(n, variant, bs)["s_per_step"] for n in PEER_RUNS)
     return _range([f"{vals[0]:.0f}", f"{vals[-1]:.0f}"], "floor_share", "–")
+
+
+def json_value(name: str, path: str, decimals: str = "3") -> str:
+    """Any number of the data file aliased ``name`` by a dotted ``path`` (list indexes as
+    numbers: ``results.1.phases_s.clip``), with ``decimals`` decimals."""
+    v = load(name)
+    for k in path.split("."):
+        v = v[int(k)] if isinstance(v, list) else v[k]
+    return f"{v:.{int(decimals)}f}"

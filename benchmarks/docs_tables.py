@@ -40,6 +40,7 @@ from benchmarks.docs_tables_params import (
     param_peers_s15,
     param_peers_s19,
     param_peers_s20,
+    param_peers_s21,
 )
 
 
@@ -243,6 +244,15 @@ SECTIONS: dict[str, Section] = {
             "param_peers_clip_s20b.json",
         ),
         param_peers_s20,
+    ),
+    "param_peers_s21": Section(
+        (
+            "param_peers_clip_s21.json",
+            "param_peers_clip_s21b.json",
+            "param_peers_s21.json",
+            "param_peers_ab_s21.json",
+        ),
+        param_peers_s21,
     ),
     "param_peers_2026-11-24": Section(
         ("param_peers_2026-11-24.json", "param_peers_pipelined_2026-11-24.json"), param_peers_1124

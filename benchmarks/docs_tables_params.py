@@ -332,6 +332,22 @@ def param_peers_s20(*runs: dict) -> str:
     return param_peers_s15(*runs, labels=labels)
 
 
+def param_peers_s21(*runs: dict) -> str:
+    """The twenty-first session's runs on one H100: A and B clipping to norm 1 at 2 x 512 and
+    4 x 1024, C the peers without clipping, D memopt at this commit against the twentieth
+    session's (interleaved); memopt rows with ``host_dtype="auto"``."""
+    labels = {
+        "memopt": "memopt f=1, `host_dtype='auto'` (bf16 shards, bf16 reduce)",
+        "memopt-nooverlap": "memopt f=1, `host_dtype='auto'`, `overlap=False`, "
+        "`opt.clip_grad_norm_` (norm in C, factor in the update)",
+        "fsdp2": "FSDP2 CPU offload, torch AdamW(fused) (`clip_grad_norm_` in A, B)",
+    }
+    for n in (1, 2):
+        labels[f"memopt-new{n}"] = f"memopt, this session's code (group notice), run {n}"
+        labels[f"memopt-old{n}"] = f"memopt, the twentieth session's code (728e95d), run {n}"
+    return param_peers_s15(*runs, labels=labels)
+
+
 def param_peers_s15(*runs: dict, labels: dict | None = None) -> str:
     """The fifteenth session's runs A (batch 2 x 512) and B (4 x 1024 and the NVMe tier): each
     variant against its reference of the same run and batch; HostAdamW's threads and the update

@@ -19,8 +19,8 @@ bf16, a reduction over one rank is the identity, and HostAdamW accumulates micro
 in fp32 (:mod:`memopt.params.grad_acc`). So the host groups also reduce in bf16 (no fp32 copy of
 each layer's gradient on the device; measured 0.47 GiB lower peak and 38 ms faster per step on
 the benchmark, docs/params.md). It is opt-in: clipping with torch's ``clip_grad_norm_`` (as HF
-Trainer does) would scale the bf16 gradient, and HostAdamW's fp32 clipping measured 2x slower
-than FSDP2's on the benchmark (docs/params.md).
+Trainer does) would scale the bf16 gradient (``HostAdamW.clip_grad_norm_`` is exact), and
+another optimizer than HostAdamW cannot step bf16 host shards (it raises).
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ built with the ``offload`` record, each FSDP2 group's next forward waits for its
 (otherwise ``step()`` waits for all). Global-norm clipping needs every gradient first, so it
 refuses with ``overlap=True``.
 
-bf16 host shards (``host_dtype="auto"``) get fp32 gradient buffers: micro-batches are added and
-clipping scales in fp32 (:mod:`memopt.params.grad_acc`), as for fp32 shards.
+bf16 host shards (``host_dtype="auto"``) get fp32 gradient buffers: micro-batches are added in
+fp32 (:mod:`memopt.params.grad_acc`), as for fp32 shards. ``clip_grad_norm_`` applies its factor
+inside the next update of host shards (their ``.grad`` is not rewritten).
 
 State is torch.optim.AdamW's (``step``, ``exp_avg``, ``exp_avg_sq`` per parameter, DTensors like
 the parameter) plus ``master_param`` (fp32) for 16-bit host shards: ``state_dict`` /
