@@ -51,6 +51,8 @@ FILES = {
     "p21clipb": "param_peers_clip_s21b.json",
     "p21ab": "param_peers_ab_s21.json",
     "clip21": "clip_host_s21.json",
+    "p21dyn": "param_peers_dyn_s21.json",
+    "p21c": "param_peers_s21c.json",
     "ci": "ci_run.json",
     "first_hour": "first_hour.json",
     "pareto_llama": "pareto_llama.json",

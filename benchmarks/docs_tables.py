@@ -251,6 +251,8 @@ SECTIONS: dict[str, Section] = {
             "param_peers_clip_s21b.json",
             "param_peers_s21.json",
             "param_peers_ab_s21.json",
+            "param_peers_dyn_s21.json",
+            "param_peers_s21c.json",
         ),
         param_peers_s21,
     ),

@@ -333,9 +333,10 @@ def param_peers_s20(*runs: dict) -> str:
 
 
 def param_peers_s21(*runs: dict) -> str:
-    """The twenty-first session's runs on one H100: A and B clipping to norm 1 at 2 x 512 and
-    4 x 1024, C the peers without clipping, D memopt at this commit against the twentieth
-    session's (interleaved); memopt rows with ``host_dtype="auto"``."""
+    """The twenty-first session's runs on H100s: A and B clipping to norm 1 at 2 x 512 and
+    4 x 1024, C the peers without clipping, D memopt with the group notice against the
+    twentieth session's code (interleaved), E the update's dynamic pieces against the static
+    split (interleaved), F the peers at the end; memopt rows with ``host_dtype="auto"``."""
     labels = {
         "memopt": "memopt f=1, `host_dtype='auto'` (bf16 shards, bf16 reduce)",
         "memopt-nooverlap": "memopt f=1, `host_dtype='auto'`, `overlap=False`, "
@@ -345,6 +346,9 @@ def param_peers_s21(*runs: dict) -> str:
     for n in (1, 2):
         labels[f"memopt-new{n}"] = f"memopt, this session's code (group notice), run {n}"
         labels[f"memopt-old{n}"] = f"memopt, the twentieth session's code (728e95d), run {n}"
+        labels[f"memopt-dynamic{n}"] = f"memopt, update in dynamic 256 Ki pieces, run {n}"
+        labels[f"memopt-static{n}"] = f"memopt, update split evenly (ad8619d), run {n}"
+    labels["memopt-fp32host"] = "memopt f=1, fp32 host shards (`host_dtype=None`, the default)"
     return param_peers_s15(*runs, labels=labels)
 
 

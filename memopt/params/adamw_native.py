@@ -17,7 +17,7 @@ called through ctypes, which releases the GIL for the call. The arithmetic is to
 kernel's, operation for operation (the same roundings), so the update is bitwise torch's on CPUs
 with FMA, except in the last ``numel % vector width`` elements of a tensor, which torch updates
 in a scalar loop that may round ``v`` differently (by an ulp). The elements of all the group's
-tensors are split evenly over ``threads`` OpenMP threads (``num_threads`` is passed per call,
+tensors are handed out in pieces to ``threads`` OpenMP threads (``num_threads`` is passed per call,
 so the worker's team size needs no per-thread setting).
 
 :func:`load` returns None when no compiler or no OpenMP is available (``kernel="auto"`` then
@@ -104,14 +104,19 @@ static int64_t split(int k, const int64_t *n, int *nt, int64_t *total) {
         }                                                                              \
     }
 
-/* k tensors, their elements split over nt threads */
+/* k tensors, their elements in 256 Ki-element pieces handed to nt threads as they free up:
+   the update shares the host with the threads that launch GPU work, and with a static split
+   one descheduled thread holds up the whole call (elementwise: the same numbers either way) */
+#define PIECE ((int64_t)1 << 18)
 void memopt_adamw(int k, float **w, void **g, const int *gk, float **m, float **v,
                   uint16_t **out, const int64_t *n, const float *hp, int nt) {
-    int64_t total, per = split(k, n, &nt, &total);
+    int64_t total;
+    split(k, n, &nt, &total);
     if (total == 0) return;
-#pragma omp parallel for num_threads(nt) schedule(static, 1)
-    for (int t = 0; t < nt; t++)
-        FOR_PIECE(t, per, total, k, n, span(w[i], g[i], gk[i], m[i], v[i], out[i], a, b, hp + HP * i))
+    int64_t pieces = (total + PIECE - 1) / PIECE;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int64_t t = 0; t < pieces; t++)
+        FOR_PIECE(t, PIECE, total, k, n, span(w[i], g[i], gk[i], m[i], v[i], out[i], a, b, hp + HP * i))
 }
 
 /* fp32 gradient buffers of bf16 host shards (memopt.params.grad_acc), one pass:
