@@ -53,6 +53,8 @@ FILES = {
     "clip21": "clip_host_s21.json",
     "p21dyn": "param_peers_dyn_s21.json",
     "p21c": "param_peers_s21c.json",
+    "p21thr": "param_peers_threads_s21.json",
+    "p21waits": "param_peers_waits_s21.json",
     "ci": "ci_run.json",
     "first_hour": "first_hour.json",
     "pareto_llama": "pareto_llama.json",
