@@ -23,9 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-import time
 
 import torch
+from param_peers import _best  # benchmarks/ is on sys.path when run as a script
 
 from memopt.params import adamw_native as an
 from memopt.params.clip import total_norm
@@ -41,16 +41,6 @@ def shapes(size: str) -> list[int]:
     h, i, kv = s["hidden"], s["inter"], s["kv"]
     layer = [h * h, kv * h, kv * h, h * h, i * h, i * h, h * i, h, h]
     return [s["vocab"] * h] + layer * s["layers"] + [h, s["vocab"] * h]
-
-
-def _best(fn, reps: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def _on_thread(fn):
