@@ -83,9 +83,9 @@ def optimize(
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"memopt.optimize expects a torch.nn.Module, got {type(model).__name__}")
     settings = {k: kwargs.pop(k) for k in list(kwargs) if k in _SETTING_NAMES}
+    given = {k for k in ("host_dtype", "mp_policy") if kwargs.get(k) is not None}
     mp_policy = kwargs.pop("mp_policy", None)  # FSDP2's, for param_offload
     host_rates = kwargs.pop("host_rates", None)  # memopt.params.HostRates, for "auto"
-    given = {k for k in ("host_dtype", "mp_policy") if kwargs.get(k) is not None}
     host_dtype = kwargs.pop("host_dtype", None)  # shard_with_offload's, for param_offload
     _check_compile_kwargs(kwargs)
     cfg = resolve_config(

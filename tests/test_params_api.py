@@ -144,3 +144,5 @@ def test_world_size_1_bf16_host_shards_are_exact_and_reduce_in_bf16(no_process_g
         shard_with_offload(tiny_llama(), 0.5, host_dtype="fp8")
     with pytest.raises(memopt.ConfigError, match="host_dtype='auto' applies to param_offload"):
         memopt.optimize(tiny_llama(), host_dtype="auto")
+    with pytest.raises(memopt.ConfigError, match="mp_policy=.* applies to param_offload"):
+        memopt.optimize(tiny_llama(), mp_policy=mp)
