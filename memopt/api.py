@@ -83,7 +83,7 @@ def optimize(
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"memopt.optimize expects a torch.nn.Module, got {type(model).__name__}")
     settings = {k: kwargs.pop(k) for k in list(kwargs) if k in _SETTING_NAMES}
-    given = {k for k in ("host_dtype", "mp_policy") if kwargs.get(k) is not None}
+    given = {k for k in ("host_dtype", "mp_policy", "host_rates") if kwargs.get(k) is not None}
     mp_policy = kwargs.pop("mp_policy", None)  # FSDP2's, for param_offload
     host_rates = kwargs.pop("host_rates", None)  # memopt.params.HostRates, for "auto"
     host_dtype = kwargs.pop("host_dtype", None)  # shard_with_offload's, for param_offload
@@ -97,7 +97,11 @@ def optimize(
         **settings,
     )
     _check_layers(model, cfg)
-    for name, value in (("host_dtype", host_dtype), ("mp_policy", mp_policy)):
+    for name, value in (
+        ("host_dtype", host_dtype),
+        ("mp_policy", mp_policy),
+        ("host_rates", host_rates),
+    ):
         if name in given and not cfg.param_offload:
             raise ConfigError(f"{name}={value!r} applies to param_offload, which is not set")
     state = MemoptState(cfg)

@@ -146,3 +146,5 @@ def test_world_size_1_bf16_host_shards_are_exact_and_reduce_in_bf16(no_process_g
         memopt.optimize(tiny_llama(), host_dtype="auto")
     with pytest.raises(memopt.ConfigError, match="mp_policy=.* applies to param_offload"):
         memopt.optimize(tiny_llama(), mp_policy=mp)
+    with pytest.raises(memopt.ConfigError, match="host_rates=.* applies to param_offload"):
+        memopt.optimize(tiny_llama(), host_rates=memopt.params.HostRates(adam_Bps=1e10))
