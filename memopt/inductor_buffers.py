@@ -218,12 +218,14 @@ def section(
     *,
     tangents_held: bool,
     model_peak: int | None = None,
+    workspaces: tuple[int, int] = (0, 0),
 ) -> dict[str, Any] | None:
     """The region report's ``inductor`` section: the region's peaks as Inductor planned its
     buffers, on its own inputs and parameters (what earlier regions of the step hold is the
     step's, not the region's: identical layers get identical sections), next to the
     planner's model (``model_peak``, the step's prediction where earlier regions hold bytes)
-    when a budget planned it. None without both graphs."""
+    when a budget planned it, and with the step's cuBLAS workspaces (``(count, bytes each)``,
+    held outside every graph). None without both graphs."""
     from memopt.symbolic import fmt_bytes
 
     fb = pair(graphs)
@@ -241,8 +243,16 @@ def section(
     )
     if model_peak is not None:
         text += f"; the planner's model predicted {fmt_bytes(model_peak)}"
+    count, each = workspaces
+    ws = count * each
+    text += ")"
+    if ws:
+        text += (
+            f". With the step's cuBLAS workspaces ({count} x {fmt_bytes(each)}, outside the "
+            f"graphs): {fmt_bytes(sp.peak + ws)}"
+        )
     text += (
-        "). Not counted: what no graph allocates (cuBLAS/cuDNN workspaces, the optimizer); "
+        ". Not counted: what no graph allocates otherwise (cuDNN workspaces, the optimizer); "
         "measure the step to see them."
     )
     text = textwrap.fill(text, width=100)  # the report keeps to 120 columns
@@ -252,6 +262,7 @@ def section(
         "bwd_peak": sp.bwd_peak,
         "static": static,
         "model_peak": model_peak,
+        "workspaces": ws,
         "fwd_at_peak": list(sp.fwd.peak_names),
         "bwd_at_peak": list(sp.bwd.peak_names),
         "text": text,

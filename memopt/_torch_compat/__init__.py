@@ -596,3 +596,30 @@ def queue_backward_callback(fn) -> None:
     ``backward()`` returns (the engine's final callbacks, which FSDP2 uses too; callbacks queued
     while they run are run as well)."""
     torch.autograd.Variable._execution_engine.queue_callback(fn)
+
+
+#: cuBLAS workspaces a training step holds outside the compiled graphs: one per (handle,
+#: stream), and the forward's thread and autograd's device thread each take a handle. Measured
+#: on torch 2.11 with an H100 (docs/zoo.md, eighteenth session): 68.6-70.0 MB allocated outside
+#: the graphs on four models, against 2 x 32 MiB = 67.1 MB.
+CUBLAS_WORKSPACES_PER_STEP = 2
+
+
+def cublas_workspace_bytes(device: torch.device | str) -> int:
+    """The bytes of one cuBLAS workspace torch allocates on ``device`` (0 off CUDA): the
+    ``:SIZE_KiB:COUNT`` pairs of ``CUBLAS_WORKSPACE_CONFIG`` summed, else ATen's default
+    (``parseChosenWorkspaceSize`` in CublasHandlePool.cpp): 32 MiB on Hopper (compute
+    capability 9.x; newer torch also on Blackwell, 10.x and 12.x), else 4096 KiB x 2 + 16 KiB x 8."""
+    import os
+    import re
+
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return 0
+    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if config:
+        pairs = re.findall(r":([0-9]+):([0-9]+)", config)
+        if pairs:
+            return sum(int(size) * 1024 * int(count) for size, count in pairs)
+    major, _ = torch.cuda.get_device_capability(device)
+    return 4096 * 8 * 1024 if major in (9, 10, 12) else 4096 * 1024 * 2 + 16 * 1024 * 8
