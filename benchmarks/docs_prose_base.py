@@ -55,6 +55,7 @@ FILES = {
     "p21c": "param_peers_s21c.json",
     "p21thr": "param_peers_threads_s21.json",
     "p21waits": "param_peers_waits_s21.json",
+    "p22ao": "param_peers_cpuadamw_s22.json",
     "ci": "ci_run.json",
     "first_hour": "first_hour.json",
     "pareto_llama": "pareto_llama.json",

@@ -2,7 +2,6 @@
 
     python3 benchmarks/param_cpu_adamw.py floor   [--gib 1]          # bandwidths, the floor
     python3 benchmarks/param_cpu_adamw.py host    [--size 1b]        # where the update's time goes
-    python3 benchmarks/param_cpu_adamw.py cpuadamw [--nvme-dir DIR]  # CPUAdamW and its NVMe tier
     python3 benchmarks/param_cpu_adamw.py all --out results.json     # floor + host
 
 ``floor``: host memory copy / read / write bandwidth (torch, all threads, best of 5; a copy
@@ -243,32 +242,6 @@ def bf16_writeback(model: Model, chunks: str) -> dict:
     return res
 
 
-def cpuadamw(args) -> dict:
-    """memopt.CPUAdamW against torch's fused CPU AdamW on one flat tensor (+ the NVMe tier)."""
-    from memopt.params import CPUAdamW, sequential_throughput
-
-    n = args.numel
-    p = torch.nn.Parameter(torch.randn(n))
-    p.grad = torch.randn(n)
-    ref = torch.optim.AdamW([p], lr=1e-4, fused=True)
-    res = {"numel": n, "torch_fused_s": _best(ref.step, args.reps)}
-    kw = dict(nvme_dir=args.nvme_dir, chunk_numel=1 << 24) if args.nvme_dir else {}
-    q = torch.nn.Parameter(torch.randn(n))
-    opt = CPUAdamW([q], lr=1e-4, **kw)
-
-    def step():
-        for info in opt._infos.values():
-            info.has_grad = True
-        opt.step()
-
-    res["cpuadamw_s"] = _best(step, args.reps)
-    if args.nvme_dir:
-        res["nvme"] = opt._stores[0].throughput()
-        res["nvme_sequential"] = sequential_throughput(args.nvme_dir, 8 * n)
-    opt.close()
-    return res
-
-
 def _table(res: dict) -> str:
     lines = []
     for k, v in res.items():
@@ -281,12 +254,10 @@ def _table(res: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["floor", "host", "cpuadamw", "all"])
+    ap.add_argument("mode", choices=["floor", "host", "all"])
     ap.add_argument("--size", default="1b", choices=sorted(SHAPES))
     ap.add_argument("--gib", type=float, default=1.0)
-    ap.add_argument("--numel", type=int, default=1 << 26)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--nvme-dir", default=None)
     ap.add_argument("--chunks", default="1048576,4194304,16777216,1073741824")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -295,8 +266,6 @@ def main() -> None:
         res["floor"] = floor(args)
     if args.mode in ("host", "all"):
         res["host"] = host(args)
-    if args.mode == "cpuadamw":
-        res["cpuadamw"] = cpuadamw(args)
     for key, val in res.items():
         if isinstance(val, dict):
             print(f"== {key}\n{_table(val)}", flush=True)

@@ -27,6 +27,8 @@ with the ``gpu`` variant's. Variants:
 * (``streamer``, the old ``apply_param_offload(model, 0.9)`` + ``CPUAdamW``, was measured in
   docs/data/param_peers_2026-11-24.json and then deleted from memopt.)
 * ``torchao``: ``CPUOffloadOptimizer(offload_gradients=True)`` when torchao imports (uncapped).
+* (``cpuadamw``, torchao's placement with ``memopt.CPUAdamW``, was measured against it in
+  docs/data/param_peers_cpuadamw_s22.json, 1.33-1.40x slower, and then deleted from memopt.)
 
 ``--accum K`` runs K micro-batches of the job's shape per step (tokens/s counts all K; memopt
 with ``overlap`` gets ``accumulation_steps=K``); ``--clip X`` clips the global gradient norm to X

@@ -12,12 +12,11 @@ from memopt._version import __version__
 from memopt.api import MemoptBackend, optimize, param_offload_handle, report
 from memopt.config import MemoptConfig, resolve_config
 from memopt.errors import ConfigError, PlanError
-from memopt.params import CPUAdamW, HostAdamW
+from memopt.params import HostAdamW
 from memopt.plan import PlanSpec, Strategy, parse_plan, parse_plans
 from memopt.report import Report
 
 __all__ = [
-    "CPUAdamW",
     "HostAdamW",
     "ConfigError",
     "MemoptBackend",
@@ -34,3 +33,11 @@ __all__ = [
     "report",
     "resolve_config",
 ]
+
+
+def __getattr__(name: str):
+    if name == "CPUAdamW":  # removed: memopt.params raises the error that names what replaced it
+        import memopt.params
+
+        return memopt.params.CPUAdamW
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

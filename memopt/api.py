@@ -259,7 +259,7 @@ def param_offload_handle(model: torch.nn.Module):
 def report(model: torch.nn.Module | None = None, *, optimizer: Any = None) -> Report:
     """The plan report of a model returned by :func:`optimize` (or, with no model or a model
     compiled with ``backend="memopt"``, of the environment-configured backend). Pass the
-    ``memopt.HostAdamW`` / ``memopt.CPUAdamW`` optimizer to add its state placement."""
+    ``memopt.HostAdamW`` optimizer to add its state placement."""
     state = _STATES.get(model) if model is not None else None
     if state is None:
         if model is not None and not _BACKEND_STATE:

@@ -201,29 +201,6 @@ def default_store() -> Any:
     return torch.distributed.distributed_c10d._get_default_store()
 
 
-def has_fused_adamw(device: str = "cpu") -> bool:
-    """Whether ``torch._fused_adamw_`` runs on ``device`` (CPU since torch 2.4)."""
-    if not hasattr(torch, "_fused_adamw_"):
-        return False
-    p = torch.zeros(1, device=device)
-    try:
-        fused_adamw_(
-            [p],
-            [p.clone()],
-            [p.clone()],
-            [p.clone()],
-            [torch.ones((), device=device)],
-            lr=0.0,
-            beta1=0.9,
-            beta2=0.999,
-            weight_decay=0.0,
-            eps=1e-8,
-        )
-    except (RuntimeError, NotImplementedError):
-        return False
-    return True
-
-
 def fused_adamw_(
     params: list[torch.Tensor],
     grads: list[torch.Tensor],

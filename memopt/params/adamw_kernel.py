@@ -21,7 +21,7 @@ from memopt._torch_compat import fused_adamw_
 
 
 def check_adamw_args(lr, betas, eps, weight_decay, accumulation_steps) -> None:
-    """torch.optim.AdamW's ranges, plus ``accumulation_steps >= 1`` (memopt's CPU AdamWs)."""
+    """torch.optim.AdamW's ranges, plus ``accumulation_steps >= 1`` (memopt's HostAdamW)."""
     if not 0.0 <= lr or not 0.0 <= eps or not 0.0 <= weight_decay:
         raise ValueError(f"invalid lr={lr}, eps={eps} or weight_decay={weight_decay}")
     if not all(0.0 <= b < 1.0 for b in betas):

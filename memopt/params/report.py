@@ -10,7 +10,7 @@ from __future__ import annotations
 def placement_rows(handle=None, optimizer=None) -> list[dict]:
     """Rows ``{name, kind, param_bytes, where, ...}`` from an FSDP2 offload record
     (:class:`memopt.params.FsdpOffload`) and/or an optimizer with ``placement_rows``
-    (:class:`memopt.params.HostAdamW`, :class:`memopt.params.CPUAdamW`)."""
+    (:class:`memopt.params.HostAdamW`)."""
     rows: list[dict] = []
     if handle is not None:
         rows += handle.placement_rows()
