@@ -12,7 +12,7 @@ region's forward and backward into the peak of a step.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,3 +267,21 @@ def section(
         "bwd_at_peak": list(sp.bwd.peak_names),
         "text": text,
     }
+
+
+def compiled_errors(
+    runs: Sequence[tuple[int, Mapping[str, Any] | None, int | None, int | None]],
+) -> dict[int, tuple[int, bool]]:
+    """The planner's model against what Inductor compiled, per region of a step: ``runs``
+    holds, per run, ``(region, its compiled plan's inductor section, the model's peak of that
+    plan, the byte budget the model fitted it to or None)``. Returns, for each region where a
+    compiled plan peaks above its model, the largest such excess and whether that plan's
+    Inductor peak passes its budget."""
+    out: dict[int, tuple[int, bool]] = {}
+    for region, sec, model, budget in runs:
+        peak = (sec or {}).get("peak")
+        if peak is None or model is None or peak <= model:
+            continue
+        excess, over = out.get(region, (0, False))
+        out[region] = max(excess, peak - model), over or (budget is not None and peak > budget)
+    return out

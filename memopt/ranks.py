@@ -58,6 +58,32 @@ def agree_max(values: Sequence[int], dtype: torch.dtype = torch.int64) -> list:
     return t.tolist()
 
 
+def agree_step(
+    probed: int | None,
+    record: int | None,
+    compiled: bool,
+    entry: Sequence[int],
+    bwd_entry: Mapping[int, int],
+) -> tuple[int | None, int | None, bool, tuple[int, ...], dict[int, int]]:
+    """A step's measurements (the probed peak, a new peak record, whether a region compiled
+    during it, the bytes allocated as each run and each run's backward began), each the
+    largest over the ranks, so that the ranks make the same step plan. Raises when the ranks
+    ran different numbers of region runs."""
+    n = len(entry)
+    most, neg_least = agree_max([n, -n])
+    if most != -neg_least:
+        raise RuntimeError(
+            f"memopt: the ranks ran different steps ({-neg_least} to {most} region runs); "
+            "step plans need every rank to run the same regions in the same order"
+        )
+    bwd = [bwd_entry.get(i, -1) for i in range(n)]
+    mine = [-1 if probed is None else probed, -1 if record is None else record]
+    agreed = agree_max([*mine, int(compiled), *entry, *bwd])
+    probed, record, comp = (None if v < 0 else v for v in agreed[:3])
+    back = {i: v for i, v in enumerate(agreed[3 + n :]) if v >= 0}
+    return probed, record, bool(comp), tuple(agreed[3 : 3 + n]), back
+
+
 def from_rank0(obj: Any) -> Any:
     """Rank 0's ``obj`` on every rank (picklable)."""
     if world_size() == 1:

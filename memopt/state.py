@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from memopt import inductor_buffers as buffers
 from memopt import ranks, report_cache
 from memopt.config import MemoptConfig
 from memopt.offload.step_offload import StepOffload, user_step_offload
@@ -33,6 +34,7 @@ from memopt.step import (
     Option,
     StepChoice,
     choose_with_offload,
+    describe_choice,
     exact_option,
     finer_menus,
     fraction_target,
@@ -103,6 +105,7 @@ class MemoptState:
         self._relaxed = False  # a plan made on the blind reserve was re-planned without it
         self._compiled_in_step = True
         self._correction = 0  # bytes the step model missed (measured peak - predicted)
+        self._compiled_err: dict[int, int] = {}  # region -> Inductor's peak over the model's
         self._record: int | None = None  # a new CUDA peak record set by the step just done
         self._settled = 0  # steps since the step plan last changed or was last measured
         self._steps = 0  # steps finished
@@ -214,8 +217,17 @@ class MemoptState:
         self.last_report_step, self._report_seq = tuple(self._report_seq), []
         self._entry_last, self._entry = tuple(self._entry), []
         self._bwd_entry_last, self._bwd_entry = self._bwd_entry, {}
-        if self._agreeing():
-            probed = self._agree_measurements(probed)
+        # at world size > 1 under a byte budget on CUDA every rank takes the largest of each
+        # rank's measurements (what the step plan is made from), until the plan has held for
+        # SETTLE_STEPS steps (each agreement waits for the GPU's queue once)
+        unsettled = self._settled < SETTLE_STEPS or self.last_step != self._planned_for
+        if self._entry_last and ranks.world_size() > 1 and unsettled:
+            agreed = ranks.agree_step(
+                probed, self._record, self._compiled_in_step, self._entry_last,
+                self._bwd_entry_last,
+            )  # fmt: skip
+            probed, self._record, self._compiled_in_step = agreed[:3]
+            self._entry_last, self._bwd_entry_last = agreed[3:]
         self._finish_probe(probed)
         self._away_last = self._away if self.offload is not None else {}
         if self.offload is not None:
@@ -245,6 +257,9 @@ class MemoptState:
             if self.step_choice is None and self._probed is not None and self._overran():
                 self._step_plans += 1  # one region over its byte budget: a step plan now
                 self.plan_step(self.last_step)
+            elif self.step_choice is not None and self._compiled_excess():
+                self._step_plans += 1  # a re-planned run compiled above its prediction
+                self.plan_step(self.last_step)
             elif (self._settled < SETTLE_STEPS or ranks.world_size() == 1) and self._outgrown():
                 self._step_plans += 1
                 self.plan_step(self.last_step)
@@ -256,10 +271,43 @@ class MemoptState:
         self._step_plans += 1
         self._planned_for = self.last_step
         self._plan_offload(self.last_step)
-        if self.config.budget is not None and len(self.last_step) > 1:
+        over = self._compiled_excess()
+        if self.config.budget is not None and len(self.last_step) > 1 or over:
             self.plan_step(self.last_step)
         elif self._entry_last and isinstance(self.config.budget, int):
             self._probe_next = True  # one region on CUDA: measure what its own plan holds
+
+    def _compiled_excess(self) -> bool:
+        """Per region, the most a compiled plan's Inductor buffer plan (the report's
+        ``inductor`` section) peaks above the model's peak of that plan, added to its runs'
+        prediction (``_offsets``); whether the step must be (re-)planned now because a plan no
+        longer fits with it (before any measurement; on a CPU the only check)."""
+        if not isinstance(self.config.budget, int):
+            return False
+        runs = []
+        for pos, (r, ri) in enumerate(zip(self.last_step, self.last_report_step)):
+            region, option = self.regions[ri], self.run_plan.get(pos)
+            sec, plan = region.extra.get("inductor") or {}, region.extra.get("planner") or {}
+            if option is not None and self._compiled_as(ri, option):
+                runs.append((r, sec, option.peak, None))  # the step plan's target decides
+            else:
+                runs.append((r, sec, sec.get("model_peak"), plan.get("budget_bytes")))
+        grown = {
+            r: e for r, e in buffers.compiled_errors(runs).items()
+            if e[0] > self._compiled_err.get(r, 0)
+        }  # fmt: skip
+        if not grown:
+            return False
+        self._compiled_err.update({r: e for r, (e, _) in grown.items()})
+        over = any(o for _, o in grown.values())
+        offsets, c = self._offsets(self.last_step), self.step_choice
+        if c is not None and offsets is not None:
+            peak, _ = step_peak(range(len(self.last_step)), self.run_plan, offsets, self._away)
+            over |= peak > c.target
+        log.info("memopt: Inductor's buffer plans peak above the planner's model of the "
+                 "compiled plans (bytes by region: %s)%s", dict(self._compiled_err),
+                 ": planning the step with them" if over else "")  # fmt: skip
+        return over
 
     def _overran(self) -> bool:
         """Whether the one region of the step, planned alone, peaked above its byte budget
@@ -290,35 +338,6 @@ class MemoptState:
         self._probes_left -= 1
         self._probe_next, self._probed, self._measured = False, peak, True
 
-    def _agreeing(self) -> bool:
-        """Whether the step just done must agree its measurements with the other ranks: at
-        world size > 1 under a byte budget on CUDA (what the step plan is made from), until
-        the step plan has held for SETTLE_STEPS steps after its measurement (each agreement
-        waits for the GPU's queue once, so it stops when nothing is left to decide)."""
-        if not self._entry_last or ranks.world_size() == 1:
-            return False
-        return self._settled < SETTLE_STEPS or self.last_step != self._planned_for
-
-    def _agree_measurements(self, probed: int | None) -> int | None:
-        """Every rank takes the largest of each rank's measurements (peaks, allocated bytes,
-        whether it compiled), so the ranks make the same step plan (memopt.ranks)."""
-        n = len(self._entry_last)
-        most, neg_least = ranks.agree_max([n, -n])
-        if most != -neg_least:
-            raise RuntimeError(
-                f"memopt: the ranks ran different steps ({-neg_least} to {most} region runs); "
-                "step plans need every rank to run the same regions in the same order"
-            )
-        bwd = [self._bwd_entry_last.get(i, -1) for i in range(n)]
-        mine = [-1 if probed is None else probed, -1 if self._record is None else self._record]
-        mine += [int(self._compiled_in_step), *self._entry_last, *bwd]
-        agreed = ranks.agree_max(mine)
-        probed, record, compiled = (None if v < 0 else v for v in agreed[:3])
-        self._record, self._compiled_in_step = record, bool(compiled)
-        self._entry_last = tuple(agreed[3 : 3 + n])
-        self._bwd_entry_last = {i: v for i, v in enumerate(agreed[3 + n :]) if v >= 0}
-        return probed
-
     def _outgrown(self) -> bool:
         """Whether the step plan no longer fits: the memory outside the regions grew since it
         was made (optimizer states appear at the first optimizer step), or the step just run
@@ -328,7 +347,12 @@ class MemoptState:
         is kept as a correction."""
         c = self.step_choice
         offsets = self._offsets(self.last_step)
-        if c is None or offsets is None or not isinstance(self.config.budget, int):
+        if (
+            c is None
+            or offsets is None
+            or not self._entry_last
+            or not isinstance(self.config.budget, int)
+        ):  # nothing read (a CPU): nothing outside the regions grows
             return False
         peak, _ = step_peak(range(len(self.last_step)), self.run_plan, offsets, self._away)
         measured = self._probed if self._probed is not None else self._record
@@ -428,26 +452,10 @@ class MemoptState:
         self.run_plan = dict(choice.chosen)
         self._probe_next = isinstance(self.config.budget, int)  # measure the plan's real peak
         if not choice.feasible:
-            log.warning(
-                "memopt: budget %s is infeasible for this step; the smallest predicted step "
-                "peak is %d bytes (using that plan)",
-                self.config.budget,
-                choice.peak,
-            )
-        log.info(
-            "memopt step plan: %d run(s) of %d region(s); runs with a new plan: %s; predicted "
-            "peak %d at run %s (target %d); per region: %s",
-            len(sequence),
-            len(menus),
-            changed or "none",
-            choice.peak,
-            choice.peak_at,
-            choice.target,
-            "; ".join(
-                f"{r}: {o.label} (peak {o.peak}, saved {o.saved})"
-                for r, o in sorted({sequence[p]: o for p, o in choice.chosen.items()}.items())
-            ),
-        )
+            log.warning("memopt: budget %s is infeasible for this step; the smallest predicted "
+                        "step peak is %d bytes (using that plan)", self.config.budget,
+                        choice.peak)  # fmt: skip
+        log.info("memopt step plan: %s", describe_choice(choice, sequence, len(menus), changed))
         return choice
 
     def _offload_options(self, sequence: Sequence[int]) -> tuple[list[list[int]], Any]:
@@ -470,6 +478,9 @@ class MemoptState:
         states, the batch), from what was allocated as each run began in the step just done:
         allocated - bytes held by earlier runs - the run's own inputs. A byte budget is for
         the step's real peak, so they count."""
+        err = [self._compiled_err.get(r, 0) for r in sequence]
+        if not self._entry_last and any(err) and set(sequence) <= self.problems.keys():
+            return err  # nothing read (a CPU): the compiled plans' errors alone
         if len(self._entry_last) != len(sequence) or not set(sequence) <= self.problems.keys():
             return None  # a region restored from a compile cache without its problem
         ran = self.last_report_step if len(self.last_report_step) == len(sequence) else sequence
@@ -484,7 +495,7 @@ class MemoptState:
             # as its backward begins, runs up to this one hold their saved tensors; gradients
             # and the sharding engine's buffers of the backward are outside every region too
             bwd = self._bwd_entry_last.get(i, 0) - held_i - saved[i] - static
-            out.append(max(0, fwd, bwd) + self._correction)
+            out.append(max(0, fwd, bwd) + self._correction + err[i])
             held += saved[i]
         return out
 

@@ -504,3 +504,17 @@ def choose_with_offload(
         ):
             best = c
     return best
+
+
+def describe_choice(
+    choice: StepChoice, sequence: Sequence[int], regions: int, changed: list
+) -> str:
+    """The log line of a step plan: its runs, the runs whose plan changed, the predicted peak
+    and where, and each region's option."""
+    per_region = sorted({sequence[p]: o for p, o in choice.chosen.items()}.items())
+    return (
+        f"{len(sequence)} run(s) of {regions} region(s); runs with a new plan: "
+        f"{changed or 'none'}; predicted peak {choice.peak} at run {choice.peak_at} (target "
+        f"{choice.target}); per region: "
+        + "; ".join(f"{r}: {o.label} (peak {o.peak}, saved {o.saved})" for r, o in per_region)
+    )

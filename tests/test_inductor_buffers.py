@@ -172,3 +172,45 @@ def test_cublas_workspace_bytes_follows_torchs_default_and_the_env(monkeypatch):
         assert compat.cublas_workspace_bytes("cuda") == want
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8:16:8")
     assert compat.cublas_workspace_bytes("cuda") == (4096 * 8 + 16 * 8) << 10
+
+
+def test_a_compiled_plan_above_its_byte_budget_is_replanned_before_any_measurement(caplog):
+    """A tiny ViT on the CPU, where nothing measures a step: at this byte budget the FX model
+    fits a plan whose Inductor buffer plan peaks above the budget (Inductor's reuse pool keeps
+    buffers the model frees). The step is re-planned at the end of the step that compiled it,
+    with the model's error as the correction, until a compiled plan fits; gradients stay those
+    of torch.compile. A budget the first compiled plan fits is not re-planned."""
+    import logging
+
+    from benchmarks.zoo_models import step_loss, vit
+    from memopt.api import _STATES
+
+    model, inputs = vit("tiny")
+    budget = 1_920_000
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    plain = torch.compile(model)
+    step_loss(plain(**inputs)).backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    torch._dynamo.reset()
+    opt = memopt.optimize(model, budget=budget)
+    with caplog.at_level(logging.INFO, logger="memopt"):
+        for _ in range(4):
+            model.zero_grad(set_to_none=True)
+            step_loss(opt(**inputs)).backward()
+            for n, p in model.named_parameters():
+                torch.testing.assert_close(p.grad, want[n], msg=lambda m, n=n: f"{n}: {m}")
+    state, regions = _STATES[opt], memopt.report(opt).regions
+    first = regions[0].extra["inductor"]
+    assert first["model_peak"] <= budget < first["peak"]  # the premise: the model fits it
+    ran = regions[state.last_report_step[0]].extra["inductor"]["peak"]
+    assert ran <= budget  # the plan the step runs now fits as Inductor compiled it
+    assert 2 <= len(regions) <= 1 + 3  # re-planned once or twice, then settled
+    fixes = [r.message for r in caplog.records if "Inductor's buffer plans peak" in r.message]
+    assert len(fixes) == len(regions) - 1 and all("planning the step" in m for m in fixes)
+    assert state._compiled_err[0] >= first["peak"] - first["model_peak"] > 0
+    torch._dynamo.reset()
+    roomy = memopt.optimize(model, budget=4 * first["peak"])  # fits as compiled: no re-plan
+    for _ in range(2):
+        step_loss(roomy(**inputs)).backward()
+    assert len(memopt.report(roomy).regions) == 1
