@@ -294,6 +294,12 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "first_steps_*.json",
+        f"{PY}first_steps.py --model vit --budgets 1.9e9,2.2e9 --out docs/data/{{file}}",
+        "gpu",
+        "old: PYTHONPATH=<git archive of the commit before>; see docs/zoo.md for each file",
+    ),
+    Producer(
         "clip_host*.json",
         f"PYTHONPATH=. {PY}clip_host.py --size 1b --out docs/data/{{file}}",
         "gpu",

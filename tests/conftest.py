@@ -6,6 +6,8 @@ import torch
 import torch._functorch.config as fconfig
 import torch._inductor.config as iconfig
 
+from tests import early
+
 # Each test compiles afresh: warm caches would skip the partitioner and hide bugs
 # (tests/test_unknown_and_cache.py turns them back on on purpose).
 iconfig.fx_graph_cache = False
@@ -43,7 +45,36 @@ SLOW = (
     "test_params_api.py::test_optimize_param_offload_auto_grows_after_measuring_and_trains_like_adamw",
     "test_step_report.py::test_hf_gradient_checkpointing_sizes_are_known_and_exact",
     "test_recompute_attention.py::test_attention_recompute_with_offload_keeps_the_rng_state_in_its_slot",
+    "test_inductor_buffers.py::test_a_compiled_plan_above_its_byte_budget_is_replanned_before_any_measurement",
 )
+
+
+#: Files whose tests run in a second pytest process started when collection ends (tests/early.py:
+#: start_aside), beside this one, whose items for them come last and take that process's
+#: outcomes: a compile is mostly single-threaded Python, and these files' compiles (about half
+#: of this process's CPU time) would otherwise wait for the others'. Not a file with its own
+#: start_early. A session of only these files runs them here.
+ASIDE = (
+    "test_core_models.py",
+    "test_budget.py",
+    "test_cli_depth.py",
+    "test_candidates_gap.py",
+    "test_recompute_attention.py",
+    "test_readme.py",
+    "test_layers_encdec.py",
+    "test_step_counts.py",
+    "test_step_report.py",
+    "test_offload_api.py",
+    "test_cli_fit.py",
+    "test_cli_ties.py",
+    "test_offload_models.py",
+    "test_cli_plan.py",
+    "test_inductor_buffers.py",
+)
+
+
+def _file(item) -> str:
+    return item.nodeid.split("::")[0].split("/")[-1]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -52,6 +83,10 @@ def pytest_collection_modifyitems(config, items):
         where = item.nodeid.split("/")[-1]
         if any(where == s or where.startswith(s + "::") or where.startswith(s + "[") for s in SLOW):
             item.add_marker(slow)
+    if not early.in_aside_process():
+        aside = [item for item in items if _file(item) in ASIDE]
+        if len(aside) < len(items):  # last: this process waits for none of them before its own
+            items[:] = [item for item in items if _file(item) not in ASIDE] + aside
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
@@ -62,12 +97,20 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_collection_finish(session):
     # a test module may start work in the background now (tests/test_zoo.py, tests/early.py:
-    # start_early); not when only collecting
-    if session.config.option.collectonly:
+    # start_early), and the ASIDE files' tests their own process; not when only collecting
+    if session.config.option.collectonly or early.in_aside_process():
         return
     for module in dict.fromkeys(getattr(item, "module", None) for item in session.items):
         if hasattr(module, "start_early"):
             module.start_early(session.items)
+    aside = [item for item in session.items if _file(item) in ASIDE]
+    if aside and len(aside) < len(session.items):
+        early.start_aside(aside)
+
+
+def pytest_runtest_logreport(report):
+    if early.in_aside_process():
+        early.write_aside_report(report)
 
 
 @pytest.fixture(autouse=True)

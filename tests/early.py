@@ -9,16 +9,23 @@ made on what the job left: its exit status, its output and the files in its own 
 run one at a time, in the order the tests were collected. What each job runs is what the test
 ran itself before (the same command, environment and timeout; a job's temporary folder takes
 the place of the test's ``tmp_path``).
+
+The tests of tests/conftest.py's ``ASIDE`` files run the same way in a second pytest process,
+started when collection ends on a lane of its own (:func:`start_aside`): their items here come
+last and take the outcomes that process reports.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
+import json
 import os
 import queue
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -77,15 +84,14 @@ class _Job:
 
 
 _JOBS: dict[str, _Job] = {}
-_QUEUE: queue.Queue = queue.Queue()
+_QUEUES: dict[str, queue.Queue] = {}  # lane name -> its jobs, run one at a time by its thread
 _LOCK = threading.Lock()
-_LANE: list[threading.Thread] = []
 _STOPPED: list[bool] = []  # non-empty once the session is over
 
 
-def _lane() -> None:
+def _lane(jobs: queue.Queue) -> None:
     while not _STOPPED:
-        job = _QUEUE.get()
+        job = jobs.get()
         if _STOPPED:
             break
         job.run()
@@ -99,21 +105,25 @@ def _kill(proc: subprocess.Popen) -> None:
             pass
 
 
-def submit(key: str, make: Make, timeout: float) -> None:
-    """Queue the job ``key`` (once)."""
+def submit(key: str, make: Make, timeout: float, lane: str = "early") -> None:
+    """Queue the job ``key`` (once) on ``lane``: each lane runs its jobs one at a time, beside
+    the other lanes."""
     with _LOCK:
         if key in _JOBS:
             return
         _JOBS[key] = job = _Job(make, timeout)
-        _QUEUE.put(job)
-        if not _LANE:
-            _LANE.append(threading.Thread(target=_lane, name="tests-early", daemon=True))
-            _LANE[0].start()
+        if lane not in _QUEUES:
+            _QUEUES[lane] = queue.Queue()
+            thread = threading.Thread(
+                target=_lane, args=(_QUEUES[lane],), name=f"tests-{lane}", daemon=True
+            )
+            thread.start()
+        _QUEUES[lane].put(job)
 
 
-def result(key: str, make: Make, timeout: float) -> Done:
+def result(key: str, make: Make, timeout: float, lane: str = "early") -> Done:
     """The finished job ``key`` (submitted now if it was not started early)."""
-    submit(key, make, timeout)
+    submit(key, make, timeout, lane)
     job = _JOBS[key]
     job.finished.wait()
     assert job.done is not None
@@ -138,3 +148,69 @@ def _stop() -> None:
             _kill(job.proc)
     for job in _JOBS.values():
         shutil.rmtree(job.tmp, ignore_errors=True)
+
+
+# --- files run aside: a second pytest process beside this one ---------------------------------
+
+#: Set in the second pytest process: the file it appends its test reports to (JSON lines).
+ASIDE_REPORTS = "MEMOPT_TESTS_ASIDE_REPORTS"
+_ASIDE_KEY, _ASIDE_TIMEOUT = "aside", 2400.0
+
+
+def in_aside_process() -> bool:
+    return bool(os.environ.get(ASIDE_REPORTS))
+
+
+def _aside_job(nodeids: Sequence[str]) -> Make:
+    def make(tmp: Path) -> tuple[list[str], dict[str, str]]:
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *nodeids]
+        return argv, {ASIDE_REPORTS: str(tmp / "reports.jsonl")}
+
+    return make
+
+
+def start_aside(items: Sequence) -> None:
+    """Run ``items`` (the session's tests of tests/conftest.py's ``ASIDE`` files, placed last
+    by it) in one pytest process of their own, started now on a lane of its own: their
+    compiles overlap this process's. Each item here does no setup of its own and, when its turn
+    comes, waits for that process and takes the outcome its reports give it."""
+    make = _aside_job([item.nodeid for item in items])
+    submit(_ASIDE_KEY, make, _ASIDE_TIMEOUT, lane="aside")
+    for item in items:
+        item.setup = lambda: None  # its fixtures are set up in the other process
+        item.runtest = functools.partial(_aside_outcome, item, make)
+
+
+def _aside_outcome(item, make: Make) -> None:
+    import pytest
+
+    done = result(_ASIDE_KEY, make, _ASIDE_TIMEOUT, lane="aside")
+    path = done.tmp / "reports.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    reports = [r for r in map(json.loads, lines) if r["nodeid"] == item.nodeid]
+    if not reports:
+        pytest.fail(
+            f"the aside pytest process (exit status {done.returncode}) reported nothing for "
+            f"{item.nodeid}:\n{(done.stdout + done.stderr)[-4000:]}",
+            pytrace=False,
+        )
+    for r in reports:
+        if r["outcome"] == "failed":
+            pytest.fail(f"{r['when']} failed in the aside process:\n{r['text']}", pytrace=False)
+    for r in reports:
+        if r["outcome"] == "skipped":
+            pytest.skip(r["text"])
+
+
+def write_aside_report(report) -> None:
+    """In the aside process: append ``report`` (a TestReport) for the first process."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        text = report.longrepr[2]
+    else:
+        text = report.longreprtext
+        for name, content in report.sections if report.failed else ():
+            if "log" not in name:  # its stdout and stderr (torch's debug log is long)
+                text += f"\n----- {name} -----\n{content[-4000:]}"
+    row = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome, "text": text}
+    with open(os.environ[ASIDE_REPORTS], "a") as f:
+        f.write(json.dumps(row) + "\n")
