@@ -109,6 +109,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "resumed runs: --resume docs/data --again (torch.compile timed again beside the rows added)",
     ),
     Producer(
+        "fsdp_step_budgets*_s22.json",
+        f"torchrun --nproc-per-node 1 {PY}fsdp_step.py --only budgets --warmup 9 "
+        "--out docs/data/{file}",
+        "gpu",
+        "_old_: PYTHONPATH=<git archive of d1ecff3> (before the Inductor check)",
+    ),
+    Producer(
         "fsdp_step_2026-11-25_per_run.json", f"{PY}fsdp_step.py --out docs/data/{{file}}", "gpu"
     ),
     Producer(

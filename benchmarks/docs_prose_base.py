@@ -62,6 +62,8 @@ FILES = {
     "fsvitold": "first_steps_vit_old_s22.json",
     "fsvitnooff": "first_steps_vit_nooff_s22.json",
     "fsbertold": "first_steps_bert_old_s22.json",
+    "fs22": "fsdp_step_budgets_s22.json",
+    "fs22old": "fsdp_step_budgets_old_s22.json",
     "ci": "ci_run.json",
     "first_hour": "first_hour.json",
     "pareto_llama": "pareto_llama.json",
