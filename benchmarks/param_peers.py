@@ -33,16 +33,16 @@ with the ``gpu`` variant's. Variants:
   memory (``DeepSpeedCPUAdam`` in AdamW mode: fp32 masters and moments on the host), DeepSpeed's
   bf16 mode (bf16 weights and gradients on the GPU, no autocast); uncapped.
 * ``ds-z3``: DeepSpeed ZeRO-Infinity to the CPU: ZeRO stage 3 + ``offload_param`` and
-  ``offload_optimizer`` to pinned host memory, the same optimizer and bf16 mode, live parameters
-  and reuse distance 1e8 and a 5e7-element gradient bucket (``DS_Z3_FIT``: the defaults keep
-  ~1 GB of gathered weights and a 1 GB bucket on the GPU); capped at ``--cap-gib``.
-  Both run in one process (RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set here, then
-  ``deepspeed.init_distributed("nccl")``); ``deepspeed.initialize`` converts the built model
-  (ZeRO-3 partitions it there); ``engine.backward``/``engine.step`` run behind the optimizer
-  calls (``_DSEngine``). Their GPU peak counts from after ``deepspeed.initialize`` (that call's
-  own peak is ``init_peak_gib``). ``ds-z3+KEY=VALUE`` sets a ``zero_optimization`` key
-  (``ds-z3+stage3_max_live_parameters=1e9``). The first run JIT-builds the ``cpu_adam`` op with
-  ninja (about 1-2 min; cached under ``$TORCH_EXTENSIONS_DIR``, by default
+  ``offload_optimizer`` to pinned host memory, the same optimizer and bf16 mode, live parameters and
+  reuse distance 1e8 and a 5e7-element gradient bucket (``param_peers_ds.DS_Z3_FIT``: the defaults
+  keep ~1 GB of gathered weights and a 1 GB bucket on the GPU); capped at ``--cap-gib``. Both run in
+  one process (benchmarks/param_peers_ds.py sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and
+  MASTER_PORT, then ``deepspeed.init_distributed("nccl")``); ``deepspeed.initialize`` converts the
+  built model (ZeRO-3 partitions it there); ``engine.backward``/``engine.step`` run behind the
+  optimizer calls (``param_peers_ds._DSEngine``). Their GPU peak counts from after
+  ``deepspeed.initialize`` (that call's own peak is ``init_peak_gib``). ``ds-z3+KEY=VALUE`` sets a
+  ``zero_optimization`` key (``ds-z3+stage3_max_live_parameters=1e9``). The first run JIT-builds the
+  ``cpu_adam`` op with ninja (about 1-2 min; cached under ``$TORCH_EXTENSIONS_DIR``, by default
   ~/.cache/torch_extensions/py3XX_cuXXX/cpu_adam, and reused by later processes);
   ``ds-z2+torch_adam=1`` steps torch's AdamW on the host shards instead (no build).
 
@@ -143,7 +143,10 @@ def setup(name: str, model, args):
         )
         return model, opt, {}
     if name in ("ds-z2", "ds-z3"):
-        return _deepspeed(name, model, args)
+        import param_peers_ds  # benchmarks/ is on sys.path when run as a script
+
+        cap = None if name in UNCAPPED else lambda: cap_gpu(args.cap_gib)
+        return param_peers_ds.setup(name, model, args, _options(args.options), cap)
     model.cpu()
     if name not in UNCAPPED:
         cap_gpu(args.cap_gib)
@@ -188,110 +191,6 @@ def setup(name: str, model, args):
     extra["pinned_bytes"] = sum(r["param_bytes"] for r in rows if r.get("pinned"))
     extra["host_bytes"] = sum(r["param_bytes"] for r in rows if r["where"] == "cpu")
     return model, opt, extra
-
-
-# ZeRO-3's defaults (live parameters and reuse distance 1e9, a 5e8-element gradient bucket) would
-# keep every layer whose recompute comes within 1e9 parameters of its forward gathered in between
-# (by that rule about the last half of the 1b model's layers, ~1 GB in bf16) and allocate a 1 GB
-# bucket on the GPU (estimates read from the source, not measured); the usual advice for a ZeRO-3
-# OOM is to lower these.
-DS_Z3_FIT = {
-    "stage3_max_live_parameters": 10**8,
-    "stage3_max_reuse_distance": 10**8,
-    "reduce_bucket_size": 5 * 10**7,
-}
-
-
-def ds_config(name: str, args) -> dict:
-    """DeepSpeed config of ``ds-z2`` / ``ds-z3``; ``args.options`` sets zero_optimization keys."""
-    pinned = {"device": "cpu", "pin_memory": True}
-    zero = {"stage": 2, "offload_optimizer": dict(pinned)}
-    if name == "ds-z3":
-        zero.update(stage=3, offload_param=dict(pinned), **DS_Z3_FIT)
-    adamw = {"lr": 1e-4, "weight_decay": 0.01, "betas": [0.9, 0.999], "eps": 1e-8}
-    cfg = {
-        "train_micro_batch_size_per_gpu": args.bs,
-        "gradient_accumulation_steps": args.accum,
-        "bf16": {"enabled": True},
-        "optimizer": {"type": "AdamW", "params": adamw},  # DeepSpeedCPUAdam(adamw_mode=True)
-        "zero_optimization": zero,
-        "steps_per_print": 1 << 30,
-    }
-    for key, val in _options(args.options).items():  # ds-z3+stage3_max_live_parameters=1e9
-        try:
-            val = json.loads(val) if isinstance(val, str) else val  # 1e9, true; else a string
-        except ValueError:
-            pass
-        val = int(val) if isinstance(val, float) and val.is_integer() else val
-        if key == "torch_adam":  # torch's AdamW on the host shards: no cpu_adam build
-            adamw["torch_adam"] = bool(val)
-            cfg["zero_force_ds_cpu_optimizer"] = not val
-        else:
-            zero[key] = val
-    if args.clip:
-        cfg["gradient_clipping"] = args.clip
-    return cfg
-
-
-class _DSEngine:
-    """A DeepSpeed engine behind the optimizer calls one() makes: ``backward`` per micro-batch
-    (non-boundary micro-batches also get DeepSpeed's bookkeeping ``engine.step()``), ``step`` at
-    the boundary (clipping, the host AdamW and zeroing the gradients all happen inside)."""
-
-    autocast = False  # bf16 mode: the weights are bf16 and the engine turns autocast off inside
-
-    def __init__(self, engine):
-        self.engine = engine
-
-    def backward(self, loss) -> None:
-        self.engine.backward(loss, scale_wrt_gas=False)  # one() already divides by the accum
-        if not self.engine.is_gradient_accumulation_boundary():
-            self.engine.step()
-
-    def clip_grad_norm_(self, max_norm: float) -> None:
-        """Nothing: ``gradient_clipping`` in the config clips inside ``engine.step()``."""
-
-    def step(self) -> None:
-        self.engine.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Nothing: ``engine.step()`` zeroed the gradients."""
-
-
-def _deepspeed(name: str, model, args):
-    """``deepspeed.initialize`` on the built model, world size 1 without the launcher."""
-    import socket
-
-    import deepspeed
-
-    with socket.socket() as sock:  # a free port for the one-rank NCCL group's TCP store
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
-    for key, val in {**env, "MASTER_PORT": str(port)}.items():
-        os.environ.setdefault(key, val)
-    cfg = ds_config(name, args)
-    if name not in UNCAPPED:
-        # ZeRO-3 partitions the model in deepspeed.initialize: it casts the parameters to bf16,
-        # moves the module to the GPU (2.1 GB, within the cap) and partitions it to the host
-        model.cpu()
-        cap_gpu(args.cap_gib)
-    deepspeed.init_distributed(dist_backend="nccl")
-    torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    cfg_used = json.loads(json.dumps(cfg))
-    engine, _, _, _ = deepspeed.initialize(
-        model=model, model_parameters=model.parameters(), config=cfg
-    )
-    torch.cuda.synchronize()
-    extra = {"deepspeed": deepspeed.__version__, "ds_config": cfg_used}
-    extra["ds_optimizer"] = type(engine.basic_optimizer).__name__
-    extra["ds_zero_optimizer"] = type(engine.optimizer).__name__
-    extra["init_s"] = time.perf_counter() - t0
-    extra["init_peak_gib"] = torch.cuda.max_memory_allocated() / GiB  # deepspeed.initialize's
-    extra["autocast"] = _DSEngine.autocast
-    torch.cuda.reset_peak_memory_stats()  # the rows' peak: training only
-    return engine, _DSEngine(engine), extra
 
 
 def _options(text: str) -> dict:

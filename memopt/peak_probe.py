@@ -15,7 +15,8 @@ to the allocator's 512-byte blocks; a block the allocator did not split (up to 1
 than asked) is under-counted, so the replay is anchored at the end as well: the bytes
 allocated when recording stops minus the replay's end is added to the peak when positive.
 
-Replaying is plain data (:func:`replay_peak`); the allocator calls are in ``_torch_compat``.
+Replaying is plain data (:func:`replay_peak`); the allocator calls are in
+``_torch_compat.allocator``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from memopt import _torch_compat as compat
+from memopt._torch_compat import allocator
 
 log = logging.getLogger("memopt")
 
@@ -77,21 +78,21 @@ class PeakProbe:
     def start(cls, device: torch.device) -> PeakProbe | None:
         """Begin recording; None when the allocator is already recording for someone else
         (their history is theirs: memopt neither clears nor stops it)."""
-        if compat.alloc_history_enabled():
+        if allocator.alloc_history_enabled():
             log.info("memopt: CUDA memory history is on already; the step's peak is not probed")
             return None
         torch.cuda.synchronize(device)
-        live = compat.live_blocks(device)
+        live = allocator.live_blocks(device)
         base = allocated(device)[0]
-        compat.alloc_history(True)
+        allocator.alloc_history(True)
         return cls(device, base, live)
 
     def finish(self) -> int | None:
         """Stop recording; the step's peak allocated bytes (None if the record overflowed)."""
         torch.cuda.synchronize(self.device)
         end_allocated = allocated(self.device)[0]
-        events = compat.alloc_events(self.device)
-        compat.alloc_history(False)
+        events = allocator.alloc_events(self.device)
+        allocator.alloc_history(False)
         if events is None:
             return None
         peak, end = replay_peak(self.base, self.live, events)

@@ -23,7 +23,7 @@ import torch.fx
 from memopt import _torch_compat as compat
 from memopt import inductor_buffers as buffers
 from memopt import report_cache
-from memopt._torch_compat import inductor_plan
+from memopt._torch_compat import allocator, inductor_plan
 from memopt.config import MemoptConfig
 from memopt.partitioner import MemoptPartitioner
 from memopt.state import MemoptState
@@ -98,12 +98,12 @@ class RegionProgram:
         prediction is beside it when it is the region's alone (no earlier region held bytes)."""
         region = self.state.regions[index]
         planner = region.extra.get("planner") or {}
-        each = compat.cublas_workspace_bytes(graphs[0].device) if graphs else 0
+        each = allocator.cublas_workspace_bytes(graphs[0].device) if graphs else 0
         sec = buffers.section(
             graphs,
             tangents_held=compat.tangents_held_to_the_end(),
             model_peak=planner.get("predicted_peak") if model_comparable else None,
-            workspaces=(compat.CUBLAS_WORKSPACES_PER_STEP, each),
+            workspaces=(allocator.CUBLAS_WORKSPACES_PER_STEP, each),
         )
         if sec is None:
             return

@@ -178,9 +178,10 @@ class MemoptState:
         if self._backward_seen and self._seq:
             self._finish_step()
         self._seq.append(index)
+        if len(self._seq) == 1:  # the step's first run
+            self._compiled_in_step = False
         if isinstance(self.config.budget, int) and device is not None and device.type == "cuda":
-            if len(self._seq) == 1:  # the step's first run
-                self._compiled_in_step = False
+            if len(self._seq) == 1:
                 self._reading = self._must_read()
                 self._step_max0 = allocated(device)[1] if self._reading else None
                 if self._reading and self._probe_next and self._probes_left > 0:
@@ -257,7 +258,9 @@ class MemoptState:
             if self.step_choice is None and self._probed is not None and self._overran():
                 self._step_plans += 1  # one region over its byte budget: a step plan now
                 self.plan_step(self.last_step)
-            elif self.step_choice is not None and self._compiled_excess():
+            elif (
+                self.step_choice is not None and self._compiled_in_step and self._compiled_excess()
+            ):
                 self._step_plans += 1  # a re-planned run compiled above its prediction
                 self.plan_step(self.last_step)
             elif (self._settled < SETTLE_STEPS or ranks.world_size() == 1) and self._outgrown():

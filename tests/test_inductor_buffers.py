@@ -162,7 +162,7 @@ def test_held_inputs_are_named_at_the_peak():
 def test_cublas_workspace_bytes_follows_torchs_default_and_the_env(monkeypatch):
     """torch's rule (ATen's parseChosenWorkspaceSize): 32 MiB on Hopper, 8.125 MiB on Ampere,
     CUBLAS_WORKSPACE_CONFIG's :KiB:count pairs summed when set; nothing off CUDA."""
-    from memopt import _torch_compat as compat
+    from memopt._torch_compat import allocator as compat
 
     assert compat.cublas_workspace_bytes("cpu") == 0
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
