@@ -38,7 +38,7 @@ def worker(a: argparse.Namespace) -> None:
     from memopt.api import _STATES
 
     budget = int(float(a.budget))
-    steps = []
+    steps, histories = [], {}
     with compat.no_compile_caches():
         model, inputs = build(BY_NAME[a.worker], a.size, "cuda", getattr(torch, a.dtype))
         opt = memopt.optimize(model, budget=budget, **json.loads(a.options))
@@ -47,16 +47,29 @@ def worker(a: argparse.Namespace) -> None:
             torch.manual_seed(0)
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+            history = i in a.history
+            if history:
+                torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="all")
             t0 = time.perf_counter()
-            step_loss(opt(**inputs)).backward()
+            loss = step_loss(opt(**inputs))
+            torch.cuda.synchronize()
+            fwd_peak = torch.cuda.max_memory_allocated()
+            loss.backward()
             torch.cuda.synchronize()
             peak = torch.cuda.max_memory_allocated()
+            if history:
+                from benchmarks.diag_liveness import _replay
+
+                snap = torch.cuda.memory._snapshot()
+                torch.cuda.memory._record_memory_history(enabled=None)
+                histories[i] = _replay(snap, 12)
             state = _STATES[opt]
             rep = memopt.report(opt)
             steps.append(
                 {
                     "step": i,
                     "peak": peak,
+                    "fwd_peak": fwd_peak,
                     "over_budget": peak / budget - 1,
                     "seconds": round(time.perf_counter() - t0, 3),
                     "reports": len(rep.regions),
@@ -69,6 +82,10 @@ def worker(a: argparse.Namespace) -> None:
                         (r.extra.get("inductor") or {}).get("model_peak") for r in rep.regions
                     ],
                     "offloads": [bool(r.extra.get("offload")) for r in rep.regions],
+                    "inductor_fwd_bwd": [
+                        [(r.extra.get("inductor") or {}).get(k) for k in ("fwd_peak", "bwd_peak")]
+                        for r in rep.regions
+                    ],
                 }
             )
             print(f"step {i}: peak {peak / 1e9:.3f} GB ({100 * (peak / budget - 1):+.2f}% of "
@@ -83,6 +100,7 @@ def worker(a: argparse.Namespace) -> None:
         "gpu": torch.cuda.get_device_name(),
         "steps": steps,
         "over_steps": sum(s["peak"] > budget for s in steps),
+        "histories": histories,
     }
     print("@@first " + json.dumps(out), flush=True)
 
@@ -96,9 +114,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--out", default=None)
     ap.add_argument("--options", default="{}", help="memopt.optimize keywords, JSON")
+    ap.add_argument("--history", default="", help="steps whose allocator history to replay")
     ap.add_argument("--worker", default=None)
     ap.add_argument("--budget", default=None)
     a = ap.parse_args()
+    a.history = {int(x) for x in a.history.split(",") if x}
     if a.worker:
         worker(a)
         return
@@ -107,6 +127,7 @@ def main() -> None:
         for b in a.budgets.split(","):
             cmd = [sys.executable, __file__, "--worker", name, "--budget", b, "--size", a.size]
             cmd += ["--dtype", a.dtype, "--steps", str(a.steps), "--options", a.options]
+            cmd += ["--history", ",".join(map(str, sorted(a.history)))]
             p = subprocess.run(cmd, capture_output=True, text=True)
             got = [ln for ln in p.stdout.splitlines() if ln.startswith("@@first ")]
             row = json.loads(got[-1][8:]) if got else {"model": name, "budget": b,

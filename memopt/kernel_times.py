@@ -164,6 +164,30 @@ def _real(v: torch.Tensor, device: torch.device, value: Value) -> torch.Tensor:
     return base.as_strided(shape, stride)  # type: ignore[arg-type]
 
 
+def device_bytes(node: torch.fx.Node, value: Value, device: torch.device) -> int:
+    """Bytes timing ``node`` allocates on ``device``: its tensor arguments as :func:`_real`
+    makes them (a CPU tensor, an RNG seed, stays on the CPU) and its outputs (each storage
+    spanned once; unknown sizes count 0)."""
+    total = 0
+
+    def add(v: object) -> None:
+        nonlocal total
+        if isinstance(v, torch.Tensor) and (v.device.type != "cpu" or device.type == "cpu"):
+            shape, stride = _dims(v.shape, value), _dims(v.stride(), value)
+            if shape is not None and stride is not None and all(shape):
+                total += (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * v.itemsize
+        elif isinstance(v, list | tuple):
+            for x in v:
+                add(x)
+
+    for a in [*node.args, *node.kwargs.values()]:
+        for x in a if isinstance(a, list | tuple) else (a,):
+            if isinstance(x, torch.fx.Node):
+                add(x.meta.get(mk.TORCH_VAL))
+    add(node.meta.get(mk.TORCH_VAL))
+    return total
+
+
 def real_args(node: torch.fx.Node, device: torch.device, value: Value) -> tuple[tuple, dict]:
     """``node``'s arguments with every tensor a real one and every SymInt its value."""
 
@@ -265,12 +289,18 @@ def write_cache(path: str, new: Mapping[str, float | None]) -> None:
 
 
 def measure(
-    graphs: Iterable[torch.fx.GraphModule], device: torch.device, value: Value, where: str
+    graphs: Iterable[torch.fx.GraphModule],
+    device: torch.device,
+    value: Value,
+    where: str,
+    room: int | None = None,
 ) -> dict[str, float]:
     """Seconds per timed kernel of ``graphs`` (by signature): read from the cache under
     ``where``, the missing ones timed on ``device`` and added to it. Kernels that cannot run
-    alone are left out (the roofline prices them). At world size > 1 see the module
-    docstring."""
+    alone are left out (the roofline prices them). ``room``: the device bytes a timing may
+    allocate (:func:`memopt.passes.plan_budget.measure_room`); a kernel needing more is left
+    to the roofline here and timed by a later process, as one that ran out of memory. At world
+    size > 1 see the module docstring."""
     from memopt import ranks
 
     nodes = signatures(graphs, value)
@@ -299,6 +329,8 @@ def measure(
         no_memory: set[str] = set()
         for s, n in missing.items():
             try:
+                if room is not None and device_bytes(n, value, device) > room:
+                    raise NoMemory(f"needs more than the {room} bytes of room")
                 got[s] = time_kernel(n, device, value)
             except NoMemory:
                 got[s] = None  # the roofline for this process; timed again by a later one

@@ -291,8 +291,6 @@ class MemoptState:
         for pos, (r, ri) in enumerate(zip(self.last_step, self.last_report_step)):
             region, option = self.regions[ri], self.run_plan.get(pos)
             sec, plan = region.extra.get("inductor") or {}, region.extra.get("planner") or {}
-            if region.extra.get("offload"):  # its section counts the offloaded tensors (ViT +21%,
-                continue  # docs/zoo.md): the measured step decides
             if option is not None and self._compiled_as(ri, option):
                 runs.append((r, sec, option.peak, None))  # the step plan's target decides
             else:

@@ -51,7 +51,7 @@ from memopt.passes.detect_layers import detect_layers_pass
 from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
 from memopt.passes.find_saved_activations import find_saved_activations_pass
 from memopt.passes.offload_step import offload_step
-from memopt.passes.plan_budget import _device, assigned_result, plan_budget
+from memopt.passes.plan_budget import _device, assigned_result, measure_room, plan_budget
 from memopt.plan import PlanSpec, Strategy, localize
 from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, planner_depth
 from memopt.symbolic import SymbolTable, build_symbol_table
@@ -183,7 +183,8 @@ def time_kernels(r: Region) -> Region:
         return r  # CPU plans use round rates (memopt.planner.CPU_DEFAULTS), not timings
     value = _value(r)
     where = os.path.join(cache_dir(), "rates")
-    r.kernels = kernel_times.measure((r.joint, r.fw, r.bw), device, value, where)
+    room = measure_room(device, c.budget)
+    r.kernels = kernel_times.measure((r.joint, r.fw, r.bw), device, value, where, room=room)
     return r
 
 
@@ -332,7 +333,7 @@ def _compute_seconds(r: Region):
     device = _device([n.meta.get("val") for n in r.fw.graph.find_nodes(op="placeholder")])
     if device.type != "cuda":
         return None
-    rates = device_rates(device)
+    rates = device_rates(device, r.config.budget)
     value = _value(r)
     sizes = Sizes(value, kernel_s=kernel_times.lookup(r.kernels, value))
 

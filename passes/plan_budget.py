@@ -76,7 +76,18 @@ _AGREED: dict[str, Any] = {}
 LEADER_WAIT_S = 120.0
 
 
-def device_rates(device: torch.device):
+def measure_room(device: torch.device, budget: object = None) -> int:
+    """Device bytes memopt's measurements may take now: the device's free memory, and under a
+    byte budget the budget's target (less the CUDA reserve) less what is allocated."""
+    from memopt._torch_compat import allocator
+
+    cap = budget - int(CUDA_RESERVE_FRACTION * budget) if isinstance(budget, int) else None
+    return allocator.device_room(device, cap)
+
+
+def device_rates(device: torch.device, budget: object = None):
+    """The rates plans are priced with (calibrated once per device and torch, then cached);
+    ``budget``: the config's, so that a calibration inside a step stays under it."""
     if device.type != "cuda":
         return CPU_DEFAULTS
     name = torch.cuda.get_device_name(device)
@@ -86,13 +97,14 @@ def device_rates(device: torch.device):
     where = os.path.join(cache_dir(), "rates")
     from memopt import ranks
 
+    room = measure_room(device, budget)
     if ranks.world_size() == 1:
-        return calibrate(device, where)
-    _AGREED[name] = rates = _from_rank0(device, where)
+        return calibrate(device, where, room=room)
+    _AGREED[name] = rates = _from_rank0(device, where, room)
     return rates
 
 
-def _from_rank0(device: torch.device, where: str):
+def _from_rank0(device: torch.device, where: str, room: int | None = None):
     """Rates without memopt.optimize's agreement (``torch.compile(backend="memopt")`` at world
     size > 1, where a collective inside a compile could hang): rank 0 calibrates (or reads its
     cache) and publishes its rates in the process group's key-value store; the other ranks wait
@@ -103,14 +115,14 @@ def _from_rank0(device: torch.device, where: str):
 
     key = f"memopt/rates/v1/{torch.cuda.get_device_name(device)}"
     if ranks.rank() == 0 or ranks.store() is None:
-        rates = calibrate(device, where)
+        rates = calibrate(device, where, room=room)
         ranks.publish({key: vars(rates)})
         return rates
     got = ranks.from_store([key], LEADER_WAIT_S).get(key)
     if got is not None:
         return DeviceRates(**got)
     _warn_unagreed(f"no rates from rank 0 in {LEADER_WAIT_S:.0f} s")
-    return calibrate(device, where)
+    return calibrate(device, where, room=room)
 
 
 _unagreed_warned = False
@@ -142,7 +154,8 @@ def agree_device_rates() -> None:
     device = torch.device("cuda", torch.cuda.current_device())
     name, mine = torch.cuda.get_device_name(device), None
     if ranks.rank() == 0:
-        mine = _AGREED.get(name) or calibrate(device, os.path.join(cache_dir(), "rates"))
+        where = os.path.join(cache_dir(), "rates")
+        mine = _AGREED.get(name) or calibrate(device, where, room=measure_room(device))
     _AGREED[name] = ranks.from_rank0(mine)
 
 
@@ -202,7 +215,7 @@ def plan_budget(
                     fixed.append(PlanSpec(c.cluster_id, s, -1))
                     named.add(c.cluster_id)
     device = _device(joint_inputs)
-    rates = device_rates(device)
+    rates = device_rates(device, config.budget)
     value = lambda e: symbols.evaluate(symbols.readable(e))  # noqa: E731
     sizes = Sizes(value, kernel_s=kernel_times.lookup(kernels or {}, value))
     problem = build_planning_problem(

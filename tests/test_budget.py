@@ -83,7 +83,7 @@ def test_planner_offload_is_applied_with_its_own_sync_dict(llama, monkeypatch, t
 
     # without the copies' CPU time: on this tiny model it would outweigh every offload
     rates = dataclasses.replace(H100_DEFAULTS, copy_op_s=0.0)
-    monkeypatch.setattr(plan_budget, "device_rates", lambda device: rates)
+    monkeypatch.setattr(plan_budget, "device_rates", lambda device, budget=None: rates)
     model, inputs, _ = llama
     rep, before, after, _ = _compare(llama, budget=0.42, offload_min_bytes=0)
     region = rep.regions[0]

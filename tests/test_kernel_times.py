@@ -137,6 +137,23 @@ def test_cache_keeps_what_cannot_run_alone_and_retries_what_ran_out_of_memory(
     assert not any("addmm" in k for k in cached)  # timed again by a later process
 
 
+def test_a_kernel_whose_tensors_pass_the_room_is_not_timed_nor_cached(tmp_path, monkeypatch):
+    """memopt times kernels inside the step a byte budget caps: one whose inputs and outputs
+    would not fit what is left under it keeps its roofline here and is timed by a later
+    process (the cache does not record it). The graph's tensors: a 8x16 and b 16x4 fp32 make
+    mm 512 + 256 + 128 bytes (output 8x4); the addmm reads b through a transpose of a
+    contiguous copy, still 256 bytes, and adds its 16-byte bias."""
+    monkeypatch.setattr(kt, "time_kernel", lambda node, device, value: 1e-3)
+    g = _graph()
+    need = {str(n.target): kt.device_bytes(n, _value, CPU) for n in g.graph.nodes if kt.timed(n)}
+    assert need["aten.mm.default"] == 512 + 256 + 128
+    assert need["aten.addmm.default"] == 16 + 512 + 256 + 128
+    table = kt.measure([g], CPU, _value, str(tmp_path), room=900)
+    cached = kt.read_cache(kt.cache_path(CPU, str(tmp_path)))
+    assert sorted(k.split("(")[0] for k in table) == ["aten.mm.default"]
+    assert sorted(k.split("(")[0] for k in cached) == ["aten.mm.default"]
+
+
 def _world(monkeypatch, world: int, rank: int):
     """A process group of ``world`` ranks as seen by ``rank``, with an in-process store."""
     import torch.distributed as dist
@@ -337,7 +354,7 @@ def test_a_planning_problem_prices_reductions_by_their_measured_time(monkeypatch
 
     seen = {}
 
-    def measure(graphs, device, value, where):
+    def measure(graphs, device, value, where, room=None):
         graphs = list(graphs)
         seen["joint"] = graphs[0]
         return {s: 1e-3 for s, n in kt.signatures(graphs, value).items() if facts.is_reduction(n)}
@@ -351,7 +368,8 @@ def test_a_planning_problem_prices_reductions_by_their_measured_time(monkeypatch
         return seen["with_kernels"]
 
     monkeypatch.setattr(pipeline, "_device", lambda inputs: torch.device("cuda"))
-    monkeypatch.setattr(pb, "device_rates", lambda device: CPU_DEFAULTS)
+    monkeypatch.setattr(pb, "device_rates", lambda device, budget=None: CPU_DEFAULTS)
+    monkeypatch.setattr(pipeline, "measure_room", lambda device, budget=None: 1 << 40)
     monkeypatch.setattr(pipeline.kernel_times, "measure", measure)
     monkeypatch.setattr(pb, "build_planning_problem", spy)
     torch.manual_seed(0)

@@ -101,3 +101,52 @@ def test_a_budget_plan_times_its_kernels_once_and_caches_them(tmp_path, monkeypa
     assert any(k.startswith("aten.sum.dim_IntList(") for k in kernels)  # the bias gradients
     planner = [r.extra["planner"] for r in memopt.report(compiled).regions if "planner" in r.extra]
     assert planner and all(p["kernels_timed"] > 0 for p in planner)
+
+
+def test_calibration_in_a_smaller_room_measures_the_same_rates(tmp_path):
+    """The smallest measurement (256 MiB: 128 MiB copies, 4096-squared matmuls, 64 MiB
+    transfers, each repeated) against the full one (2 GiB)."""
+    dev = torch.device("cuda")
+    full = calibrate(dev, None)
+    small = calibrate(dev, None, room=256 << 20)
+    assert small.source == "measured"
+    for k in ("matmul_flops_per_s", "hbm_bytes_per_s", "h2d_bytes_per_s", "d2h_bytes_per_s"):
+        assert 0.8 < getattr(small, k) / getattr(full, k) < 1.25, (k, small, full)
+
+
+def test_measurements_on_a_cold_cache_stay_under_a_byte_budget(tmp_path, monkeypatch):
+    """On a fresh machine memopt calibrates the device and times the graph's kernels inside
+    the first step's compile: under a byte budget what they allocate must fit under it (the
+    full calibration's 2 GiB put ViT's first step 25% over a 1.9 GB budget). Every peak the
+    allocator reached by the end of each measurement is recorded."""
+    from memopt import _torch_compat as compat
+    from memopt.planner import costs
+
+    monkeypatch.setenv("MEMOPT_CACHE_DIR", str(tmp_path))
+    peaks: dict[str, list[int]] = {"rates": [], "kernels": []}
+
+    def spy(kind, fn):
+        def run(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            torch.cuda.synchronize()
+            peaks[kind].append(torch.cuda.max_memory_allocated())
+            return out
+
+        return run
+
+    monkeypatch.setattr(costs, "_measure", spy("rates", costs._measure))
+    monkeypatch.setattr(kt, "time_kernel", spy("kernels", kt.time_kernel))
+    torch.manual_seed(0)
+    width, rows, depth = 4096, 8192, 6
+    layers = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers).to("cuda", torch.bfloat16)
+    x = torch.randn(rows, width, device="cuda", dtype=torch.bfloat16)
+    budget = 1_000_000_000  # parameters and input 0.27 GB
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    with compat.no_compile_caches():
+        memopt.optimize(model, budget=budget)(x).float().square().mean().backward()
+    assert len(peaks["rates"]) == 1 and len(peaks["kernels"]) >= 6
+    assert max(peaks["rates"] + peaks["kernels"]) <= budget, peaks

@@ -72,8 +72,9 @@ def test_the_compute_seconds_probe_runs_on_the_graphs(monkeypatch):
         return out
 
     monkeypatch.setattr(pipeline, "_device", lambda inputs: torch.device("cuda"))
-    monkeypatch.setattr(plan_budget, "device_rates", lambda device: H100_DEFAULTS)
-    monkeypatch.setattr(pipeline.kernel_times, "measure", lambda *a: {})
+    monkeypatch.setattr(plan_budget, "device_rates", lambda device, budget=None: H100_DEFAULTS)
+    monkeypatch.setattr(pipeline, "measure_room", lambda device, budget=None: 1 << 40)
+    monkeypatch.setattr(pipeline.kernel_times, "measure", lambda *a, **kw: {})
     monkeypatch.setattr(pipeline, "_compute_seconds", probe)
     torch.manual_seed(0)
     opt = memopt.optimize(MLP(n=3), offload_layers=2, offload_min_bytes=0)

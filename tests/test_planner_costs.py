@@ -84,9 +84,9 @@ def test_measure_times_real_tensors_inside_a_compiles_fake_mode(monkeypatch) -> 
     made = []
     real_mm = costs._time_matmul
 
-    def spy(dev, n, dtype, sync, repeats):
+    def spy(dev, n, dtype, sync, repeats, inner=1):
         made.append(torch.randn(2, device=dev))
-        return real_mm(dev, n, dtype, sync, repeats)
+        return real_mm(dev, n, dtype, sync, repeats, inner)
 
     monkeypatch.setattr(costs, "_time_matmul", spy)
     with FakeTensorMode():
@@ -118,3 +118,45 @@ def test_allocator_note_only_for_absolute_cuda_budgets_without_expandable_segmen
     assert msg is not None and "expandable_segments:True" in msg
     ok = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128, expandable_segments:True"}
     assert allocator_note("cuda", 10 << 30, ok) is None
+
+
+def test_calibration_sizes_shrink_to_the_room_and_repeat_each_run() -> None:
+    """The full measurement holds 2 GiB (a 1 GiB copy's source and destination); in 600 MiB
+    it copies 256 MiB four times per sample, multiplies 4096-squared matrices and transfers
+    64 MiB; below the smallest measurement (256 MiB) nothing fits."""
+    full = CalibrationSizes()
+    assert full.device_bytes() == 2 << 30 and full.within(2 << 30) is full
+    fitted = full.within(600 << 20)
+    assert (fitted.copy_bytes, fitted.matmul_n, fitted.transfer_bytes, fitted.inner) == (
+        256 << 20, 4096, 64 << 20, 4,
+    )  # fmt: skip
+    assert fitted.device_bytes() == 512 << 20
+    assert costs.SMALLEST.device_bytes() == 256 << 20
+    assert full.within(256 << 20).copy_bytes == 128 << 20 and full.within(255 << 20) is None
+
+
+def test_calibration_without_room_plans_with_nominal_rates_and_caches_nothing(
+    monkeypatch, tmp_path, caplog
+) -> None:
+    """Inside a step under a byte budget: sizes that fit the room are measured; where nothing
+    fits, the nominal H100 rates, no cache file, and one warning that names the room."""
+    got = []
+    monkeypatch.setattr(costs, "_device_name", lambda dev: "Fake GPU")
+    monkeypatch.setattr(costs, "_measure", lambda dev, sizes: got.append(sizes) or FAKE)
+    monkeypatch.setattr(costs, "_unmeasured_noted", set())
+    with caplog.at_level("WARNING", logger="memopt"):
+        rates = calibrate("cuda", tmp_path, room=100 << 20)
+        calibrate("cuda", tmp_path, room=100 << 20)
+    assert got == [] and list(tmp_path.iterdir()) == []
+    assert rates.matmul_flops_per_s == H100_DEFAULTS.matmul_flops_per_s
+    assert rates.name == "h100-default (Fake GPU not measured)" and rates.source == "default"
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "Fake GPU has 100 MiB free under the budget" in warning and "(256 MiB)" in warning
+    calibrate("cuda", tmp_path, room=600 << 20)
+    assert [s.copy_bytes for s in got] == [256 << 20] and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_short_sample_is_repeated_inside_one_timing() -> None:
+    calls = []
+    assert costs._time(lambda: calls.append(1), lambda: None, repeats=3, inner=4) > 0
+    assert len(calls) == 1 + 3 * 4

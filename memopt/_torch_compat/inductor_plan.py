@@ -81,9 +81,41 @@ def _events(lines: list[Any]) -> list[Event]:
                 out.append(Event("alloc", node.get_name(), _nbytes(node) or 0, kernel=True))
         elif isinstance(line, w.MultiOutputLine):
             buf = V.graph.try_get_buffer(line.result_name)
+            of = _aliased_by_multi_output(buf)
+            if of is not None:
+                out.append(Event("alias", line.result_name, 0, of))
+                continue
             n = _nbytes(buf) if buf is not None else None
             out.append(Event("alloc", line.result_name, n or 0, line.arg_name, kernel=True))
     return out
+
+
+def _aliased_by_multi_output(buf: Any) -> str | None:
+    """The input a fallback op's output aliases (schema ``Tensor(a) -> Tensor(a)``: memopt's
+    ``wait_offload``, ``wait_reload`` and ``barrier``, which return their first argument), or
+    None for a new tensor. Inductor lowers such an op to a kernel with a multi-output layout and
+    reads its result through a ``MultiOutput``, which the wrapper does not allocate."""
+    parents = getattr(buf, "inputs", None) or ()
+    if len(parents) != 1:
+        return None
+    try:
+        names = list(parents[0].get_inputs_that_alias_output())
+    except Exception:
+        return None
+    if not names:
+        return None
+    if len(names) > 1:  # several aliased arguments: the one whose alias set the output has
+        index = next((i for t, i in getattr(buf, "indices", ()) if isinstance(i, int)), 0)
+        try:
+            schema = parents[0].op_overload._schema
+            mine = schema.returns[index].alias_info
+            args = [a for a in schema.arguments if a.alias_info is not None]
+            for a, name in zip(args, names):
+                if mine is not None and set(a.alias_info.after_set) & set(mine.before_set):
+                    return name
+        except Exception:
+            pass
+    return names[0]
 
 
 def _aliased_inputs(node: Any) -> list[Any]:

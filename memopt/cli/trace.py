@@ -233,7 +233,7 @@ def _emulate_cuda() -> Iterator[None]:
     from memopt.planner import H100_DEFAULTS
 
     original = plan_budget.device_rates
-    plan_budget.device_rates = lambda device: H100_DEFAULTS
+    plan_budget.device_rates = lambda device, budget=None: H100_DEFAULTS
     try:
         with emulate_cuda_attention():
             yield
