@@ -148,5 +148,5 @@ def test_measurements_on_a_cold_cache_stay_under_a_byte_budget(tmp_path, monkeyp
     torch.cuda.reset_peak_memory_stats()
     with compat.no_compile_caches():
         memopt.optimize(model, budget=budget)(x).float().square().mean().backward()
-    assert len(peaks["rates"]) == 1 and len(peaks["kernels"]) >= 6
+    assert len(peaks["rates"]) == 1 and len(peaks["kernels"]) >= 2  # mm forward, backward
     assert max(peaks["rates"] + peaks["kernels"]) <= budget, peaks
