@@ -293,12 +293,13 @@ def measure(
     device: torch.device,
     value: Value,
     where: str,
-    room: int | None = None,
+    room: int | Callable[[], int] | None = None,
 ) -> dict[str, float]:
     """Seconds per timed kernel of ``graphs`` (by signature): read from the cache under
     ``where``, the missing ones timed on ``device`` and added to it. Kernels that cannot run
     alone are left out (the roofline prices them). ``room``: the device bytes a timing may
-    allocate (:func:`memopt.passes.plan_budget.measure_room`); a kernel needing more is left
+    allocate (:func:`memopt.passes.plan_budget.measure_room`, or a function asked only when
+    something is timed); a kernel needing more is left
     to the roofline here and timed by a later process, as one that ran out of memory. At world
     size > 1 see the module docstring."""
     from memopt import ranks
@@ -327,6 +328,8 @@ def measure(
     if missing:
         got: dict[str, float | None] = {}
         no_memory: set[str] = set()
+        if callable(room):
+            room = room()
         for s, n in missing.items():
             try:
                 if room is not None and device_bytes(n, value, device) > room:

@@ -8,9 +8,10 @@ the memopt cache dir) and from documented defaults on CPU.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,14 +98,14 @@ def device_rates(device: torch.device, budget: object = None):
     where = os.path.join(cache_dir(), "rates")
     from memopt import ranks
 
-    room = measure_room(device, budget)
+    room = functools.partial(measure_room, device, budget)  # asked only when measuring
     if ranks.world_size() == 1:
         return calibrate(device, where, room=room)
     _AGREED[name] = rates = _from_rank0(device, where, room)
     return rates
 
 
-def _from_rank0(device: torch.device, where: str, room: int | None = None):
+def _from_rank0(device: torch.device, where: str, room: Callable[[], int] | None = None):
     """Rates without memopt.optimize's agreement (``torch.compile(backend="memopt")`` at world
     size > 1, where a collective inside a compile could hang): rank 0 calibrates (or reads its
     cache) and publishes its rates in the process group's key-value store; the other ranks wait
@@ -155,7 +156,8 @@ def agree_device_rates() -> None:
     name, mine = torch.cuda.get_device_name(device), None
     if ranks.rank() == 0:
         where = os.path.join(cache_dir(), "rates")
-        mine = _AGREED.get(name) or calibrate(device, where, room=measure_room(device))
+        room = functools.partial(measure_room, device)
+        mine = _AGREED.get(name) or calibrate(device, where, room=room)
     _AGREED[name] = ranks.from_rank0(mine)
 
 

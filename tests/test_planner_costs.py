@@ -154,6 +154,8 @@ def test_calibration_without_room_plans_with_nominal_rates_and_caches_nothing(
     assert "Fake GPU has 100 MiB free under the budget" in warning and "(256 MiB)" in warning
     calibrate("cuda", tmp_path, room=600 << 20)
     assert [s.copy_bytes for s in got] == [256 << 20] and len(list(tmp_path.iterdir())) == 1
+    # a function for the room is asked only when measuring: not on a cache hit
+    assert calibrate("cuda", tmp_path, room=lambda: pytest.fail("asked")).source.startswith("cache")
 
 
 def test_a_short_sample_is_repeated_inside_one_timing() -> None:

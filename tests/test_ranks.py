@@ -29,7 +29,7 @@ def check_rates(rank: int) -> None:
 
     calls = []
 
-    def calibrate(device, cache):
+    def calibrate(device, cache, room=None):
         calls.append(device)
         return CPU_DEFAULTS.__class__(**{**vars(CPU_DEFAULTS), "name": f"rank{rank}"})
 
@@ -69,6 +69,7 @@ def check_rates_without_optimize(rank: int, tmp: str) -> None:
         mock.patch.object(costs, "_measure", measure),
         mock.patch.object(costs, "_device_name", lambda dev: "Fake GPU"),
         mock.patch.object(plan_budget, "_AGREED", {}),
+        mock.patch.object(plan_budget, "measure_room", lambda device, budget=None: 1 << 40),
         mock.patch("torch.cuda.get_device_name", lambda d=None: "Fake GPU"),
     ):
         rates = plan_budget.device_rates(torch.device("cuda", 0))

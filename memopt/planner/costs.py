@@ -152,15 +152,16 @@ def calibrate(
     refresh: bool = False,
     sizes: CalibrationSizes | None = None,
     measure: bool = True,
-    room: int | None = None,
+    room: int | Callable[[], int] | None = None,
 ) -> DeviceRates | None:
     """Rates of ``device``: measured once, then read from ``cache_dir`` (no caching if None).
 
     A CPU device returns :data:`CPU_DEFAULTS` without measuring. ``refresh`` re-measures.
     The cache file is keyed by device name and torch version. ``measure=False``: the cached
     rates or None, never a measurement. ``room``: the device bytes a measurement may take
-    (smaller sizes, each run repeated); where even the smallest does not fit, this process
-    plans with :data:`H100_DEFAULTS` and nothing is cached (a later one measures).
+    (or a function that tells, asked only when measuring): smaller sizes, each run repeated;
+    where even the smallest does not fit, this process plans with :data:`H100_DEFAULTS` and
+    nothing is cached (a later one measures).
     """
     import torch
 
@@ -179,6 +180,8 @@ def calibrate(
     if not measure:
         return None
     sizes = sizes or CalibrationSizes()
+    if callable(room):
+        room = room()
     if room is not None:
         fitted = sizes.within(room)
         if fitted is None:
