@@ -125,3 +125,35 @@ def test_buffer_plan_counts_the_copy_ops_aliases_once():
     keep = buffers.section(_buffer_plans(LayerOffloadPartitioner(offload_layers=0)),
                            tangents_held=True)  # fmt: skip
     assert keep["fwd_peak"] <= offload["fwd_peak"] <= keep["fwd_peak"] + 4 * MiB
+
+
+def test_only_a_return_with_an_alias_set_is_read_as_an_alias():
+    """A fallback op can alias some arguments and still return new tensors: batch norm's
+    three outputs are new though it mutates (aliases) the running statistics; memopt's
+    ``wait_offload`` returns its host argument."""
+    from types import SimpleNamespace as NS
+
+    from memopt._torch_compat.inductor_plan import _aliased_by_multi_output
+
+    def node(name):
+        return NS(get_name=lambda: name)
+
+    def out(op, args, aliased, index=None):
+        kernel = NS(
+            op_overload=op,
+            inputs=args,
+            constant_args=(),
+            unflatten_args=lambda inputs, constants: (list(inputs), {}),
+            get_inputs_that_alias_output=lambda: aliased,
+        )
+        return NS(inputs=[kernel], indices=[] if index is None else [(tuple, index)])
+
+    bn = torch.ops.aten._native_batch_norm_legit.default
+    args = [node(n) for n in ("x", "w", "b", "running_mean", "running_var")]
+    for i in range(3):
+        assert _aliased_by_multi_output(out(bn, args, ["running_mean", "running_var"], i)) is None
+    wait = out(ops.wait_offload, [node("host"), [node("t")], node("after")], ["host"])
+    assert _aliased_by_multi_output(wait) == "host"
+    assert _aliased_by_multi_output(out(ops.offload, [node("t")], [])) is None
+    unknown = out(NS(), [node("a")], ["a"])  # no schema to read: the aliased input
+    assert _aliased_by_multi_output(unknown) == "a"

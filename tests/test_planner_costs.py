@@ -143,15 +143,18 @@ def test_calibration_without_room_plans_with_nominal_rates_and_caches_nothing(
     got = []
     monkeypatch.setattr(costs, "_device_name", lambda dev: "Fake GPU")
     monkeypatch.setattr(costs, "_measure", lambda dev, sizes: got.append(sizes) or FAKE)
-    monkeypatch.setattr(costs, "_unmeasured_noted", set())
+    monkeypatch.setattr(costs, "_unmeasured", {})
     with caplog.at_level("WARNING", logger="memopt"):
         rates = calibrate("cuda", tmp_path, room=100 << 20)
-        calibrate("cuda", tmp_path, room=100 << 20)
+        # the rest of the process plans on the same rates, even with room later
+        assert calibrate("cuda", tmp_path, room=600 << 20) is rates
     assert got == [] and list(tmp_path.iterdir()) == []
     assert rates.matmul_flops_per_s == H100_DEFAULTS.matmul_flops_per_s
     assert rates.name == "h100-default (Fake GPU not measured)" and rates.source == "default"
     (warning,) = [r.getMessage() for r in caplog.records]
-    assert "Fake GPU has 100 MiB free under the budget" in warning and "(256 MiB)" in warning
+    assert "Fake GPU could not be calibrated (100 MiB of room;" in warning
+    assert "needs 256 MiB" in warning
+    monkeypatch.setattr(costs, "_unmeasured", {})  # a new process
     calibrate("cuda", tmp_path, room=600 << 20)
     assert [s.copy_bytes for s in got] == [256 << 20] and len(list(tmp_path.iterdir())) == 1
     # a function for the room is asked only when measuring: not on a cache hit
@@ -162,3 +165,20 @@ def test_a_short_sample_is_repeated_inside_one_timing() -> None:
     calls = []
     assert costs._time(lambda: calls.append(1), lambda: None, repeats=3, inner=4) > 0
     assert len(calls) == 1 + 3 * 4
+
+
+def test_a_calibration_out_of_memory_plans_on_nominal_rates(monkeypatch, tmp_path) -> None:
+    """Free memory in the allocator's cache can be too fragmented for the measurement's
+    blocks: out of memory there is not an error of the compile."""
+    monkeypatch.setattr(costs, "_device_name", lambda dev: "Fake GPU")
+    monkeypatch.setattr(costs, "_unmeasured", {})
+
+    def oom(dev, sizes):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(costs, "_measure", oom)
+    rates = calibrate("cuda", tmp_path, room=1 << 30)
+    assert rates.name == "h100-default (Fake GPU not measured)"
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(costs, "_measure", lambda dev, sizes: pytest.fail("measured twice"))
+    assert calibrate("cuda", tmp_path, room=1 << 30) is rates

@@ -91,30 +91,37 @@ def _events(lines: list[Any]) -> list[Event]:
 
 
 def _aliased_by_multi_output(buf: Any) -> str | None:
-    """The input a fallback op's output aliases (schema ``Tensor(a) -> Tensor(a)``: memopt's
-    ``wait_offload``, ``wait_reload`` and ``barrier``, which return their first argument), or
-    None for a new tensor. Inductor lowers such an op to a kernel with a multi-output layout and
-    reads its result through a ``MultiOutput``, which the wrapper does not allocate."""
+    """The input a fallback op's output aliases (its schema's return has an alias set, as in
+    memopt's ``wait_offload``, ``wait_reload`` and ``barrier``: ``Tensor(a) -> Tensor(a)``), or
+    None for a new tensor (a return without one, even where the op mutates an argument: batch
+    norm's running statistics). Inductor lowers such an op to a kernel with a multi-output
+    layout and reads each result through a ``MultiOutput``, which the wrapper does not
+    allocate."""
     parents = getattr(buf, "inputs", None) or ()
     if len(parents) != 1:
         return None
+    kernel = parents[0]
     try:
-        names = list(parents[0].get_inputs_that_alias_output())
+        names = list(kernel.get_inputs_that_alias_output())
     except Exception:
         return None
     if not names:
         return None
-    if len(names) > 1:  # several aliased arguments: the one whose alias set the output has
-        index = next((i for t, i in getattr(buf, "indices", ()) if isinstance(i, int)), 0)
-        try:
-            schema = parents[0].op_overload._schema
-            mine = schema.returns[index].alias_info
-            args = [a for a in schema.arguments if a.alias_info is not None]
-            for a, name in zip(args, names):
-                if mine is not None and set(a.alias_info.after_set) & set(mine.before_set):
-                    return name
-        except Exception:
-            pass
+    try:
+        schema = kernel.op_overload._schema
+        index = next((i for _, i in getattr(buf, "indices", ()) if isinstance(i, int)), 0)
+        mine = schema.returns[index].alias_info
+        if mine is None:
+            return None  # a new tensor beside aliased (mutated) arguments
+        args, kwargs = kernel.unflatten_args(kernel.inputs, kernel.constant_args)
+        for i, a in enumerate(schema.arguments):
+            v = args[i] if i < len(args) else kwargs.get(a.name)
+            if a.alias_info is None or not set(a.alias_info.after_set) & set(mine.before_set):
+                continue
+            if hasattr(v, "get_name"):
+                return v.get_name()
+    except Exception:  # a schema this reader cannot follow: the kernel's first aliased input
+        pass
     return names[0]
 
 

@@ -128,15 +128,18 @@ class CalibrationSizes:
         those do not fit."""
         sizes = self
         while sizes.device_bytes() > room:
-            if sizes.copy_bytes <= SMALLEST.copy_bytes and sizes.matmul_n <= SMALLEST.matmul_n:
-                return None
-            sizes = replace(
+            smaller = replace(
                 sizes,
-                matmul_n=max(SMALLEST.matmul_n, sizes.matmul_n // 2),
-                copy_bytes=max(SMALLEST.copy_bytes, sizes.copy_bytes // 2),
-                transfer_bytes=max(SMALLEST.transfer_bytes, sizes.transfer_bytes // 2),
+                matmul_n=max(min(SMALLEST.matmul_n, sizes.matmul_n), sizes.matmul_n // 2),
+                copy_bytes=max(min(SMALLEST.copy_bytes, sizes.copy_bytes), sizes.copy_bytes // 2),
+                transfer_bytes=max(
+                    min(SMALLEST.transfer_bytes, sizes.transfer_bytes), sizes.transfer_bytes // 2
+                ),
                 inner=sizes.inner * 2,
             )
+            if smaller.device_bytes() == sizes.device_bytes():
+                return None  # at the smallest sizes
+            sizes = smaller
         return sizes
 
 
@@ -179,16 +182,22 @@ def calibrate(
                 return cached
     if not measure:
         return None
+    if not refresh and name in _unmeasured:
+        return _unmeasured[name]  # this process plans on one set of rates
     sizes = sizes or CalibrationSizes()
     if callable(room):
         room = room()
     if room is not None:
         fitted = sizes.within(room)
         if fitted is None:
-            _note_unmeasured(name, room)
-            return replace(H100_DEFAULTS, name=f"{H100_DEFAULTS.name} ({name} not measured)")
+            return _unmeasured_rates(name, f"{room >> 20} MiB of room")
         sizes = fitted
-    rates = _measure(dev, sizes)
+    try:
+        rates = _measure(dev, sizes)
+    except Exception as e:  # torch.OutOfMemoryError: the room was fragmented cached blocks
+        if type(e).__name__ != "OutOfMemoryError":
+            raise
+        return _unmeasured_rates(name, "out of memory")
     rates = replace(rates, name=name, source="measured")
     implausible = check_rates(rates)
     if implausible:
@@ -221,18 +230,22 @@ def check_rates(rates: DeviceRates) -> str:
     return ", ".join(bad)
 
 
-_unmeasured_noted: set[str] = set()
+#: device name -> the nominal rates a process plans with when it could not calibrate
+_unmeasured: dict[str, DeviceRates] = {}
 
 
-def _note_unmeasured(name: str, room: int) -> None:
-    if name in _unmeasured_noted:
-        return
-    _unmeasured_noted.add(name)
+def _unmeasured_rates(name: str, why: str) -> DeviceRates:
+    """:data:`H100_DEFAULTS` for the rest of this process (nothing cached: a later process
+    measures), with one warning."""
+    rates = replace(H100_DEFAULTS, name=f"{H100_DEFAULTS.name} ({name} not measured)")
+    _unmeasured[name] = rates
     log.warning(
-        "memopt: %s has %d MiB free under the budget, less than the device calibration needs "
-        "(%d MiB): planning with nominal H100 rates in this process (nothing cached)",
-        name, room >> 20, SMALLEST.device_bytes() >> 20,
+        "memopt: %s could not be calibrated (%s; the measurement needs %d MiB, the room is the "
+        "device's free memory and, under a byte budget, what the budget leaves): planning with "
+        "nominal H100 rates in this process, nothing cached",
+        name, why, SMALLEST.device_bytes() >> 20,
     )  # fmt: skip
+    return rates
 
 
 def _device_name(dev) -> str:
