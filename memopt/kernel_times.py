@@ -148,6 +148,11 @@ def signatures(graphs: Iterable[torch.fx.GraphModule], value: Value) -> dict[str
 # --------------------------------------------------------------------------- measurement
 
 
+def _span(shape: list[int], stride: list[int]) -> int:
+    """Elements of the storage a tensor of these sizes and strides spans (0 when empty)."""
+    return 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+
+
 def _real(v: torch.Tensor, device: torch.device, value: Value) -> torch.Tensor:
     """A real tensor of ``v``'s sizes, strides and dtype (random floats, zero ints) on
     ``device`` (or the CPU where ``v`` lives there: an RNG seed argument)."""
@@ -155,8 +160,7 @@ def _real(v: torch.Tensor, device: torch.device, value: Value) -> torch.Tensor:
     where = torch.device("cpu") if v.device.type == "cpu" else device
     # the storage it spans is filled, then viewed: an expanded tensor (stride 0, such as a
     # loss's gradient) cannot be written element by element
-    span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
-    base = torch.empty(span, dtype=v.dtype, device=where)
+    base = torch.empty(_span(shape, stride), dtype=v.dtype, device=where)
     if v.dtype.is_floating_point or v.dtype.is_complex:
         base.normal_()
     else:
@@ -175,8 +179,8 @@ def device_bytes(node: torch.fx.Node, value: Value, device: torch.device) -> int
         nonlocal total
         if isinstance(v, torch.Tensor) and (v.device.type != "cpu" or device.type == "cpu"):
             shape, stride = _dims(v.shape, value), _dims(v.stride(), value)
-            if shape is not None and stride is not None and all(shape):
-                total += (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * v.itemsize
+            if shape is not None and stride is not None:
+                total += _span(shape, stride) * v.itemsize
         elif isinstance(v, list | tuple):
             for x in v:
                 add(x)

@@ -82,7 +82,7 @@ def measure_room(device: torch.device, budget: object = None) -> int:
     byte budget the budget's target (less the CUDA reserve) less what is allocated."""
     from memopt._torch_compat import allocator
 
-    cap = budget - int(CUDA_RESERVE_FRACTION * budget) if isinstance(budget, int) else None
+    cap = step_bytes(budget, "cuda") if isinstance(budget, int) else None
     return allocator.device_room(device, cap)
 
 

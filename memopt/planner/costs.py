@@ -194,9 +194,7 @@ def calibrate(
         sizes = fitted
     try:
         rates = _measure(dev, sizes)
-    except Exception as e:  # torch.OutOfMemoryError: the room was fragmented cached blocks
-        if type(e).__name__ != "OutOfMemoryError":
-            raise
+    except torch.OutOfMemoryError:  # the room counted cached blocks too fragmented to use
         return _unmeasured_rates(name, "out of memory")
     rates = replace(rates, name=name, source="measured")
     implausible = check_rates(rates)
