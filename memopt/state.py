@@ -38,6 +38,8 @@ from memopt.step import (
     exact_option,
     finer_menus,
     fraction_target,
+    leaves_room,
+    measured_target,
     region_menu,
     step_peak,
 )
@@ -56,9 +58,6 @@ SETTLE_STEPS = 3
 #: A settled step plan reads the allocator at each run (its outside bytes and overrun checks;
 #: 20-35 µs of host time a read, two a run) every this many steps only (Whisper: 14 runs a step).
 RECHECK_STEPS = 10
-MEASURED_MARGIN = 0.005
-"""Once a step's peak was measured, a byte budget's target is the budget less this share (the
-run-to-run spread of the allocator's peak), instead of the blind CUDA reserve."""
 
 
 class MemoptState:
@@ -102,7 +101,7 @@ class MemoptState:
         self._probed: int | None = None  # the peak the probe measured in the step just done
         self._probes_left = MAX_STEP_PLANS + 2
         self._measured = False  # a probe measured a planned step (the target drops its reserve)
-        self._relaxed = False  # a plan made on the blind reserve was re-planned without it
+        self._relaxed = False  # the step was re-planned once to spend measured room
         self._compiled_in_step = True
         self._correction = 0  # bytes the step model missed (measured peak - predicted)
         self._compiled_err: dict[int, int] = {}  # region -> Inductor's peak over the model's
@@ -255,8 +254,8 @@ class MemoptState:
         if self._step_plans >= MAX_STEP_PLANS:
             return
         if self.last_step == self._planned_for:
-            if self.step_choice is None and self._probed is not None and self._overran():
-                self._step_plans += 1  # one region over its byte budget: a step plan now
+            if self.step_choice is None and self._probed is not None and self._off_target():
+                self._step_plans += 1  # one region over (or well under) its byte budget
                 self.plan_step(self.last_step)
             elif (
                 self.step_choice is not None and self._compiled_in_step and self._compiled_excess()
@@ -312,25 +311,39 @@ class MemoptState:
                  ": planning the step with them" if over else "")  # fmt: skip
         return over
 
-    def _overran(self) -> bool:
-        """Whether the one region of the step, planned alone, peaked above its byte budget
-        as measured: then the step is planned as steps of several regions are, with the excess
-        over the region's prediction as the first correction (and the budget less
-        MEASURED_MARGIN as its target). Any excess counts: a user's budget is a peak not to
-        pass (DiT's one-region plans measured 0.2% over theirs, inside the old +0.5% margin)."""
-        if self._probed <= self.config.budget or len(self.last_step) != 1:
+    def _off_target(self) -> bool:
+        """Whether the one region of the step, planned alone, peaked above its byte budget as
+        measured, or its plan costs time and left room (``_roomy``): then the step is planned
+        as steps of several regions are, with the region's measured miss as the first
+        correction. Any excess counts: a user's budget is a peak not to pass (DiT's
+        one-region plans measured 0.2% over theirs, inside the old +0.5% margin)."""
+        if len(self.last_step) != 1:
             return False
         index, offsets = self.last_step[0], self._offsets(self.last_step)
         planner = self.regions[index].extra.get("planner") or {}
+        over = self._probed > self.config.budget
+        costly = (planner.get("predicted_overhead_s") or 0) > 0  # something to give back
+        if not over and not (costly and self._roomy(self._probed, planner.get("budget_bytes"))):
+            return False
         if offsets is None or planner.get("predicted_peak") is None:
             return False
         self.measured_peak = self._probed
-        self._correction = max(0, self._probed - planner["predicted_peak"] - offsets[0])
+        miss = self._probed - planner["predicted_peak"] - offsets[0]
+        self._correction = max(0, miss) if over else miss
+        self._relaxed |= not over
         log.info(
-            "memopt: measured step peak %d bytes, above the budget %d: planning the step "
-            "(correction %d)", self._probed, self.config.budget, self._correction
+            "memopt: measured step peak %d bytes, %s the budget %d: planning the step "
+            "(correction %d)", self._probed, "above" if over else "well under",
+            self.config.budget, self._correction,
         )  # fmt: skip
         return True
+
+    def _roomy(self, measured: int, target: int | None) -> bool:
+        """``step.leaves_room``, once a step: a relaxed plan that overruns is corrected, kept."""
+        b = self.config.budget
+        if self._relaxed or not self._measured or not isinstance(b, int):
+            return False
+        return leaves_room(b, measured, target)
 
     def _finish_probe(self, peak: int | None) -> None:
         """The probed step's peak, kept only if nothing compiled during the step (autotuning
@@ -367,30 +380,17 @@ class MemoptState:
                 peak,
                 self._correction + max(0, measured - peak),
             )
-            if measured > peak:
+            roomy = c.overhead_s > 0 and self._roomy(measured, c.target)  # it costs time
+            if measured > peak or roomy:  # a miss under the prediction counts when relaxing
                 self._correction += measured - peak
                 peak = measured
-            if self._relaxable(c.target, peak):
+            if roomy:  # spend the room the reserve or the model's over-prediction left
+                self._relaxed = True
+                log.info("memopt step plan: measured step peak %d under the budget's "
+                         "measured target: planning the step again (correction %d)",
+                         measured, self._correction)  # fmt: skip
                 return True
         return peak > c.target
-
-    def _relaxable(self, target: int, peak: int) -> bool:
-        """Whether a step plan made on the blind CUDA reserve measured more than MEASURED_MARGIN
-        of the budget under the measured target: then solved once more at that target (world
-        2: an exact prediction left 2.6-2.9% unused, docs/benchmarks.md, seventeenth session)."""
-        b = self.config.budget
-        if self._relaxed or not self._measured or not isinstance(b, int):
-            return False
-        measured_target = b - int(MEASURED_MARGIN * b)
-        if target >= measured_target or measured_target - peak <= int(MEASURED_MARGIN * b):
-            return False
-        self._relaxed = True
-        log.info(
-            "memopt step plan: measured step peak %d under the budget's measured target %d "
-            "(the plan kept the blind reserve): planning the step at that target", peak,
-            measured_target,
-        )  # fmt: skip
-        return True
 
     def _measured_peak(self) -> int | None:
         """The CUDA peak of the step just run, when it set a new record and nothing compiled
@@ -509,7 +509,7 @@ class MemoptState:
         if isinstance(b, float):
             return fraction_target(b, sequence, menus)
         if self._measured:  # the correction holds what no graph shows: no blind reserve
-            return b - int(MEASURED_MARGIN * b)
+            return measured_target(b)
         return step_bytes(b, self.problems[sequence[0]].device_type)
 
     def _menu(self, index: int) -> list[Option]:

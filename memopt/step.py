@@ -44,6 +44,32 @@ EXACT_COMBINATIONS = 20_000
 MENU_SHARES: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 
 
+MEASURED_MARGIN = 0.005
+"""Once a step's peak was measured, a byte budget's target is the budget less this share (the
+run-to-run spread of the allocator's peak), instead of the blind CUDA reserve."""
+RELAX_ROOM = 0.02
+"""A measured step peak this share of the budget (or more) under the measured target means the
+model over-predicted the plan (BERT at 3 GB: a corrected plan measured 8-10% under): the step is
+planned once more with that miss as a negative correction, so the plan spends the room on less
+recompute. Below it, a recompile buys too little. A judgment, not fitted to a model."""
+
+
+def measured_target(budget: int) -> int:
+    """A byte budget's target once the step's peak was measured."""
+    return budget - int(MEASURED_MARGIN * budget)
+
+
+def leaves_room(budget: int, measured: int, target: int | None) -> bool:
+    """Whether a step measured at ``measured`` leaves room under the measured target worth a
+    re-plan: more than MEASURED_MARGIN of the budget for a plan made on the blind CUDA reserve
+    (``target`` under the measured target; world 2: an exact prediction left 2.6-2.9% unused,
+    docs/benchmarks.md, seventeenth session), else RELAX_ROOM."""
+    room = measured_target(budget) - measured
+    if target is not None and target < measured_target(budget):
+        return room > int(MEASURED_MARGIN * budget)
+    return room >= int(RELAX_ROOM * budget)
+
+
 @dataclass(frozen=True)
 class Option:
     """One plan for one compiled region."""

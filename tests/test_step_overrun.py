@@ -12,15 +12,16 @@ from torch import nn
 
 from memopt.api import MemoptBackend
 from memopt.config import resolve_config
-from memopt.state import MEASURED_MARGIN, MemoptState
+from memopt.state import MemoptState
+from memopt.step import MEASURED_MARGIN, RELAX_ROOM
 
 BUDGET = 400_000
 
 
-def _state() -> MemoptState:
+def _state(budget: int = BUDGET) -> MemoptState:
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.GELU()) for _ in range(4)])
-    config = resolve_config(budget=BUDGET)
+    config = resolve_config(budget=budget)
     state = MemoptState(config)
     compiled = torch.compile(model, backend=MemoptBackend(config, state))
     compiled(torch.randn(128, 64)).sum().backward()
@@ -187,3 +188,65 @@ def test_a_step_plan_on_the_blind_reserve_is_planned_once_more_at_the_measured_t
     assert state.step_choice.target == BUDGET - int(MEASURED_MARGIN * BUDGET) == 398_000
     _two_run_step(state, entry, probed=low)
     assert state._step_plans == plans + 1  # once
+
+
+TIGHT = 300_000  # under the 377,856 B the region peaks at unplanned: its plan recomputes
+
+
+def test_one_costly_region_measured_well_under_is_planned_once_more_with_the_miss():
+    """The model over-predicted the region's plan (measured RELAX_ROOM of the budget, or more,
+    under the measured target): the step is planned at that target with the signed miss as
+    its correction, once; a measurement under it again changes nothing."""
+    state = _state(TIGHT)
+    planner = state.regions[0].extra["planner"]
+    assert planner["predicted_overhead_s"] > 0 and planner["predicted_peak"] <= TIGHT
+    entry = _static(state) + 1000
+    _cuda_step(state, entry)
+    low = planner["predicted_peak"] + 1000 - 20_000  # 20 kB under the prediction
+    assert TIGHT - int(MEASURED_MARGIN * TIGHT) - low >= int(RELAX_ROOM * TIGHT)
+    _cuda_step(state, entry, probed=low)
+    assert state._correction == -20_000
+    choice = state.step_choice
+    assert choice is not None and state._relaxed and state._probe_next
+    assert choice.target == TIGHT - int(MEASURED_MARGIN * TIGHT)
+    plans = state._step_plans
+    _cuda_step(state, entry, probed=low)
+    assert state._step_plans == plans and state.step_choice is choice  # once
+
+
+def test_a_region_measured_just_inside_the_room_or_keeping_everything_is_left_alone():
+    state = _state(TIGHT)
+    entry = _static(state) + 1000
+    _cuda_step(state, entry)
+    _cuda_step(
+        state, entry, probed=TIGHT - int(MEASURED_MARGIN * TIGHT) - int(RELAX_ROOM * TIGHT) + 1
+    )
+    assert state.step_choice is None and not state._relaxed
+    free = _state()  # BUDGET: the region's own plan keeps everything, nothing to give back
+    assert free.regions[0].extra["planner"]["predicted_overhead_s"] == 0
+    _cuda_step(free, entry)
+    _cuda_step(free, entry, probed=BUDGET // 2)
+    assert free.step_choice is None and free._correction == 0
+
+
+def test_a_step_plan_measured_well_under_is_relaxed_once_then_corrected_upwards():
+    """A step plan (two runs) already at the measured target measures well under it: the miss
+    becomes a negative correction and the step is planned once more; when that plan then
+    overruns, the excess is added back (the correction climbs) and no second relax follows."""
+    pair = 450_000  # two runs' step: planned, it recomputes
+    state = _state(pair)
+    entry = _static(state) + 1000
+    _two_run_step(state, entry)
+    _two_run_step(state, entry, probed=pair + 5000)  # measured: the step plan drops its reserve
+    first = state.step_choice
+    assert first is not None and first.target == pair - int(MEASURED_MARGIN * pair)
+    assert first.overhead_s > 0 and not state._relaxed
+    corrected, under = state._correction, int(0.1 * pair)
+    _two_run_step(state, entry, probed=first.peak - under)
+    assert state._relaxed and state._correction == corrected - under
+    relaxed = state.step_choice
+    assert relaxed is not first and relaxed.overhead_s < first.overhead_s
+    _two_run_step(state, entry, probed=relaxed.peak + 4000)  # the relaxed plan overruns
+    assert state._correction == corrected - under + 4000
+    _two_run_step(state, entry, probed=state.step_choice.peak - under)
+    assert state._correction == corrected - under + 4000  # no second relax
