@@ -114,6 +114,9 @@ ZOO_GPU_S13B = ("resnet", "dit")
 #: the fifteenth session's (H100): reductions priced from measurement (issue 16); DiT, ResNet
 #: and ViT budgets resumed beside ``torch.compile again``
 ZOO_GPU_S15 = ("qwen2", "bert", "vit", "resnet", "whisper", "dit")
+#: the twenty-fourth session's (H200): Qwen2 and BERT before the measured-room relax, ResNet and
+#: Whisper with it (docs/zoo.md)
+ZOO_GPU_S24 = ("qwen2", "bert", "resnet", "whisper")
 
 
 def zoo_gpu(*docs: dict) -> str:
@@ -123,39 +126,24 @@ def zoo_gpu(*docs: dict) -> str:
     return markdown(list(docs))
 
 
-def zoo_gpu_s11(*docs: dict) -> str:
-    """The same for the eleventh session's files (``zoo_gpu_<model>_s11.json``)."""
-    from benchmarks.zoo_gpu_report import markdown
+def _zoo_gpu_of(suffix: str, doc: str) -> Callable[..., str]:
+    """The renderer of one session's GPU zoo files (``zoo_gpu_<model><suffix>.json``)."""
 
-    return markdown(list(docs), suffix="_s11")
+    def render(*docs: dict) -> str:
+        from benchmarks.zoo_gpu_report import markdown
 
+        return markdown(list(docs), suffix=suffix)
 
-def zoo_gpu_s12(*docs: dict) -> str:
-    """The same for the twelfth session's files (``zoo_gpu_<model>_s12.json``)."""
-    from benchmarks.zoo_gpu_report import markdown
-
-    return markdown(list(docs), suffix="_s12")
+    render.__doc__ = doc
+    return render
 
 
-def zoo_gpu_s13(*docs: dict) -> str:
-    """The same for the thirteenth session's files (``zoo_gpu_<model>_s13.json``)."""
-    from benchmarks.zoo_gpu_report import markdown
-
-    return markdown(list(docs), suffix="_s13")
-
-
-def zoo_gpu_s13b(*docs: dict) -> str:
-    """... and its re-run of ResNet and DiT (``zoo_gpu_<model>_s13b.json``)."""
-    from benchmarks.zoo_gpu_report import markdown
-
-    return markdown(list(docs), suffix="_s13b")
-
-
-def zoo_gpu_s15(*docs: dict) -> str:
-    """The fifteenth session's files (``zoo_gpu_<model>_s15.json``, H100)."""
-    from benchmarks.zoo_gpu_report import markdown
-
-    return markdown(list(docs), suffix="_s15")
+zoo_gpu_s11 = _zoo_gpu_of("_s11", "The eleventh session's files.")
+zoo_gpu_s12 = _zoo_gpu_of("_s12", "The twelfth session's files.")
+zoo_gpu_s13 = _zoo_gpu_of("_s13", "The thirteenth session's files.")
+zoo_gpu_s13b = _zoo_gpu_of("_s13b", "... and its re-run of ResNet and DiT.")
+zoo_gpu_s15 = _zoo_gpu_of("_s15", "The fifteenth session's files (H100).")
+zoo_gpu_s24 = _zoo_gpu_of("_s24", "The twenty-fourth session's files (H200).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -202,6 +190,7 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s13": Section(tuple(f"zoo_gpu_{m}_s13.json" for m in ZOO_GPU_S13), zoo_gpu_s13),
     "zoo_gpu_s13b": Section(tuple(f"zoo_gpu_{m}_s13b.json" for m in ZOO_GPU_S13B), zoo_gpu_s13b),
     "zoo_gpu_s15": Section(tuple(f"zoo_gpu_{m}_s15.json" for m in ZOO_GPU_S15), zoo_gpu_s15),
+    "zoo_gpu_s24": Section(tuple(f"zoo_gpu_{m}_s24.json" for m in ZOO_GPU_S24), zoo_gpu_s24),
     "fsdp_step_s11": Section(("fsdp_step_2026-11-25_s11_kernels.json",), fsdp_step_s8),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(
