@@ -339,11 +339,12 @@ class MemoptState:
         return True
 
     def _roomy(self, measured: int, target: int | None) -> bool:
-        """``step.leaves_room``, once a step: a relaxed plan that overruns is corrected, kept."""
+        """``step.leaves_room``, once a step: a relaxed plan that overruns is corrected, kept.
+        Only while two step plans are left (the relax and a correction of its overrun)."""
         b = self.config.budget
         if self._relaxed or not self._measured or not isinstance(b, int):
             return False
-        return leaves_room(b, measured, target)
+        return self._step_plans + 2 <= MAX_STEP_PLANS and leaves_room(b, measured, target)
 
     def _finish_probe(self, peak: int | None) -> None:
         """The probed step's peak, kept only if nothing compiled during the step (autotuning

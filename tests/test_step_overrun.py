@@ -250,3 +250,16 @@ def test_a_step_plan_measured_well_under_is_relaxed_once_then_corrected_upwards(
     assert state._correction == corrected - under + 4000
     _two_run_step(state, entry, probed=state.step_choice.peak - under)
     assert state._correction == corrected - under + 4000  # no second relax
+
+
+def test_no_relax_without_a_step_plan_left_to_correct_it():
+    """A relax could overrun: it needs two step plans left (itself and a correction)."""
+    from memopt.state import MAX_STEP_PLANS
+
+    state = _state(TIGHT)
+    entry = _static(state) + 1000
+    _cuda_step(state, entry)
+    state._step_plans = MAX_STEP_PLANS - 1
+    predicted = state.regions[0].extra["planner"]["predicted_peak"]
+    _cuda_step(state, entry, probed=predicted - 20_000)
+    assert state.step_choice is None and not state._relaxed

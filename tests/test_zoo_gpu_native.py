@@ -312,6 +312,8 @@ def test_zoo_gpu_runs_the_peers_on_the_cpu():
         assert abs(r["loss"] - base) <= LOSS_RTOL * abs(base), r
         assert r["native"]["tagged"] > 0 and r["native"]["offloaded"] > 0, r["native"]
         assert "ms" in rows[f"memopt budget at {label}"]
+        log = rows[f"memopt budget at {label}"]["memopt_log"]  # memopt's INFO lines, kept
+        assert any(line.startswith("memopt plan (region 0)") for line in log), log
     stream = rows["native offload, stream"]
     assert "ms" not in stream and stream["error"].startswith("BackendCompilerFailed"), stream
     assert "memopt budget at native offload, stream" not in rows
