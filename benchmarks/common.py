@@ -151,3 +151,18 @@ def materialize_spec(args, device: str):
     source = models.resolve(args.model, overrides)
     torch.manual_seed(0)
     return source.materialize(batch=args.batch, seq=args.seq, dtype=torch.bfloat16, device=device)
+
+
+def memopt_log(prefix=lambda: "", width: int = 300) -> list[str]:
+    """memopt's INFO log of this process from now on, one entry per record (``prefix()``
+    before it, cut to ``width`` characters): what its step plans measured and re-planned. The
+    logger's level drops to INFO where it was higher; nothing is printed."""
+    import logging
+
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda rec: lines.append(f"{prefix()}{rec.getMessage()}"[:width])
+    logger = logging.getLogger("memopt")
+    logger.addHandler(handler)
+    logger.setLevel(min(logger.level or logging.INFO, logging.INFO))
+    return lines

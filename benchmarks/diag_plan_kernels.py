@@ -28,24 +28,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def one(model: str, variant: str, warmup: int, iters: int, batch: int | None = None) -> dict:
-    import logging
 
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     import memopt
+    from benchmarks.common import memopt_log
     from benchmarks.zoo import build
     from benchmarks.zoo_models import BY_NAME, step_loss
     from memopt import _torch_compat as compat
     from memopt import api
 
-    lines: list[str] = []  # memopt's INFO log: its step plans, probes and corrections
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda rec: lines.append(f"{len(fwd_all)} {rec.getMessage()}"[:400])
-    logging.getLogger("memopt").addHandler(handler)
-    logging.getLogger("memopt").setLevel(logging.INFO)
     fwd_all: list[float] = []  # every step's forward (the log lines' step numbers)
+    # memopt's INFO log: its step plans, probes and corrections
+    lines = memopt_log(lambda: f"{len(fwd_all)} ", width=400)
     with compat.no_compile_caches():
         m, x = build(BY_NAME[model], "gpu", "cuda", torch.bfloat16, batch or None)
         if variant == "compile":

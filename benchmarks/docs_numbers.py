@@ -94,6 +94,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "the CPU",
     ),
     Producer(
+        "section_cpu_*.json",
+        f"rm -f docs/data/{{file}}; for b in 0.8 0.4; do {PY}diag_section_cpu.py --model resnet "
+        f"--batch 16 --budget $b --out docs/data/{{file}}; done",
+        "cpu",
+        "~4 min a budget on 2 cores",
+    ),
+    Producer(
         "torch_versions_*.json",
         "bash .ci/torch_versions 2.11.0 2.14.1 && cp /tmp/memopt-torch-versions/torch_versions.json "
         "docs/data/{file}",

@@ -163,7 +163,9 @@ def worker(spec: dict[str, Any]) -> None:
 
     device, variant = spec["device"], spec["variant"]
     os.environ.update(variant.get("env", {}))  # an A/B variant's settings (--ab)
-    log = _memopt_log()
+    from benchmarks.common import memopt_log
+
+    log = memopt_log(width=300)
     with compat.no_compile_caches():  # a cache hit would skip memopt's partitioner
         model, inputs = build(
             BY_NAME[spec["model"]], spec["size"], device, getattr(torch, spec["dtype"])
@@ -216,26 +218,12 @@ def worker(spec: dict[str, Any]) -> None:
             row["offloaded_bytes"] = peer.get("offloaded_bytes")
         elif variant["kind"] not in ("compile", "torch"):
             row.update(_memopt_facts(compiled))
-            row["memopt_log"] = log[-LOG_LINES:]
+            row["memopt_log"] = [ln.splitlines()[0] for ln in log[-LOG_LINES:]]
     _emit("RESULT", row)
 
 
 #: memopt's INFO lines a row keeps (its probes, corrections and step plans), the last ones.
 LOG_LINES = 40
-
-
-def _memopt_log() -> list[str]:
-    """memopt's INFO log of this process, one line per record (cut to 300 characters): what
-    its step plans measured and re-planned during the warm-up."""
-    import logging
-
-    lines: list[str] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda rec: lines.append(rec.getMessage().splitlines()[0][:300])
-    logger = logging.getLogger("memopt")
-    logger.addHandler(handler)
-    logger.setLevel(min(logger.level or logging.INFO, logging.INFO))
-    return lines
 
 
 def _kernel_ms(step) -> dict[str, float]:

@@ -126,15 +126,18 @@ class CalibrationSizes:
         """These sizes, halved until the measurement fits ``room`` device bytes (down to
         :data:`SMALLEST`, each run repeated to keep a sample's length), or None when even
         those do not fit."""
+
+        def half(field: str) -> int:  # halved, not below SMALLEST's (nor above its own)
+            n, floor = getattr(sizes, field), getattr(SMALLEST, field)
+            return max(min(floor, n), n // 2)
+
         sizes = self
         while sizes.device_bytes() > room:
             smaller = replace(
                 sizes,
-                matmul_n=max(min(SMALLEST.matmul_n, sizes.matmul_n), sizes.matmul_n // 2),
-                copy_bytes=max(min(SMALLEST.copy_bytes, sizes.copy_bytes), sizes.copy_bytes // 2),
-                transfer_bytes=max(
-                    min(SMALLEST.transfer_bytes, sizes.transfer_bytes), sizes.transfer_bytes // 2
-                ),
+                matmul_n=half("matmul_n"),
+                copy_bytes=half("copy_bytes"),
+                transfer_bytes=half("transfer_bytes"),
                 inner=sizes.inner * 2,
             )
             if smaller.device_bytes() == sizes.device_bytes():

@@ -1,0 +1,71 @@
+"""The planner's model against Inductor's buffer plan on the CPU: one training step of a zoo
+model (benchmarks/zoo_models.py, fp32) under a budget, then the region report's ``inductor``
+section (Inductor's own peak) beside the planner's predicted peak of the same compiled plan.
+Where the two agree on the CPU, a miss measured on CUDA comes from what differs there.
+
+    python benchmarks/diag_section_cpu.py --model resnet --size gpu --batch 16 --budget 0.8 \
+        --out docs/data/section_cpu_resnet_s24.json
+
+One budget per process (a fresh dynamo state); each run appends one JSON line to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def run(model: str, size: str, batch: int, budget: float) -> dict:
+    import torch
+
+    import memopt
+    from benchmarks.zoo_models import BY_NAME, step_loss
+    from memopt import api
+
+    torch.manual_seed(0)
+    m, x = BY_NAME[model].build(size, batch)
+    c = memopt.optimize(m, budget=int(budget) if budget > 1 else budget)
+    t = time.perf_counter()
+    step_loss(c(**x) if isinstance(x, dict) else c(x)).backward()
+    region = api._STATES[c].regions[0]
+    sec, planner = region.extra["inductor"], region.extra.get("planner") or {}
+    return {
+        "model": model,
+        "size": size,
+        "batch": batch,
+        "budget": budget,
+        "torch": torch.__version__,
+        "seconds": round(time.perf_counter() - t, 1),
+        "plan": planner.get("plan_strings"),
+        "model_peak": planner.get("predicted_peak"),
+        "inductor": {k: sec[k] for k in ("peak", "fwd_peak", "bwd_peak", "static")},
+        "fwd_at_peak": sec["fwd_at_peak"],
+        "bwd_at_peak": sec["bwd_at_peak"],
+    }
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="resnet")
+    p.add_argument("--size", default="gpu")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--budget", type=float, default=0.8, help="a fraction, or bytes (> 1)")
+    p.add_argument("--out", default=None, help="append the JSON line here")
+    a = p.parse_args(argv)
+    row = run(a.model, a.size, a.batch, a.budget)
+    line = json.dumps(row)
+    print(line)
+    if a.out:
+        with open(a.out, "a") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
