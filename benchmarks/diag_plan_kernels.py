@@ -126,7 +126,19 @@ def one(model: str, variant: str, warmup: int, iters: int, batch: int | None = N
         "step_plans": getattr(state, "_step_plans", None),
         "runs": list(getattr(state, "last_report_step", ()) or ()),
         "predicted": _predicted(state),
+        "sections": _sections(state),
         "memopt_log": lines[-60:],
+    }
+
+
+def _sections(state) -> dict:
+    """Per region of the step, Inductor's buffer plan of its compiled plan against the
+    planner's model of that plan (the report's ``inductor`` section, docs/zoo.md)."""
+    regions = getattr(state, "regions", None) or []
+    keys = ("peak", "model_peak", "fwd_peak", "bwd_peak", "static", "workspaces")
+    return {
+        str(i): {k: v for k, v in (r.extra.get("inductor") or {}).items() if k in keys}
+        for i, r in enumerate(regions)
     }
 
 

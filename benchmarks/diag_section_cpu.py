@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def run(model: str, size: str, batch: int, budget: float) -> dict:
+def run(model: str, size: str, batch: int, budget: float, dtype: str = "float32") -> dict:
     import torch
 
     import memopt
@@ -31,6 +31,13 @@ def run(model: str, size: str, batch: int, budget: float) -> dict:
 
     torch.manual_seed(0)
     m, x = BY_NAME[model].build(size, batch)
+    dt = getattr(torch, dtype)
+    m = m.to(dt)
+    x = (
+        {k: v.to(dt) if v.is_floating_point() else v for k, v in x.items()}
+        if isinstance(x, dict)
+        else (x.to(dt) if x.is_floating_point() else x)
+    )
     c = memopt.optimize(m, budget=int(budget) if budget > 1 else budget)
     t = time.perf_counter()
     step_loss(c(**x) if isinstance(x, dict) else c(x)).backward()
@@ -40,6 +47,7 @@ def run(model: str, size: str, batch: int, budget: float) -> dict:
         "model": model,
         "size": size,
         "batch": batch,
+        "dtype": dtype,
         "budget": budget,
         "torch": torch.__version__,
         "seconds": round(time.perf_counter() - t, 1),
@@ -57,9 +65,10 @@ def main(argv=None) -> None:
     p.add_argument("--size", default="gpu")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--budget", type=float, default=0.8, help="a fraction, or bytes (> 1)")
+    p.add_argument("--dtype", default="float32", help="the weights' and inputs' dtype")
     p.add_argument("--out", default=None, help="append the JSON line here")
     a = p.parse_args(argv)
-    row = run(a.model, a.size, a.batch, a.budget)
+    row = run(a.model, a.size, a.batch, a.budget, a.dtype)
     line = json.dumps(row)
     print(line)
     if a.out:

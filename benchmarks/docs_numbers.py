@@ -216,6 +216,12 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu-x2",
     ),
     Producer(
+        "multi_gpu_steps_w2_s25.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--warmup 9 --memopt-log memopt_w2_s25.log --out docs/data/{file} (two H200s)",
+        "gpu-x2",
+    ),
+    Producer(
         "multi_gpu_steps_w2_s17*.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
         "--only budgets --warmup 9 --memopt-log memopt_w2_s17.log --out docs/data/{file} (_s17: "

@@ -82,6 +82,7 @@ FILES = {
     "gpt6_v2": "offload_gpt6_v2.json",
     "mg1": "multi_gpu_steps_w1_2026-11-25.json",
     "mg2": "multi_gpu_steps_w2_2026-11-25.json",
+    "mg2s25": "multi_gpu_steps_w2_s25.json",
     "mg2r": "multi_gpu_steps_w2_warmup9_2026-11-25.json",
     "mg1b8": "multi_gpu_steps_w1_b8_2026-11-25.json",
     "mg14": "multi_gpu_steps_w2_s14b.json",

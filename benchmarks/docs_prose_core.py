@@ -374,10 +374,11 @@ def zoo_row(model: str, variant: str, field: str) -> str:
     or ``over0`` (whole %), ``ms`` (step time added, ms), ``pred`` (predicted peak, GiB),
     ``movedGB`` (offloaded GB each way), ``serial50`` (those copies both ways one after the other
     at 50 GB/s, ms), ``basems`` (the torch.compile step it is compared with, ms), ``kover``
-    (GPU kernel time against torch.compile's, 1 decimal), ``gpums`` / ``hostms`` (kernel ms,
+    (GPU kernel time against torch.compile's, 1 decimal), ``kms`` (kernel ms added), ``gpums`` / ``hostms`` (kernel ms,
     host issue ms per step). ``variant``: ``compile``, ``level1``,
     ``offload``, ``native`` (torch's native offload), ``t0.5`` (torch's budget), ``b0.5``
-    (memopt's budget at torch's peak). ``model`` may carry a run suffix (``vit_s11``)."""
+    (memopt's budget at torch's peak), ``r0.5`` (the same on the roofline alone, ``[roof]``).
+    ``model`` may carry a run suffix (``vit_s11``)."""
     d = load(f"zoo_gpu_{model}.json")
     kinds = {
         "compile": "torch.compile",
@@ -389,6 +390,8 @@ def zoo_row(model: str, variant: str, field: str) -> str:
         want = kinds[variant]
     elif variant.startswith("t"):
         want = f"torch budget={variant[1:]}"
+    elif variant.startswith("r"):  # the budget plan priced on the roofline (``--ab roof:...``)
+        want = f"memopt budget at torch {variant[1:]} [roof]"
     else:
         want = f"memopt budget at torch {variant[1:]}"
     rows = {r["variant"]: r for r in d["rows"]}
@@ -409,6 +412,8 @@ def zoo_row(model: str, variant: str, field: str) -> str:
         return f"{2 * r['offloaded_bytes'] / 50e9 * 1e3:.0f}"
     if field == "kover":
         return f"{100 * (r['gpu_ms'] / base['gpu_ms'] - 1):+.1f}%"
+    if field == "kms":  # GPU kernel time added, ms
+        return f"{r['gpu_ms'] - base['gpu_ms']:+.2f}"
     if field in ("gpums", "hostms"):
         return f"{r[field[:-2] + '_ms']:.1f}"
     nd = 0 if field == "over0" else 1
@@ -439,17 +444,19 @@ def first_hour(field: str) -> str:
 def mg(name: str, key: str, field: str, other: str = "") -> str:
     """A multi_gpu.py ``steps`` row by its key (``compile``, ``torch0.5``, ``memopt@0.1``,
     ``level1``, ``offload1`` ...): ``ms``, ``over`` (against torch.compile), ``peak`` (GiB),
-    ``vs`` (step time against torch at the same point), ``peakover`` (peak over torch's at that
+    ``vs`` (step time against torch at the same point), ``ratio`` (the time it adds to
+    torch.compile's over what torch's plan at that point adds, 2 decimals), ``peakover`` (peak over torch's at that
     point, %, 2 decimals), ``scale`` (tokens/s over file ``other``'s same row, 2 decimals),
     ``lossdiff`` (largest loss difference to file ``other``'s same row)."""
     rows = {r["key"]: r for r in load(name)["rows"] if "error" not in r}
-    r = rows[key]
+    r, base = rows[key], rows["compile"]["ms"]
     point = rows.get(f"torch{key[-3:]}" if key.startswith(("memopt@", "auto@")) else "")
     out = {
         "ms": lambda: f"{r['ms']:.1f}",
         "over": lambda: pct(r["ms"], rows["compile"]["ms"]),
         "peak": lambda: gib(r["peak"]),
         "vs": lambda: pct(r["ms"], point["ms"]),
+        "ratio": lambda: f"{(r['ms'] - base) / (point['ms'] - base):.2f}",
         "peakover": lambda: f"{100 * (r['peak'] / point['peak'] - 1):.2f}%",
         "scale": lambda: f"{r['tokens_per_s'] / _mg_row(other, key)['tokens_per_s']:.2f}",
         "lossdiff": lambda: (

@@ -117,6 +117,9 @@ ZOO_GPU_S15 = ("qwen2", "bert", "vit", "resnet", "whisper", "dit")
 #: the twenty-fourth session's (H200): Qwen2 and BERT before the measured-room relax, ResNet and
 #: Whisper with it (docs/zoo.md)
 ZOO_GPU_S24 = ("qwen2", "bert", "resnet", "whisper")
+#: the twenty-fifth session's (H200): every budget plan beside the same plan priced on the
+#: roofline alone (``[roof]``: the measured reduction times off), and the zoo's Llama
+ZOO_GPU_S25 = ("qwen2", "bert", "llama")
 
 
 def zoo_gpu(*docs: dict) -> str:
@@ -144,6 +147,7 @@ zoo_gpu_s13 = _zoo_gpu_of("_s13", "The thirteenth session's files.")
 zoo_gpu_s13b = _zoo_gpu_of("_s13b", "... and its re-run of ResNet and DiT.")
 zoo_gpu_s15 = _zoo_gpu_of("_s15", "The fifteenth session's files (H100).")
 zoo_gpu_s24 = _zoo_gpu_of("_s24", "The twenty-fourth session's files (H200).")
+zoo_gpu_s25ab = _zoo_gpu_of("_s25ab", "The twenty-fifth session's A/B files (H200).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -167,6 +171,7 @@ SECTIONS: dict[str, Section] = {
         ("multi_gpu_steps_w2_s14b.json", "multi_gpu_steps_w1_s14.json"), multi.steps
     ),
     "multi_gpu_steps_auto_s14": Section(("multi_gpu_steps_w2_auto_s14.json",), multi.steps_repeat),
+    "multi_gpu_steps_s25": Section(("multi_gpu_steps_w2_s25.json",), multi.steps_repeat),
     "multi_gpu_steps_repeat": Section(
         ("multi_gpu_steps_w2_warmup9_2026-11-25.json",), multi.steps_repeat
     ),
@@ -191,6 +196,7 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s13b": Section(tuple(f"zoo_gpu_{m}_s13b.json" for m in ZOO_GPU_S13B), zoo_gpu_s13b),
     "zoo_gpu_s15": Section(tuple(f"zoo_gpu_{m}_s15.json" for m in ZOO_GPU_S15), zoo_gpu_s15),
     "zoo_gpu_s24": Section(tuple(f"zoo_gpu_{m}_s24.json" for m in ZOO_GPU_S24), zoo_gpu_s24),
+    "zoo_gpu_s25ab": Section(tuple(f"zoo_gpu_{m}_s25ab.json" for m in ZOO_GPU_S25), zoo_gpu_s25ab),
     "fsdp_step_s11": Section(("fsdp_step_2026-11-25_s11_kernels.json",), fsdp_step_s8),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(
