@@ -21,7 +21,7 @@ from memopt.candidates import SavedActivation
 from memopt.errors import ConfigError, PlanError
 from memopt.offload.sync import SyncEntry, build_schedule, default_sync
 from memopt.plan import PlanSpec, Strategy
-from memopt.planner.chains import MAX_RECOMPUTE_DEPTH
+from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, acceptance_key
 
 #: A saved tensor that no cluster can recompute is named ``Saved_<root>+`` (its node name in
 #: the joint graph) by the budget planner; plans may keep (0) or offload (3) it by that id.
@@ -274,13 +274,9 @@ def _resolve_chains(
     wanted: list[tuple[tuple, SavedActivation, Strategy]] = []
     for source, c, strategy in picked:
         size = value(c.savings.get(strategy, c.nbytes)) or 0
-        cid = c.cluster_id
         key = (
             source != "plan",
-            -size,
-            readers.get(c.root, 0),
-            "Gemm" in cid or "MatMul" in cid,
-            c.root,
+            *acceptance_key(size, readers.get(c.root, 0), c.cluster_id, c.root),
         )
         wanted.append((key, c, strategy))
     wanted.sort(key=lambda t: t[0])

@@ -119,15 +119,22 @@ def saving(c: Candidate, s: Strategy) -> int:
     return c.nbytes - (c.compromise_kept_bytes or 0 if s == Strategy.COMPROMISE else 0)
 
 
+def acceptance_key(saving: int, readers: int, cluster_id: str, name: str) -> tuple:
+    """The order :func:`memopt.decide.decide` accepts requested recomputes in, each unless it
+    makes a chain too deep (and :func:`refused` predicts it by): larger saving first; among
+    equal savings, first the one that fewer other requested recomputes read (accepting a
+    tensor many read would refuse them all); then those without a matmul; then by name."""
+    return (-saving, readers, "Gemm" in cluster_id or "MatMul" in cluster_id, name)
+
+
 def refused(chains: Chains, candidates: Sequence[Candidate], rebuilt: Chosen) -> set[int]:
-    """The recomputes :func:`memopt.decide.decide` keeps when plans ask for ``rebuilt``: it
-    accepts them larger saving first, then those without a matmul, then by name, each unless
-    it makes a chain too deep."""
+    """The recomputes :func:`memopt.decide.decide` keeps when plans ask for ``rebuilt``
+    (accepted in :func:`acceptance_key` order, each unless it makes a chain too deep)."""
 
     def key(i: int) -> tuple:
         c = candidates[i]
-        matmul = "Gemm" in c.cluster_id or "MatMul" in c.cluster_id
-        return (-saving(c, rebuilt[i]), matmul, c.name)
+        readers = {y for y, s in chains.readers.get(i, ()) if y != i and rebuilt.get(y) == s}
+        return acceptance_key(saving(c, rebuilt[i]), len(readers), c.cluster_id, c.name)
 
     accepted: dict[int, Strategy] = {}
     out = set()

@@ -23,7 +23,7 @@ from memopt.planner import progress
 from memopt.planner.bounds import compute_bounds, peak_floor
 from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, REBUILT, Chains, refused
 from memopt.planner.costs import DeviceRates
-from memopt.planner.emit import lead_sync, plan_strings
+from memopt.planner.emit import lead_sync, plan_strings, sync_windows
 from memopt.planner.greedy import descend, lowest_peak, tighten
 from memopt.planner.memory import applied_strategy, memory_profile, saved_bytes
 from memopt.planner.problem import PlanningProblem
@@ -213,9 +213,35 @@ def _solve_chains(
         if not new - kept:
             if not kept:
                 return sol
-            return _better(_solve_once(problem, budget_bytes, rates, max_depth, **kw), sol)
+            applied = _as_applied(problem, sol, new, rates)
+            return _better(_solve_once(problem, budget_bytes, rates, max_depth, **kw), applied)
         kept |= new
     return _solve_once(problem, budget_bytes, rates, max_depth, **kw)
+
+
+def _as_applied(
+    problem: PlanningProblem, sol: Solution, refused_now: set[str], rates: DeviceRates
+) -> Solution:
+    """``sol``, solved with every candidate an earlier round refused marked kept, as decide
+    applies its plan strings: only ``refused_now`` (what decide refuses for this plan's own
+    recomputes) stays kept, and a candidate an earlier plan's chains refused is recomputed
+    (ResNet-50's relaxed step plan on an H200: 20 ReLU outputs, 649 MB, recomputed that the
+    solver had kept; the plan peaked 504 MB under its prediction)."""
+    decisions = {n: s for n, s in sol.covered.items() if not (n in refused_now and s in REBUILT)}
+    if decisions == sol.decisions:
+        return sol
+    windows = sync_windows(sol.sync, problem.timeline) if sol.sync else {}
+    peak = memory_profile(problem, decisions, windows).peak
+    fits = peak <= sol.budget_bytes
+    return replace(
+        sol,
+        decisions=decisions,
+        time=step_time(problem, decisions, rates, windows),
+        predicted_peak=peak,
+        saved=saved_bytes(problem, decisions),
+        feasible=fits,
+        min_feasible_peak=None if fits else peak,
+    )
 
 
 #: Solves of :func:`solve` that mark more candidates kept before it plans prefixes only.
