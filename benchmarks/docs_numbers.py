@@ -384,6 +384,12 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
         "the commands are in docs/zoo.md, seventeenth session",
     ),
+    Producer(
+        "diag_option_peak_*.json",
+        f"{PY}diag_option_peak.py --model resnet --budget 3474163712 --out docs/data/{{file}}",
+        "gpu",
+        "docs/zoo.md, twenty-fifth session (``_fix``: after the solver's fix)",
+    ),
     Producer("diag_tangents*.json", f"{PY}diag_tangents.py --device cuda", "gpu"),
     Producer(
         "collective_pcie_w2*.json",
