@@ -120,6 +120,8 @@ ZOO_GPU_S24 = ("qwen2", "bert", "resnet", "whisper")
 #: the twenty-fifth session's (H200): every budget plan beside the same plan priced on the
 #: roofline alone (``[roof]``: the measured reduction times off), and the zoo's Llama
 ZOO_GPU_S25 = ("qwen2", "bert", "llama")
+#: ... and ResNet-50 after the solver priced its plans as decide applies them
+ZOO_GPU_S25R = ("resnet",)
 
 
 def zoo_gpu(*docs: dict) -> str:
@@ -148,6 +150,7 @@ zoo_gpu_s13b = _zoo_gpu_of("_s13b", "... and its re-run of ResNet and DiT.")
 zoo_gpu_s15 = _zoo_gpu_of("_s15", "The fifteenth session's files (H100).")
 zoo_gpu_s24 = _zoo_gpu_of("_s24", "The twenty-fourth session's files (H200).")
 zoo_gpu_s25ab = _zoo_gpu_of("_s25ab", "The twenty-fifth session's A/B files (H200).")
+zoo_gpu_s25 = _zoo_gpu_of("_s25", "The twenty-fifth session's ResNet after the fix (H200).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -196,6 +199,7 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s13b": Section(tuple(f"zoo_gpu_{m}_s13b.json" for m in ZOO_GPU_S13B), zoo_gpu_s13b),
     "zoo_gpu_s15": Section(tuple(f"zoo_gpu_{m}_s15.json" for m in ZOO_GPU_S15), zoo_gpu_s15),
     "zoo_gpu_s24": Section(tuple(f"zoo_gpu_{m}_s24.json" for m in ZOO_GPU_S24), zoo_gpu_s24),
+    "zoo_gpu_s25": Section(tuple(f"zoo_gpu_{m}_s25.json" for m in ZOO_GPU_S25R), zoo_gpu_s25),
     "zoo_gpu_s25ab": Section(tuple(f"zoo_gpu_{m}_s25ab.json" for m in ZOO_GPU_S25), zoo_gpu_s25ab),
     "fsdp_step_s11": Section(("fsdp_step_2026-11-25_s11_kernels.json",), fsdp_step_s8),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
