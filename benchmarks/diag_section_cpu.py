@@ -26,21 +26,14 @@ def run(model: str, size: str, batch: int, budget: float, dtype: str = "float32"
     import torch
 
     import memopt
+    from benchmarks.zoo import build
     from benchmarks.zoo_models import BY_NAME, step_loss
     from memopt import api
 
-    torch.manual_seed(0)
-    m, x = BY_NAME[model].build(size, batch)
-    dt = getattr(torch, dtype)
-    m = m.to(dt)
-    x = (
-        {k: v.to(dt) if v.is_floating_point() else v for k, v in x.items()}
-        if isinstance(x, dict)
-        else (x.to(dt) if x.is_floating_point() else x)
-    )
+    m, x = build(BY_NAME[model], size, "cpu", getattr(torch, dtype), batch)
     c = memopt.optimize(m, budget=int(budget) if budget > 1 else budget)
     t = time.perf_counter()
-    step_loss(c(**x) if isinstance(x, dict) else c(x)).backward()
+    step_loss(c(**x)).backward()
     region = api._STATES[c].regions[0]
     sec, planner = region.extra["inductor"], region.extra.get("planner") or {}
     return {

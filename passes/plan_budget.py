@@ -308,29 +308,20 @@ def _check_applied(
         value=symbols.evaluate,
         max_depth=max_depth,
     ).per_root
+    rebuilt = (Strategy.RECOMPUTE, Strategy.COMPROMISE)
     missed = sorted(
-        name
-        for name, s in solution.decisions.items()
-        if s in (Strategy.RECOMPUTE, Strategy.COMPROMISE) and applied.get(name) != s
+        n for n, s in solution.decisions.items() if s in rebuilt and applied.get(n) != s
     )
-    if missed:
-        log.warning(
-            "memopt budget: decide keeps %d tensor(s) the plan recomputes (%s); the predicted "
-            "peak is low by their bytes",
-            len(missed),
-            ", ".join(missed[:5]),
-        )
     extra = sorted(
-        name
-        for name, s in applied.items()
-        if s in (Strategy.RECOMPUTE, Strategy.COMPROMISE)
-        and name in solution.covered
-        and solution.decisions.get(name) != s
+        n
+        for n, s in applied.items()
+        if s in rebuilt and n in solution.covered and solution.decisions.get(n) != s
     )
-    if extra:
-        log.warning(
-            "memopt budget: decide recomputes %d tensor(s) the plan keeps (%s); the predicted "
-            "peak is high by their bytes",
-            len(extra),
-            ", ".join(extra[:5]),
-        )
+    for names, does, off in ((missed, "keeps", "low"), (extra, "recomputes", "high")):
+        if names:
+            log.warning(
+                "memopt budget: decide %s %d tensor(s) the plan %s (%s); the predicted peak "
+                "is %s by their bytes",
+                does, len(names), "recomputes" if does == "keeps" else "keeps",
+                ", ".join(names[:5]), off,
+            )  # fmt: skip
