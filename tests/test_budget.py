@@ -88,10 +88,9 @@ def test_planner_offload_is_applied_with_its_own_sync_dict(llama, monkeypatch, t
     rep, before, after, _ = _compare(llama, budget=0.42, offload_min_bytes=0)
     region = rep.regions[0]
     planner, off = region.extra["planner"], region.extra["offload"]
-    # (layer 0, lead 1: since the plan is priced as decide applies it, a recompute an
-    # earlier chain round refused and decide accepts counts as recomputed, so one offloaded
-    # layer fits where the mispriced plan offloaded two)
-    sync = {"0": [True, 1, False, 2]}
+    # (layers 0 and 1 at leads 2 and 3: the best chain round priced as decide applies it;
+    # the last round, which refused more recomputes, offloaded layer 0 alone at lead 1)
+    sync = {"0": [True, 2, False, 1], "1": [True, 3, False, 0]}
     assert planner["feasible"] and planner["sync"] == sync
     offloads = [p for p in planner["plan_strings"] if ":3:" in p]
     assert offloads, planner["plan_strings"]
