@@ -136,6 +136,7 @@ _SETTING_NAMES = frozenset(
         "sync",
         "offload_min_bytes",
         "disable_passes",
+        "fusion_guard",
     }
 )
 

@@ -78,6 +78,12 @@ class MemoptConfig:
     debug: bool = False
     """Log each pass's time and node-count change."""
 
+    fusion_guard: bool = False
+    """Inductor refuses horizontal fusions of distant kernels that keep buffers alive longer
+    than the planner's model has them (:mod:`memopt._torch_compat.fusion`;
+    ``MEMOPT_FUSION_GUARD=1``). Opt-in: it lowers some compiled peaks and raises others
+    (docs/zoo.md, "Inductor's distant fusions")."""
+
     disable_passes: tuple[str, ...] = ()
     """Passes switched off by name (``passes/pipeline.py`` lists them), e.g. ``("offload",)``;
     ``MEMOPT_DISABLE_PASSES=offload,apply_recompute``."""
@@ -303,6 +309,7 @@ def resolve_config(
     pick("strict", strict, "MEMOPT_STRICT", _bool_setting)
     pick("budget", budget, "MEMOPT_BUDGET", parse_budget)
     pick("debug", None, "MEMOPT_DEBUG", _bool_setting)
+    pick("fusion_guard", others.pop("fusion_guard", None), "MEMOPT_FUSION_GUARD", _bool_setting)
     pick("disable_passes", others.pop("disable_passes", None), "MEMOPT_DISABLE_PASSES", _passes)
 
     # a frozen budget plan file ({"config": [...], "sync": {...}, "offload_layers": k}) brings

@@ -23,7 +23,7 @@ import torch.fx
 from memopt import _torch_compat as compat
 from memopt import inductor_buffers as buffers
 from memopt import report_cache
-from memopt._torch_compat import allocator, inductor_plan
+from memopt._torch_compat import allocator, fusion, inductor_plan
 from memopt.config import MemoptConfig
 from memopt.partitioner import MemoptPartitioner
 from memopt.state import MemoptState
@@ -83,9 +83,15 @@ class RegionProgram:
         self.state.note_compile()
         self.state.begin_region(gm, example_inputs, context=p.context())
         graphs: list[buffers.GraphBuffers] = []
-        with inductor_plan.wrapper_plans(graphs.append), inductor_plan.eager_backward():
+        with (
+            inductor_plan.wrapper_plans(graphs.append),
+            inductor_plan.eager_backward(),
+            fusion.lifetime_guard(self.config.fusion_guard) as refused,
+        ):
             fn = compat.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": p})
         index = self.state.end_region(example_inputs)
+        if index is not None:
+            self.state.regions[index].extra["fusions_refused"] = len(refused)
         if index is not None and graphs:
             self._note_buffers(index, graphs, model_comparable=held == 0)
         if self.index is None:
