@@ -7,6 +7,10 @@ Where the two agree on the CPU, a miss measured on CUDA comes from what differs 
         --out docs/data/section_cpu_resnet_s24.json
 
 One budget per process (a fresh dynamo state); each run appends one JSON line to ``--out``.
+``MEMOPT_FUSION_GUARD=1`` compiles with the fusion guard (the row's ``fusion_guard``)::
+
+    for g in 0 1; do MEMOPT_FUSION_GUARD=$g python benchmarks/diag_section_cpu.py --model llama \
+        --size tiny --batch 4 --budget 0.1 --out docs/data/section_cpu_fusion_s26.json; done
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ def run(model: str, size: str, batch: int, budget: float, dtype: str = "float32"
     c = memopt.optimize(m, budget=int(budget) if budget > 1 else budget)
     t = time.perf_counter()
     step_loss(c(**x)).backward()
-    region = api._STATES[c].regions[0]
+    state = api._STATES[c]
+    region = state.regions[0]
     sec, planner = region.extra["inductor"], region.extra.get("planner") or {}
     return {
         "model": model,
@@ -45,6 +50,8 @@ def run(model: str, size: str, batch: int, budget: float, dtype: str = "float32"
         "torch": torch.__version__,
         "seconds": round(time.perf_counter() - t, 1),
         "plan": planner.get("plan_strings"),
+        "fusion_guard": state.config.fusion_guard,
+        "fusions_refused": region.extra.get("fusions_refused"),
         "model_peak": planner.get("predicted_peak"),
         "inductor": {k: sec[k] for k in ("peak", "fwd_peak", "bwd_peak", "static")},
         "fwd_at_peak": sec["fwd_at_peak"],

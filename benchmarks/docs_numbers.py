@@ -94,6 +94,14 @@ PRODUCERS: tuple[Producer, ...] = (
         "the CPU",
     ),
     Producer(
+        "section_cpu_fusion_s26.json",
+        f"rm -f docs/data/{{file}}; for m in llama bert vit; do for b in 0.5 0.1; do for g in 0 1; "
+        f"do MEMOPT_FUSION_GUARD=$g {PY}diag_section_cpu.py --model $m --size tiny --batch 4 "
+        f"--budget $b --out docs/data/{{file}}; done; done; done",
+        "cpu",
+        "~10 min on 2 cores",
+    ),
+    Producer(
         "section_cpu_*.json",
         f"rm -f docs/data/{{file}}; for b in 0.8 0.4; do {PY}diag_section_cpu.py --model resnet "
         f"--batch 16 --budget $b --out docs/data/{{file}}; done",
@@ -213,6 +221,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "--only budgets --warmup 9 --memopt-log memopt_w2_s18.log --out docs/data/{file} (_s18: "
         "finer step options, two H200s; _s18b: a tried variant that priced compiled options "
         "at their Inductor peaks, not kept)",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_s26*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets --warmup 9 --memopt-log memopt_w2_s26.log --out docs/data/{file} (two "
+        "H200s; _s26g: with MEMOPT_FUSION_GUARD=1)",
         "gpu-x2",
     ),
     Producer(

@@ -83,6 +83,8 @@ FILES = {
     "mg1": "multi_gpu_steps_w1_2026-11-25.json",
     "mg2": "multi_gpu_steps_w2_2026-11-25.json",
     "mg2s25": "multi_gpu_steps_w2_s25.json",
+    "mg2s26": "multi_gpu_steps_w2_s26.json",
+    "mg2s26g": "multi_gpu_steps_w2_s26g.json",
     "mg2r": "multi_gpu_steps_w2_warmup9_2026-11-25.json",
     "mg1b8": "multi_gpu_steps_w1_b8_2026-11-25.json",
     "mg14": "multi_gpu_steps_w2_s14b.json",

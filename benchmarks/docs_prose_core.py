@@ -377,7 +377,8 @@ def zoo_row(model: str, variant: str, field: str) -> str:
     (GPU kernel time against torch.compile's, 1 decimal), ``kms`` (kernel ms added), ``gpums`` / ``hostms`` (kernel ms,
     host issue ms per step). ``variant``: ``compile``, ``level1``,
     ``offload``, ``native`` (torch's native offload), ``t0.5`` (torch's budget), ``b0.5``
-    (memopt's budget at torch's peak), ``r0.5`` (the same on the roofline alone, ``[roof]``).
+    (memopt's budget at torch's peak), ``r0.5`` (the same on the roofline alone, ``[roof]``),
+    ``g0.5`` and ``level1g`` (with the fusion guard, ``[guard]``).
     ``model`` may carry a run suffix (``vit_s11``)."""
     d = load(f"zoo_gpu_{model}.json")
     kinds = {
@@ -392,6 +393,10 @@ def zoo_row(model: str, variant: str, field: str) -> str:
         want = f"torch budget={variant[1:]}"
     elif variant.startswith("r"):  # the budget plan priced on the roofline (``--ab roof:...``)
         want = f"memopt budget at torch {variant[1:]} [roof]"
+    elif variant == "level1g":  # ``--ab guard:MEMOPT_FUSION_GUARD=1``
+        want = "memopt level=1 [guard]"
+    elif variant.startswith("g"):
+        want = f"memopt budget at torch {variant[1:]} [guard]"
     else:
         want = f"memopt budget at torch {variant[1:]}"
     rows = {r["variant"]: r for r in d["rows"]}

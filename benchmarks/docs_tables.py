@@ -122,6 +122,10 @@ ZOO_GPU_S24 = ("qwen2", "bert", "resnet", "whisper")
 ZOO_GPU_S25 = ("qwen2", "bert", "llama")
 #: ... and ResNet-50 after the solver priced its plans as decide applies them
 ZOO_GPU_S25R = ("resnet",)
+#: the twenty-sixth session's (H200): the best chain round (ViT's and DiT's budget rows and
+#: BERT's 0.5 to 0.1 left at the deadline), and the fusion guard's A/B (``[guard]``)
+ZOO_GPU_S26 = ("resnet", "bert", "vit", "dit")
+ZOO_GPU_S26FG = ("llama", "bert")
 
 
 def zoo_gpu(*docs: dict) -> str:
@@ -151,10 +155,38 @@ zoo_gpu_s15 = _zoo_gpu_of("_s15", "The fifteenth session's files (H100).")
 zoo_gpu_s24 = _zoo_gpu_of("_s24", "The twenty-fourth session's files (H200).")
 zoo_gpu_s25ab = _zoo_gpu_of("_s25ab", "The twenty-fifth session's A/B files (H200).")
 zoo_gpu_s25 = _zoo_gpu_of("_s25", "The twenty-fifth session's ResNet after the fix (H200).")
+zoo_gpu_s26 = _zoo_gpu_of("_s26", "The twenty-sixth session's best-chain-round files (H200).")
+zoo_gpu_s26fg = _zoo_gpu_of("_s26fg", "The twenty-sixth session's fusion-guard A/B (H200).")
 
 
 def _load(data: Path, name: str) -> Any:
-    return json.loads((data / name).read_text())
+    text = (data / name).read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:  # JSON lines (one run a line): the list of them
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def section_cpu_fusion(rows: list) -> str:
+    """diag_section_cpu.py runs with and without the fusion guard: per model and budget,
+    Inductor's peak against the model's of the same plan (the plan does not change)."""
+    out = [
+        "| model | budget | model's peak B | Inductor's, no guard | with the guard | refused |",
+        "|---|---|---|---|---|---|",
+    ]
+    pairs: dict[tuple, dict] = {}
+    for r in rows:
+        pairs.setdefault((r["model"], r["budget"]), {})[bool(r["fusion_guard"])] = r
+    for (model, budget), p in pairs.items():
+        if set(p) != {False, True}:
+            continue
+        m = p[False]["model_peak"]
+        off, on = (p[g]["inductor"]["peak"] for g in (False, True))
+        out.append(
+            f"| {model} | {budget} | {m:,} | {off:,} ({100 * (off / m - 1):+.1f}%) "
+            f"| {on:,} ({100 * (on / m - 1):+.1f}%) | {p[True]['fusions_refused']} |"
+        )
+    return "\n".join(out) + "\n"
 
 
 SECTIONS: dict[str, Section] = {
@@ -175,6 +207,8 @@ SECTIONS: dict[str, Section] = {
     ),
     "multi_gpu_steps_auto_s14": Section(("multi_gpu_steps_w2_auto_s14.json",), multi.steps_repeat),
     "multi_gpu_steps_s25": Section(("multi_gpu_steps_w2_s25.json",), multi.steps_repeat),
+    "multi_gpu_steps_s26": Section(("multi_gpu_steps_w2_s26.json",), multi.steps_repeat),
+    "multi_gpu_steps_s26g": Section(("multi_gpu_steps_w2_s26g.json",), multi.steps_repeat),
     "multi_gpu_steps_repeat": Section(
         ("multi_gpu_steps_w2_warmup9_2026-11-25.json",), multi.steps_repeat
     ),
@@ -201,6 +235,11 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s24": Section(tuple(f"zoo_gpu_{m}_s24.json" for m in ZOO_GPU_S24), zoo_gpu_s24),
     "zoo_gpu_s25": Section(tuple(f"zoo_gpu_{m}_s25.json" for m in ZOO_GPU_S25R), zoo_gpu_s25),
     "zoo_gpu_s25ab": Section(tuple(f"zoo_gpu_{m}_s25ab.json" for m in ZOO_GPU_S25), zoo_gpu_s25ab),
+    "section_cpu_fusion_s26": Section(("section_cpu_fusion_s26.json",), section_cpu_fusion),
+    "zoo_gpu_s26": Section(tuple(f"zoo_gpu_{m}_s26.json" for m in ZOO_GPU_S26), zoo_gpu_s26),
+    "zoo_gpu_s26fg": Section(
+        tuple(f"zoo_gpu_{m}_s26fg.json" for m in ZOO_GPU_S26FG), zoo_gpu_s26fg
+    ),
     "fsdp_step_s11": Section(("fsdp_step_2026-11-25_s11_kernels.json",), fsdp_step_s8),
     "pareto_llama_v7": Section(("pareto_llama_v7.json", "pareto_llama_v6.json"), pareto_front),
     "offload_llama8_v4": Section(
