@@ -78,11 +78,14 @@ def replay(
     counted_inputs: Mapping[str, tuple[str, int]] | None = None,
     held: frozenset[str] = frozenset(),
     round_to: int = 1,
+    scope: str = "buf",
 ) -> Replay:
     """Live bytes over ``gb``'s plan. ``counted_inputs``: input name to (storage key, bytes)
     for inputs the graph's memory includes (inputs sharing a storage share a key); every other
     input is static (counted outside, never freed here). ``held``: storage keys something
-    outside the graph keeps alive (a ``del`` frees nothing)."""
+    outside the graph keeps alive (a ``del`` frees nothing). The storage an allocation makes
+    is keyed ``(scope, event index)``, never an input's key: a backward's saved inputs carry
+    their forward's keys, and a shared key would merge two storages' counts."""
     counted_inputs = counted_inputs or {}
     storage_of: dict[str, object] = {}
     size: dict[object, int] = {}
@@ -115,7 +118,9 @@ def replay(
     for i, ev in enumerate(gb.events):
         if ev.kind == "alloc":
             drop(ev.name)  # a name rebound (never in Inductor's plans; safe)
-            key = ("buf", i)
+            key: tuple = (scope, i)
+            while key in size:  # an input's storage already has this key
+                key = (*key, "+")
             storage_of[ev.name], size[key], refs[key] = key, _round(ev.nbytes, round_to), 1
             first[key] = ev.name
             live_keys.add(key)
@@ -176,7 +181,7 @@ def step_peaks(
     freed at their ``del``; saved aliases of forward inputs are static; the other inputs
     (tangents: autograd's incoming gradients) are counted, and held to the end where autograd
     holds them (``tangents_held``)."""
-    f = replay(fw, round_to=round_to)
+    f = replay(fw, round_to=round_to, scope="fw")
     made = {
         name: out
         for name, out in zip(fw.fx_outputs, f.outputs)
@@ -197,7 +202,7 @@ def step_peaks(
             counted[name] = (("input", name), nbytes)
             if tangents_held:
                 held.add(("input", name))
-    b = replay(bw, counted, frozenset(held), round_to=round_to)
+    b = replay(bw, counted, frozenset(held), round_to=round_to, scope="bw")
     return StepPeaks(static, f, b)
 
 
