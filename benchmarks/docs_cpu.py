@@ -146,6 +146,12 @@ def _pytest_summary(text: str) -> dict:
     return {"passed": int(m[1]), "skipped": int(m[2] or 0), "pytest_s": float(m[3])}
 
 
+def _slowest(text: str, top: int = 40) -> list[str]:
+    """pytest's ``--durations`` lines (tests/run.sh asks for them), slowest first."""
+    rows = [ln.strip() for ln in text.splitlines() if re.match(r"^\s*[\d.]+s (call|setup) ", ln)]
+    return rows[:top]
+
+
 def _timed(cmd: str, cwd: Path, env: dict | None = None) -> tuple[float, str]:
     t0 = time.perf_counter()
     p = subprocess.run(
@@ -179,6 +185,7 @@ def ci(out: Path) -> None:
         "full": _pytest_summary(full),
         "quick_s": quick_s,
         "quick": _pytest_summary(quick),
+        "slowest": _slowest(full),
     }
     doc["install_s"] = full_s - doc["full"]["pytest_s"]  # pip installs and ruff
     out.write_text(json.dumps(doc, indent=1) + "\n")

@@ -94,12 +94,31 @@ PRODUCERS: tuple[Producer, ...] = (
         "the CPU",
     ),
     Producer(
-        "section_cpu_fusion_s26.json",
+        "section_cpu_fusion_s2*.json",
         f"rm -f docs/data/{{file}}; for m in llama bert vit; do for b in 0.5 0.1; do for g in 0 1; "
         f"do MEMOPT_FUSION_GUARD=$g {PY}diag_section_cpu.py --model $m --size tiny --batch 4 "
         f"--budget $b --out docs/data/{{file}}; done; done; done",
         "cpu",
         "~10 min on 2 cores",
+    ),
+    Producer(
+        "section_cpu_zoo_guard_s*.json",
+        f"rm -f docs/data/{{file}}; for m in phi3 t5 resnet gemma2 convnext roberta; do "
+        f"MEMOPT_FUSION_GUARD=1 TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_CACHE_DIR=$(mktemp -d) "
+        f"{PY}diag_section_cpu.py --model $m --size tiny --batch 4 --budget 0.5 "
+        f"--out docs/data/{{file}}; done",
+        "cpu",
+        "~8 min on 2 cores",
+    ),
+    Producer(
+        "section_cpu_zoo_s*.json",
+        f"rm -f docs/data/{{file}}; for m in llama qwen2 mistral gemma2 phi3 mixtral qwen2_moe "
+        f"bert roberta t5 bart vit resnet convnext swin dit sd3 whisper wav2vec2 timm_vit; do "
+        f"TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_CACHE_DIR=$(mktemp -d) "
+        f"{PY}diag_section_cpu.py --model $m --size tiny --batch 4 --budget 0.5 "
+        f"--out docs/data/{{file}}; done",
+        "cpu",
+        "~30 min on 2 cores (one model per process; a fresh Inductor cache for each)",
     ),
     Producer(
         "section_cpu_*.json",

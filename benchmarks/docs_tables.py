@@ -189,6 +189,24 @@ def section_cpu_fusion(rows: list) -> str:
     return "\n".join(out) + "\n"
 
 
+def section_cpu_zoo(rows: list) -> str:
+    """diag_section_cpu.py over the zoo at one budget: per model, Inductor's peak of the
+    compiled plan against the planner's model of it, and the phase of each."""
+    out = [
+        "| model | budget | model's peak B | Inductor's peak B | Inductor vs model | "
+        "Inductor's peak in |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        m, ind = r["model_peak"], r["inductor"]
+        phase = "forward" if ind["fwd_peak"] >= ind["bwd_peak"] else "backward"
+        out.append(
+            f"| {r['model']} | {r['budget']} | {m:,} | {ind['peak']:,} | "
+            f"{100 * (ind['peak'] / m - 1):+.1f}% | {phase} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
     "cli_timings": Section(("cli_timings.json",), cli_timings),
@@ -236,6 +254,9 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s25": Section(tuple(f"zoo_gpu_{m}_s25.json" for m in ZOO_GPU_S25R), zoo_gpu_s25),
     "zoo_gpu_s25ab": Section(tuple(f"zoo_gpu_{m}_s25ab.json" for m in ZOO_GPU_S25), zoo_gpu_s25ab),
     "section_cpu_fusion_s26": Section(("section_cpu_fusion_s26.json",), section_cpu_fusion),
+    "section_cpu_fusion_s27": Section(("section_cpu_fusion_s27.json",), section_cpu_fusion),
+    "section_cpu_zoo_s27": Section(("section_cpu_zoo_s27.json",), section_cpu_zoo),
+    "section_cpu_zoo_guard_s27": Section(("section_cpu_zoo_guard_s27.json",), section_cpu_zoo),
     "zoo_gpu_s26": Section(tuple(f"zoo_gpu_{m}_s26.json" for m in ZOO_GPU_S26), zoo_gpu_s26),
     "zoo_gpu_s26fg": Section(
         tuple(f"zoo_gpu_{m}_s26fg.json" for m in ZOO_GPU_S26FG), zoo_gpu_s26fg

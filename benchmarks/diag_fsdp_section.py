@@ -1,0 +1,137 @@
+"""The planner's model against Inductor's buffer plan, per region of an FSDP2 step (issue 14).
+
+benchmarks/fsdp_step.py's Llama (HF, ``fully_shard`` per layer + root, one compiled region per
+layer) at world size 1 on the CPU (gloo), small sizes, under a memopt budget: for each region
+compiled, the model's peak of the plan it applied with the largest values live there, beside
+Inductor's peak of the same graphs with the buffers live at its peak. ``--code DIR`` keeps
+Inductor's generated wrappers (``output_code``) to name the buffers::
+
+    python benchmarks/diag_fsdp_section.py --budget 0.3 --dtype bfloat16 --code /tmp/code \
+        --out /tmp/fsdp_section.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _capture(seen: list):
+    """Every region's planner inputs and applied Plan, in compile order."""
+    import memopt.passes.pipeline as pl
+    import memopt.passes.plan_budget as pb
+
+    build = pb.build_planning_problem
+
+    def build_spy(joint, fw, bw, analysis, **kw):
+        problem = build(joint, fw, bw, analysis, **kw)
+        seen.append(dict(fw=fw, bw=bw, analysis=analysis, kw=kw, problem=problem))
+        return problem
+
+    def decide_spy(r):
+        r = pl.decide_pass(r)
+        if seen:
+            seen[-1]["plan"] = r.plan
+        return r
+
+    passes = tuple((n, decide_spy if n == "decide" else f) for n, f in pl.PASSES)
+    run = pl.run_passes
+    pb.build_planning_problem = build_spy
+    pl.run_passes = lambda region, passes=passes: run(region, passes)
+
+
+def build(cfg: dict, dtype):
+    import torch
+    import transformers
+    from torch.distributed.fsdp import fully_shard
+
+    c = transformers.LlamaConfig(
+        hidden_size=cfg["hidden"],
+        intermediate_size=cfg["ffn"],
+        num_hidden_layers=cfg["layers"],
+        num_attention_heads=cfg["heads"],
+        num_key_value_heads=cfg["kv"],
+        vocab_size=cfg["vocab"],
+        max_position_embeddings=4096,
+        use_cache=False,
+    )
+    c._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(c).to(dtype=dtype)
+    if cfg.get("fsdp", True):
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+    return model
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--budget", type=float, default=0.3, help="a fraction, or bytes (> 1)")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--kv", type=int, default=2)
+    p.add_argument("--ffn", type=int, default=1024)
+    p.add_argument("--vocab", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--no-fsdp", action="store_true", help="plain per-model compile")
+    p.add_argument("--code", help="keep Inductor's output code under this folder")
+    p.add_argument("--top", type=int, default=12)
+    p.add_argument("--out")
+    a = p.parse_args(argv)
+    if a.code:
+        os.environ["TORCH_LOGS_OUT"] = str(Path(a.code) / "output_code.txt")
+        Path(a.code).mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+
+    import torch
+    import torch.distributed as dist
+
+    import memopt
+    from benchmarks.diag_liveness import _prediction
+
+    if a.code:
+        torch._logging.set_logs(output_code=True)
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    seen: list = []
+    _capture(seen)
+    cfg = dict(vars(a), fsdp=not a.no_fsdp)
+    model = build(cfg, getattr(torch, a.dtype))
+    c = memopt.optimize(model, budget=int(a.budget) if a.budget > 1 else a.budget)
+    ids = torch.randint(0, a.vocab, (a.batch, a.seq), generator=torch.Generator().manual_seed(1))
+    for _ in range(a.steps):
+        c(input_ids=ids, labels=ids).loss.backward()
+        model.zero_grad(set_to_none=True)
+    from memopt import api
+
+    state = api._STATES[c]
+    rows = []
+    for i, region in enumerate(state.regions):
+        sec = dict(region.extra.get("inductor") or {})
+        sec.pop("text", None)
+        row = {"region": i, "inductor": sec}
+        if i < len(seen) and "plan" in seen[i]:
+            row["model"] = _prediction(seen[i], a.top)
+        rows.append(row)
+        model_peak = (row.get("model") or {}).get("peak")
+        print(f"region {i}: inductor {sec.get('peak')} model {model_peak}")
+    out = {"config": cfg, "torch": torch.__version__, "regions": rows}
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=1))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
