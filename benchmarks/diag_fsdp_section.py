@@ -47,31 +47,6 @@ def _capture(seen: list):
     pl.run_passes = lambda region, passes=passes: run(region, passes)
 
 
-def build(cfg: dict, dtype):
-    import torch
-    import transformers
-    from torch.distributed.fsdp import fully_shard
-
-    c = transformers.LlamaConfig(
-        hidden_size=cfg["hidden"],
-        intermediate_size=cfg["ffn"],
-        num_hidden_layers=cfg["layers"],
-        num_attention_heads=cfg["heads"],
-        num_key_value_heads=cfg["kv"],
-        vocab_size=cfg["vocab"],
-        max_position_embeddings=4096,
-        use_cache=False,
-    )
-    c._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(c).to(dtype=dtype)
-    if cfg.get("fsdp", True):
-        for layer in model.model.layers:
-            fully_shard(layer)
-        fully_shard(model)
-    return model
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=float, default=0.3, help="a fraction, or bytes (> 1)")
@@ -107,8 +82,13 @@ def main(argv=None) -> None:
     dist.init_process_group("gloo", rank=0, world_size=1)
     seen: list = []
     _capture(seen)
+    from benchmarks.fsdp_step import build
+
     cfg = dict(vars(a), fsdp=not a.no_fsdp)
-    model = build(cfg, getattr(torch, a.dtype))
+    dims = (a.layers, a.hidden, a.heads, a.kv, a.ffn)
+    model = build(
+        *dims, vocab=a.vocab, device="cpu", dtype=getattr(torch, a.dtype), shard=cfg["fsdp"]
+    )
     c = memopt.optimize(model, budget=int(a.budget) if a.budget > 1 else a.budget)
     ids = torch.randint(0, a.vocab, (a.batch, a.seq), generator=torch.Generator().manual_seed(1))
     for _ in range(a.steps):

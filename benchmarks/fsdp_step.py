@@ -25,7 +25,17 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 
 
-def build(layers: int, hidden: int, heads: int, kv: int, ffn: int):
+def build(
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv: int,
+    ffn: int,
+    vocab: int = 32000,
+    device: str = "cuda",
+    dtype: torch.dtype = torch.bfloat16,
+    shard: bool = True,
+):
     import transformers
     from torch.distributed.fsdp import fully_shard
 
@@ -35,16 +45,17 @@ def build(layers: int, hidden: int, heads: int, kv: int, ffn: int):
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=kv,
-        vocab_size=32000,
+        vocab_size=vocab,
         max_position_embeddings=4096,
         use_cache=False,
     )
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16)
-    for layer in model.model.layers:
-        fully_shard(layer)
-    fully_shard(model)
+    model = transformers.LlamaForCausalLM(cfg).to(device=device, dtype=dtype)
+    if shard:
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
     return model
 
 
