@@ -23,30 +23,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def _capture(seen: list):
-    """Every region's planner inputs and applied Plan, in compile order."""
-    import memopt.passes.pipeline as pl
-    import memopt.passes.plan_budget as pb
-
-    build = pb.build_planning_problem
-
-    def build_spy(joint, fw, bw, analysis, **kw):
-        problem = build(joint, fw, bw, analysis, **kw)
-        seen.append(dict(fw=fw, bw=bw, analysis=analysis, kw=kw, problem=problem))
-        return problem
-
-    def decide_spy(r):
-        r = pl.decide_pass(r)
-        if seen:
-            seen[-1]["plan"] = r.plan
-        return r
-
-    passes = tuple((n, decide_spy if n == "decide" else f) for n, f in pl.PASSES)
-    run = pl.run_passes
-    pb.build_planning_problem = build_spy
-    pl.run_passes = lambda region, passes=passes: run(region, passes)
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=float, default=0.3, help="a fraction, or bytes (> 1)")
@@ -75,12 +51,12 @@ def main(argv=None) -> None:
     import torch.distributed as dist
 
     import memopt
-    from benchmarks.diag_liveness import _prediction
+    from benchmarks.diag_liveness import _capture, _prediction
 
     if a.code:
         torch._logging.set_logs(output_code=True)
     dist.init_process_group("gloo", rank=0, world_size=1)
-    seen: list = []
+    seen: list = []  # one record per region planned, in compile order
     _capture(seen)
     from benchmarks.fsdp_step import build
 
@@ -102,6 +78,7 @@ def main(argv=None) -> None:
         sec = dict(region.extra.get("inductor") or {})
         sec.pop("text", None)
         row = {"region": i, "inductor": sec}
+        # regions compiled later for a step plan's variants plan no new problem: no model row
         if i < len(seen) and "plan" in seen[i]:
             row["model"] = _prediction(seen[i], a.top)
         rows.append(row)

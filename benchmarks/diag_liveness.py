@@ -36,9 +36,9 @@ MODELS = ("bert", "vit", "resnet", "qwen2")
 GiB = 2**30
 
 
-def _capture():
+def _capture(regions: list | None = None):
     """Record the planner's inputs as memopt.optimize builds them and the Plan decide applied
-    (the last region's)."""
+    (the last region's); with ``regions``, also one record per region planned, in order."""
     import memopt.passes.pipeline as pl
     import memopt.passes.plan_budget as pb
 
@@ -47,12 +47,17 @@ def _capture():
 
     def build_spy(joint, fw, bw, analysis, **kw):
         problem = build(joint, fw, bw, analysis, **kw)
+        seen.clear()
         seen.update(fw=fw, bw=bw, analysis=analysis, kw=kw, problem=problem)
+        if regions is not None:
+            regions.append(seen.copy())
         return problem
 
     def decide_spy(r):
         r = pl.decide_pass(r)
         seen["plan"] = r.plan
+        if regions:
+            regions[-1]["plan"] = r.plan
         return r
 
     passes = tuple((n, decide_spy if n == "decide" else f) for n, f in pl.PASSES)

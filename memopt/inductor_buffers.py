@@ -78,14 +78,13 @@ def replay(
     counted_inputs: Mapping[str, tuple[str, int]] | None = None,
     held: frozenset[str] = frozenset(),
     round_to: int = 1,
-    scope: str = "buf",
 ) -> Replay:
     """Live bytes over ``gb``'s plan. ``counted_inputs``: input name to (storage key, bytes)
     for inputs the graph's memory includes (inputs sharing a storage share a key); every other
     input is static (counted outside, never freed here). ``held``: storage keys something
     outside the graph keeps alive (a ``del`` frees nothing). The storage an allocation makes
-    is keyed ``(scope, event index)``, never an input's key: a backward's saved inputs carry
-    their forward's keys, and a shared key would merge two storages' counts."""
+    is keyed ``("buf", event index)``, made unique against the inputs' keys: a backward's saved
+    inputs carry their forward's keys, and a shared key would merge two storages' counts."""
     counted_inputs = counted_inputs or {}
     storage_of: dict[str, object] = {}
     size: dict[object, int] = {}
@@ -118,7 +117,7 @@ def replay(
     for i, ev in enumerate(gb.events):
         if ev.kind == "alloc":
             drop(ev.name)  # a name rebound (never in Inductor's plans; safe)
-            key: tuple = (scope, i)
+            key: tuple = ("buf", i)
             while key in size:  # an input's storage already has this key
                 key = (*key, "+")
             storage_of[ev.name], size[key], refs[key] = key, _round(ev.nbytes, round_to), 1
@@ -181,7 +180,7 @@ def step_peaks(
     freed at their ``del``; saved aliases of forward inputs are static; the other inputs
     (tangents: autograd's incoming gradients) are counted, and held to the end where autograd
     holds them (``tangents_held``)."""
-    f = replay(fw, round_to=round_to, scope="fw")
+    f = replay(fw, round_to=round_to)
     made = {
         name: out
         for name, out in zip(fw.fx_outputs, f.outputs)
@@ -202,7 +201,7 @@ def step_peaks(
             counted[name] = (("input", name), nbytes)
             if tangents_held:
                 held.add(("input", name))
-    b = replay(bw, counted, frozenset(held), round_to=round_to, scope="bw")
+    b = replay(bw, counted, frozenset(held), round_to=round_to)
     return StepPeaks(static, f, b)
 
 
