@@ -1,13 +1,16 @@
 """The planner's model against Inductor's buffer plan, per region of an FSDP2 step (issue 14).
 
 benchmarks/fsdp_step.py's Llama (HF, ``fully_shard`` per layer + root, one compiled region per
-layer) at world size 1 on the CPU (gloo), small sizes, under a memopt budget: for each region
-compiled, the model's peak of the plan it applied with the largest values live there, beside
-Inductor's peak of the same graphs with the buffers live at its peak. ``--code DIR`` keeps
-Inductor's generated wrappers (``output_code``) to name the buffers::
+layer) at world size 1 on the CPU (gloo; ``--device cuda``: NCCL on one GPU, at any size), under
+a memopt budget: for each region compiled, the model's peak of the plan it applied with the
+largest values live there, beside Inductor's peak of the same graphs with the buffers live at
+its peak. ``--code DIR`` keeps Inductor's generated wrappers (``output_code``) to name the
+buffers::
 
     python benchmarks/diag_fsdp_section.py --budget 0.3 --dtype bfloat16 --code /tmp/code \
         --out /tmp/fsdp_section.json
+    python benchmarks/diag_fsdp_section.py --device cuda --layers 2 --hidden 2048 --heads 32 \
+        --kv 8 --ffn 8192 --vocab 32000 --batch 4 --seq 2048 --budget 1.0 --code $OUT/code
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ def main(argv=None) -> None:
     p.add_argument("--no-fsdp", action="store_true", help="plain per-model compile")
     p.add_argument("--code", help="keep Inductor's output code under this folder")
     p.add_argument("--top", type=int, default=12)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--out")
     a = p.parse_args(argv)
     if a.code:
@@ -55,7 +59,7 @@ def main(argv=None) -> None:
 
     if a.code:
         torch._logging.set_logs(output_code=True)
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    dist.init_process_group("nccl" if a.device == "cuda" else "gloo", rank=0, world_size=1)
     seen: list = []  # one record per region planned, in compile order
     _capture(seen)
     from benchmarks.fsdp_step import build
@@ -63,10 +67,11 @@ def main(argv=None) -> None:
     cfg = dict(vars(a), fsdp=not a.no_fsdp)
     dims = (a.layers, a.hidden, a.heads, a.kv, a.ffn)
     model = build(
-        *dims, vocab=a.vocab, device="cpu", dtype=getattr(torch, a.dtype), shard=cfg["fsdp"]
+        *dims, vocab=a.vocab, device=a.device, dtype=getattr(torch, a.dtype), shard=cfg["fsdp"]
     )
     c = memopt.optimize(model, budget=int(a.budget) if a.budget > 1 else a.budget)
     ids = torch.randint(0, a.vocab, (a.batch, a.seq), generator=torch.Generator().manual_seed(1))
+    ids = ids.to(a.device)
     for _ in range(a.steps):
         c(input_ids=ids, labels=ids).loss.backward()
         model.zero_grad(set_to_none=True)

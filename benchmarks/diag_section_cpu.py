@@ -1,7 +1,8 @@
 """The planner's model against Inductor's buffer plan on the CPU: one training step of a zoo
 model (benchmarks/zoo_models.py, fp32) under a budget, then the region report's ``inductor``
 section (Inductor's own peak) beside the planner's predicted peak of the same compiled plan.
-Where the two agree on the CPU, a miss measured on CUDA comes from what differs there.
+Where the two agree on the CPU, a miss measured on CUDA comes from what differs there;
+``--device cuda`` runs the same check on Inductor's CUDA plan.
 
     python benchmarks/diag_section_cpu.py --model resnet --size gpu --batch 16 --budget 0.8 \
         --out docs/data/section_cpu_resnet_s24.json
@@ -26,7 +27,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def run(model: str, size: str, batch: int, budget: float, dtype: str = "float32") -> dict:
+def run(
+    model: str, size: str, batch: int, budget: float, dtype: str = "float32", device: str = "cpu"
+) -> dict:
     import torch
 
     import memopt
@@ -34,7 +37,7 @@ def run(model: str, size: str, batch: int, budget: float, dtype: str = "float32"
     from benchmarks.zoo_models import BY_NAME, step_loss
     from memopt import api
 
-    m, x = build(BY_NAME[model], size, "cpu", getattr(torch, dtype), batch)
+    m, x = build(BY_NAME[model], size, device, getattr(torch, dtype), batch)
     c = memopt.optimize(m, budget=int(budget) if budget > 1 else budget)
     t = time.perf_counter()
     step_loss(c(**x)).backward()
@@ -46,6 +49,7 @@ def run(model: str, size: str, batch: int, budget: float, dtype: str = "float32"
         "size": size,
         "batch": batch,
         "dtype": dtype,
+        "device": device,
         "budget": budget,
         "torch": torch.__version__,
         "seconds": round(time.perf_counter() - t, 1),
@@ -66,9 +70,10 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--budget", type=float, default=0.8, help="a fraction, or bytes (> 1)")
     p.add_argument("--dtype", default="float32", help="the weights' and inputs' dtype")
+    p.add_argument("--device", default="cpu", help="cuda: the same check of Inductor's CUDA plan")
     p.add_argument("--out", default=None, help="append the JSON line here")
     a = p.parse_args(argv)
-    row = run(a.model, a.size, a.batch, a.budget, a.dtype)
+    row = run(a.model, a.size, a.batch, a.budget, a.dtype, a.device)
     line = json.dumps(row)
     print(line)
     if a.out:

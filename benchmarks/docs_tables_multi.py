@@ -16,6 +16,7 @@ _LABELS = {
     "auto@0.1": 'memopt `budget=` torch 0.1\'s peak, `offload_layers="auto"`',
     "offload1": "memopt `offload_layers=1`",
     "offload2": "memopt `offload_layers=2`",
+    "compile_end": "torch.compile, again after the others",
 }
 _TORCH_POINT = {k: f"torch{k[-3:]}" for k in ("memopt@0.5", "memopt@0.1", "auto@0.5", "auto@0.1")}
 
