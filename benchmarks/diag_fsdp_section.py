@@ -78,6 +78,8 @@ def main(argv=None) -> None:
     from memopt import api
 
     state = api._STATES[c]
+    # a step plan's variant of a region: its option's peak is the model of the plan it applied
+    options = {ri: state.run_plan.get(pos) for pos, ri in enumerate(state.last_report_step)}
     rows = []
     for i, region in enumerate(state.regions):
         sec = dict(region.extra.get("inductor") or {})
@@ -86,9 +88,12 @@ def main(argv=None) -> None:
         # regions compiled later for a step plan's variants plan no new problem: no model row
         if i < len(seen) and "plan" in seen[i]:
             row["model"] = _prediction(seen[i], a.top)
+        if (o := options.get(i)) is not None:
+            row["option"] = {"peak": o.peak, "plans": sorted(o.plans), "label": o.label}
         rows.append(row)
         model_peak = (row.get("model") or {}).get("peak")
-        print(f"region {i}: inductor {sec.get('peak')} model {model_peak}")
+        option_peak = (row.get("option") or {}).get("peak")
+        print(f"region {i}: inductor {sec.get('peak')} model {model_peak} option {option_peak}")
     out = {"config": cfg, "torch": torch.__version__, "regions": rows}
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))

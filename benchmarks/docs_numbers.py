@@ -102,6 +102,25 @@ PRODUCERS: tuple[Producer, ...] = (
         "~10 min on 2 cores",
     ),
     Producer(
+        "section_cuda_zoo_s28.json",
+        "for m in t5 resnet wav2vec2 bert roberta phi3 gemma2 convnext llama vit; do echo $m; "
+        "done | xargs -P 5 -I{} sh -c 'TORCHINDUCTOR_CACHE_DIR=/tmp/ci_{} "
+        "MEMOPT_CACHE_DIR=/tmp/cm_{} timeout 200 python benchmarks/diag_section_cpu.py --model {} "
+        "--size tiny --batch 4 --budget 0.5 --device cuda --out $OUT/sec/{}.json'; "
+        "cat $OUT/sec/*.json > docs/data/{file}",
+        "gpu",
+        "one H200, five processes at once (no timing is read)",
+    ),
+    Producer(
+        "diag_fsdp_section_cuda_*_s28.json",
+        f"{PY}diag_fsdp_section.py --device cuda --layers 2 --hidden 2048 --heads 32 --kv 8 "
+        "--ffn 8192 --vocab 32000 --batch 4 --seq 2048 --steps 4 --budget B --out docs/data/{file} "
+        "(_keep: --budget 1.0 --steps 2; _03: --budget 0.3; _03g: the same with "
+        "MEMOPT_FUSION_GUARD=1)",
+        "gpu",
+        "one H200 (_keep), one H100 (_03, _03g)",
+    ),
+    Producer(
         "section_cpu_zoo_guard_s*.json",
         f"rm -f docs/data/{{file}}; for m in phi3 t5 resnet gemma2 convnext roberta; do "
         f"MEMOPT_FUSION_GUARD=1 TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_CACHE_DIR=$(mktemp -d) "
@@ -240,6 +259,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "--only budgets --warmup 9 --memopt-log memopt_w2_s18.log --out docs/data/{file} (_s18: "
         "finer step options, two H200s; _s18b: a tried variant that priced compiled options "
         "at their Inductor peaks, not kept)",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_s28.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets,level,offload,auto --warmup 9 --iters 30 --memopt-log memopt_w2_s28.log "
+        "--out docs/data/{file} (two H100s; before the compile_end row existed)",
         "gpu-x2",
     ),
     Producer(

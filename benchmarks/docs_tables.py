@@ -125,6 +125,7 @@ ZOO_GPU_S25R = ("resnet",)
 #: the twenty-sixth session's (H200): the best chain round (ViT's and DiT's budget rows and
 #: BERT's 0.5 to 0.1 left at the deadline), and the fusion guard's A/B (``[guard]``)
 ZOO_GPU_S26 = ("resnet", "bert", "vit", "dit")
+ZOO_GPU_S28 = ("vit", "dit")
 ZOO_GPU_S26FG = ("llama", "bert")
 
 
@@ -157,6 +158,7 @@ zoo_gpu_s25ab = _zoo_gpu_of("_s25ab", "The twenty-fifth session's A/B files (H20
 zoo_gpu_s25 = _zoo_gpu_of("_s25", "The twenty-fifth session's ResNet after the fix (H200).")
 zoo_gpu_s26 = _zoo_gpu_of("_s26", "The twenty-sixth session's best-chain-round files (H200).")
 zoo_gpu_s26fg = _zoo_gpu_of("_s26fg", "The twenty-sixth session's fusion-guard A/B (H200).")
+zoo_gpu_s28 = _zoo_gpu_of("_s28", "The twenty-eighth session's ViT and DiT (H200).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -227,6 +229,7 @@ SECTIONS: dict[str, Section] = {
     "multi_gpu_steps_s25": Section(("multi_gpu_steps_w2_s25.json",), multi.steps_repeat),
     "multi_gpu_steps_s26": Section(("multi_gpu_steps_w2_s26.json",), multi.steps_repeat),
     "multi_gpu_steps_s26g": Section(("multi_gpu_steps_w2_s26g.json",), multi.steps_repeat),
+    "multi_gpu_steps_s28": Section(("multi_gpu_steps_w2_s28.json",), multi.steps_repeat),
     "multi_gpu_steps_repeat": Section(
         ("multi_gpu_steps_w2_warmup9_2026-11-25.json",), multi.steps_repeat
     ),
@@ -258,6 +261,8 @@ SECTIONS: dict[str, Section] = {
     "section_cpu_zoo_s27": Section(("section_cpu_zoo_s27.json",), section_cpu_zoo),
     "section_cpu_zoo_guard_s27": Section(("section_cpu_zoo_guard_s27.json",), section_cpu_zoo),
     "zoo_gpu_s26": Section(tuple(f"zoo_gpu_{m}_s26.json" for m in ZOO_GPU_S26), zoo_gpu_s26),
+    "zoo_gpu_s28": Section(tuple(f"zoo_gpu_{m}_s28.json" for m in ZOO_GPU_S28), zoo_gpu_s28),
+    "section_cuda_zoo_s28": Section(("section_cuda_zoo_s28.json",), section_cpu_zoo),
     "zoo_gpu_s26fg": Section(
         tuple(f"zoo_gpu_{m}_s26fg.json" for m in ZOO_GPU_S26FG), zoo_gpu_s26fg
     ),
