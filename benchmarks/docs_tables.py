@@ -125,7 +125,7 @@ ZOO_GPU_S25R = ("resnet",)
 #: the twenty-sixth session's (H200): the best chain round (ViT's and DiT's budget rows and
 #: BERT's 0.5 to 0.1 left at the deadline), and the fusion guard's A/B (``[guard]``)
 ZOO_GPU_S26 = ("resnet", "bert", "vit", "dit")
-ZOO_GPU_S28 = ("vit", "dit")
+ZOO_GPU_S28 = ("vit", "dit", "bert")
 ZOO_GPU_S26FG = ("llama", "bert")
 
 
@@ -158,7 +158,7 @@ zoo_gpu_s25ab = _zoo_gpu_of("_s25ab", "The twenty-fifth session's A/B files (H20
 zoo_gpu_s25 = _zoo_gpu_of("_s25", "The twenty-fifth session's ResNet after the fix (H200).")
 zoo_gpu_s26 = _zoo_gpu_of("_s26", "The twenty-sixth session's best-chain-round files (H200).")
 zoo_gpu_s26fg = _zoo_gpu_of("_s26fg", "The twenty-sixth session's fusion-guard A/B (H200).")
-zoo_gpu_s28 = _zoo_gpu_of("_s28", "The twenty-eighth session's ViT and DiT (H200).")
+zoo_gpu_s28 = _zoo_gpu_of("_s28", "The twenty-eighth session's ViT, DiT and BERT (H200).")
 
 
 def _load(data: Path, name: str) -> Any:
