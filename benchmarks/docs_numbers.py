@@ -121,6 +121,15 @@ PRODUCERS: tuple[Producer, ...] = (
         "one H200 (_keep), one H100 (_03, _03g)",
     ),
     Producer(
+        "section_cpu_zoo_s28.json",
+        f"rm -f docs/data/{{file}}; for m in llama qwen2 mistral gemma2 phi3 bert t5 vit resnet "
+        f"whisper; do TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_CACHE_DIR=$(mktemp -d) "
+        f"{PY}diag_section_cpu.py --model $m --size tiny --batch 4 --budget 0.5 "
+        f"--out docs/data/{{file}}; done",
+        "cpu",
+        "~12 min on 2 cores (the fused-recompute charge; two at a time here)",
+    ),
+    Producer(
         "section_cpu_zoo_guard_s*.json",
         f"rm -f docs/data/{{file}}; for m in phi3 t5 resnet gemma2 convnext roberta; do "
         f"MEMOPT_FUSION_GUARD=1 TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_CACHE_DIR=$(mktemp -d) "

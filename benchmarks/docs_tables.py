@@ -263,6 +263,7 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s26": Section(tuple(f"zoo_gpu_{m}_s26.json" for m in ZOO_GPU_S26), zoo_gpu_s26),
     "zoo_gpu_s28": Section(tuple(f"zoo_gpu_{m}_s28.json" for m in ZOO_GPU_S28), zoo_gpu_s28),
     "section_cuda_zoo_s28": Section(("section_cuda_zoo_s28.json",), section_cpu_zoo),
+    "section_cpu_zoo_s28": Section(("section_cpu_zoo_s28.json",), section_cpu_zoo),
     "zoo_gpu_s26fg": Section(
         tuple(f"zoo_gpu_{m}_s26fg.json" for m in ZOO_GPU_S26FG), zoo_gpu_s26fg
     ),

@@ -352,6 +352,48 @@ def _candidate(
     )
 
 
+def _fused_group(a: Analysis, c: Candidate, g: _Graphs, sizes: Sizes) -> Candidate:
+    """``c`` with ``fused_charges``: a recompute made of pointwise ops only, of ``n`` elements,
+    whose inputs the backward's pointwise kernels of ``n`` elements also read, is fused by
+    Inductor with them (they share reads: "horizontal" fusion), and they fuse with each other.
+    The one kernel runs at the first of them and makes every output there: the recompute's
+    own (where the model has it elsewhere) and the later kernels' (the model makes them at
+    their own positions). The SwiGLU product recomputed in an FSDP2 layer region: the product,
+    the up and the gate gradient in one kernel, six FFN-sized buffers live where the model had
+    four (docs/zoo.md, twenty-eighth session)."""
+    ops = [g.joint_by_name.get(x) for x in a.recompute_nodes.get(Strategy.RECOMPUTE, ())]
+    v = facts.tensor_val(g.joint_by_name.get(a.root))
+    if not ops or v is None or any(n is None or not rules.fusible(n) for n in ops):
+        return c
+    members: dict[torch.fx.Node, int] = {}
+    for name in a.boundary.get(Strategy.RECOMPUTE, ()):
+        buf = g.bw_by_name.get(name)
+        if buf is None:
+            continue
+        for reader, same in rules.kernel_readers(buf, g.bw_pos).items():
+            out = facts.tensor_val(reader) if reader.op != "output" else None
+            if same and out is not None and out.numel() == v.numel() and rules.fusible(reader):
+                members[reader] = g.bw_pos[reader]
+    if not members:
+        return c
+    first = min(members.values())
+    own = 0 if c.first_bwd_use_pos <= first <= c.bwd_last else c.nbytes
+    made = own + sum(sizes.of(m) for m, q in members.items() if q > first)
+    # what reads the recompute's output before that kernel runs after it: its outputs are
+    # not made yet there (the down projection's weight gradient)
+    end = len(g.bw_pos) - 1
+    for m in (x for x in (a.root, *a.members) if x in g.bw_by_name):
+        for reader in rules.kernel_readers(g.bw_by_name[m], g.bw_pos):
+            q = g.bw_pos.get(reader)
+            if q is None or q >= first or facts.aliased_input(reader) is not None:
+                continue
+            users = facts.alias_users(reader)
+            last = end if any(u.op == "output" for u in users) else g.bw_reads.last(users, q)
+            if last >= first:
+                made -= sizes.of(reader)
+    return replace(c, fused_charges=((first, made),)) if made else c
+
+
 def _undo_reuse(cands: list[Candidate]) -> tuple[Candidate, ...]:
     """Each candidate with ``reuse_undone``: the reused candidates its subgraphs read after
     the kernel that would write into them (a read before it leaves that kernel the buffer's
@@ -474,6 +516,7 @@ def build_planning_problem(
         _candidate(a, graphs, sizes, layer_index, min_offload_bytes, reads[a.root], gateless)
         for a in usable
     ]
+    cands = [c if c is None else _fused_group(a, c, graphs, sizes) for a, c in zip(usable, cands)]
     fwd_op_s = tuple(rates_op_s(op_cost(n, sizes)) for n in fw_ops)
     if not fw_ops and not bw_ops:
         # a graph without ops (torch 2.14 folds a lone ``y * 1.0`` away): one idle position,

@@ -11,6 +11,7 @@ number of forward ops) is live at::
                 donated saved tensor)
                 (plus, at their last readers, the buffers of such reused candidates that its
                 subgraph reads: its recompute is one more reader: ``reuse_undone``)
+                (plus, recomputed, what the kernel it fuses into makes: ``fused_charges``)
     compromise  [p, lf]  and  [F+f, F+lb],  plus compromise_kept_bytes over [p, F+f-1]
     offload     [p, R-1] and  [Q, F+lb]     (R, Q: its layer's release and reload positions)
 
@@ -74,6 +75,8 @@ def intervals(
         end = lb + (0 if c.reused_when_recomputed else 1)
         out = [(p, lf + 1, fwd), (f, end, nb), (f, f + 1, c.recompute_temp_bytes)]
         out += [(n_fwd + q, n_fwd + q + 1, b) for q, b in c.reuse_undone]
+        if strategy == Strategy.RECOMPUTE:
+            out += [(n_fwd + q, n_fwd + q + 1, b) for q, b in c.fused_charges]
     if strategy == Strategy.COMPROMISE:
         kept = c.compromise_kept_bytes or 0
         out.append((p, f, kept))

@@ -94,6 +94,11 @@ class Candidate:
     compromise subgraph reads: recomputed, it is one more reader of their buffers, and a
     buffer with a reader besides the last one's kernel is not reused (it stays live at that
     reader). Charged whatever their own strategy: an over-estimate when they are not reused."""
+    fused_charges: tuple[tuple[int, int], ...] = ()
+    """``(backward position, bytes)`` a recompute holds there because Inductor fuses it with
+    the backward's same-size pointwise kernels that read its inputs (the SwiGLU product with
+    the up and gate gradients): one kernel, at the first of them, making all their outputs at
+    once (see ``passes.build_planning_problem._fused_group``). Charged when recomputed."""
     kept_by_chain: bool = False
     """The plan strings cannot recompute it: :func:`memopt.decide.decide` keeps it even when
     its cluster's plan covers it (a recompute chain would be too deep). Recompute and
