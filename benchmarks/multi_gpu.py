@@ -5,9 +5,9 @@
     python benchmarks/multi_gpu.py table --steps-json steps_w2.json --steps-json-1gpu ...
 
 ``steps``: benchmarks/fsdp_step.py's 8-layer Llama, ``--batch`` rows per rank of one global
-batch: torch.compile (+ ``activation_memory_budget`` 0.5, 0.1), memopt level 1, memopt budgets
-at torch's peaks (the largest over ranks), ``offload_layers=1,2``. A step takes the slowest
-rank's time, the loss is the ranks' mean; memopt rows tell whether the ranks' plans agree.
+batch: torch.compile (+ ``activation_memory_budget`` 0.5, 0.1; plain again last), memopt level
+1, budgets at torch's peaks (the largest over ranks), ``offload_layers=1,2``. A step takes the
+slowest rank's time, the loss the ranks' mean; memopt rows tell if the ranks' plans agree.
 ``params``: benchmarks/param_peers.py's 1 B model, GPU capped per rank, FSDP2 CPUOffloadPolicy
 against memopt's shard_with_offload + HostAdamW, one torchrun per job. ``--device cpu`` (gloo)
 with ``--tiny`` / ``--size tiny``: the CPU smoke test of every mode.
@@ -206,8 +206,7 @@ def steps(args) -> None:
             torch._functorch.config.activation_memory_budget = 1.0
             del compiled
             gc.collect()
-            if dev.type == "cuda":
-                torch.cuda.empty_cache()
+            torch.cuda.empty_cache() if dev.type == "cuda" else None
             torch._dynamo.reset()
         ranks = gather(local)  # the one collective per variant, on every path
         row = {"key": key, "variant": label, "budget": budget, **(extra or {})}
@@ -267,8 +266,7 @@ def steps(args) -> None:
             kw["offload_min_bytes"] = 0
         run(f"offload{k}", f"memopt offload_layers={k}",
             lambda kw=kw: memopt.optimize(model, **kw), {"k": k}, memopt_row=True)  # fmt: skip
-    if want & {"budgets", "level", "offload"}:  # the baseline again: the first row runs colder
-        run("compile_end", "torch.compile, again after the others", plain)
+    run("compile_end", "torch.compile, again after the others", plain)  # row 1 runs colder
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)  # the JSON is written; skip NCCL teardown and compile workers' shutdown
