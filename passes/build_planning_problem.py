@@ -17,7 +17,7 @@ the node is named in ``Sizes.unknown`` for the report.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import sympy
@@ -352,7 +352,9 @@ def _candidate(
     )
 
 
-def _fused_group(a: Analysis, c: Candidate, g: _Graphs, sizes: Sizes) -> Candidate:
+def _fused_group(
+    a: Analysis, c: Candidate, g: _Graphs, sizes: Sizes, bw_values: Mapping[str, Live]
+) -> Candidate:
     """``c`` with ``fused_charges``: a recompute made of pointwise ops only, of ``n`` elements,
     whose inputs the backward's pointwise kernels of ``n`` elements also read, is fused by
     Inductor with them (they share reads: "horizontal" fusion), and they fuse with each other.
@@ -360,7 +362,8 @@ def _fused_group(a: Analysis, c: Candidate, g: _Graphs, sizes: Sizes) -> Candida
     own (where the model has it elsewhere) and the later kernels' (the model makes them at
     their own positions). The SwiGLU product recomputed in an FSDP2 layer region: the product,
     the up and the gate gradient in one kernel, six FFN-sized buffers live where the model had
-    four (docs/zoo.md, twenty-eighth session)."""
+    four (docs/zoo.md, twenty-eighth session). ``bw_values``: the backward's values by name
+    (:func:`base_items`)."""
     ops = [g.joint_by_name.get(x) for x in a.recompute_nodes.get(Strategy.RECOMPUTE, ())]
     v = facts.tensor_val(g.joint_by_name.get(a.root))
     if not ops or v is None or any(n is None or not rules.fusible(n) for n in ops):
@@ -381,16 +384,11 @@ def _fused_group(a: Analysis, c: Candidate, g: _Graphs, sizes: Sizes) -> Candida
     made = own + sum(sizes.of(m) for m, q in members.items() if q > first)
     # what reads the recompute's output before that kernel runs after it: its outputs are
     # not made yet there (the down projection's weight gradient)
-    end = len(g.bw_pos) - 1
     for m in (x for x in (a.root, *a.members) if x in g.bw_by_name):
         for reader in rules.kernel_readers(g.bw_by_name[m], g.bw_pos):
-            q = g.bw_pos.get(reader)
-            if q is None or q >= first or facts.aliased_input(reader) is not None:
-                continue
-            users = facts.alias_users(reader)
-            last = end if any(u.op == "output" for u in users) else g.bw_reads.last(users, q)
-            if last >= first:
-                made -= sizes.of(reader)
+            item = bw_values.get(reader.name)
+            if item is not None and item.start < first <= item.end:
+                made -= item.nbytes
     return replace(c, fused_charges=((first, made),)) if made else c
 
 
@@ -516,7 +514,11 @@ def build_planning_problem(
         _candidate(a, graphs, sizes, layer_index, min_offload_bytes, reads[a.root], gateless)
         for a in usable
     ]
-    cands = [c if c is None else _fused_group(a, c, graphs, sizes) for a, c in zip(usable, cands)]
+    bw_values = {it.name: it for it in bw_items if it.kind in ("output", "temporary")}
+    cands = [
+        c if c is None else _fused_group(a, c, graphs, sizes, bw_values)
+        for a, c in zip(usable, cands)
+    ]
     fwd_op_s = tuple(rates_op_s(op_cost(n, sizes)) for n in fw_ops)
     if not fw_ops and not bw_ops:
         # a graph without ops (torch 2.14 folds a lone ``y * 1.0`` away): one idle position,
