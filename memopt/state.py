@@ -282,18 +282,20 @@ class MemoptState:
     def _compiled_excess(self) -> bool:
         """Per region, the most a compiled plan's Inductor buffer plan (the report's
         ``inductor`` section) peaks above the model's peak of that plan, added to its runs'
-        prediction (``_offsets``); whether the step must be (re-)planned now because a plan no
-        longer fits with it (before any measurement; on a CPU the only check)."""
+        prediction (``_offsets``); whether the step must be (re-)planned now (before any
+        measurement; on a CPU the only check): under a step plan by its target, never by a
+        region's own budget (negative for a tight step's head region: a fit step re-planned)."""
         if not isinstance(self.config.budget, int):
             return False
         runs = []
         for pos, (r, ri) in enumerate(zip(self.last_step, self.last_report_step)):
             region, option = self.regions[ri], self.run_plan.get(pos)
             sec, plan = region.extra.get("inductor") or {}, region.extra.get("planner") or {}
+            own = plan.get("budget_bytes") if self.step_choice is None else None
             if option is not None and self._compiled_as(ri, option):
-                runs.append((r, sec, option.peak, None))  # the step plan's target decides
+                runs.append((r, sec, option.peak, None))
             else:
-                runs.append((r, sec, sec.get("model_peak"), plan.get("budget_bytes")))
+                runs.append((r, sec, sec.get("model_peak"), own))
         grown = {
             r: e for r, e in buffers.compiled_errors(runs).items()
             if e[0] > self._compiled_err.get(r, 0)

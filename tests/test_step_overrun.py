@@ -263,3 +263,28 @@ def test_no_relax_without_a_step_plan_left_to_correct_it():
     predicted = state.regions[0].extra["planner"]["predicted_peak"]
     _cuda_step(state, entry, probed=predicted - 20_000)
     assert state.step_choice is None and not state._relaxed
+
+
+def test_a_run_on_another_compiled_variant_is_judged_by_the_step_target_not_its_own_budget():
+    """Under a step plan, a run still on a compiled variant other than its option (here the
+    region's first, keep-everything compile) whose Inductor plan peaks above its model adds
+    that excess to the step's prediction, and only a step peak over the target re-plans. Its
+    own per-region budget (negative for an FSDP2 head region under a tight step budget in the
+    twenty-eighth session's world-2 log) used to decide alone, and re-planned a step that
+    still fitted until no step plan was left."""
+    pair = 450_000
+    state = _state(pair)
+    _two_run_step(state, _static(state) + 1000)
+    choice = state.step_choice
+    assert choice is not None and choice.feasible and choice.peak < choice.target == pair
+    region = state.regions[0]
+    assert not state._compiled_as(0, state.run_plan[0])  # the runs' report is another variant
+    model = region.extra["inductor"]["model_peak"]
+    region.extra["planner"]["budget_bytes"] = -1000
+    state.last_report_step = (0, 0)
+    room = choice.target - choice.peak
+    region.extra["inductor"]["peak"] = model + room - 1  # the step still fits with it
+    assert not state._compiled_excess()
+    assert state._compiled_err == {0: room - 1}  # kept as the runs' offset
+    region.extra["inductor"]["peak"] = model + room + 1  # now it does not
+    assert state._compiled_excess()
