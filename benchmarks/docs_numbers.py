@@ -278,6 +278,20 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu-x2",
     ),
     Producer(
+        "multi_gpu_steps_w1_s29.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only budgets,level,offload,auto --warmup 9 --iters 30 --memopt-log memopt_w1_s29.log "
+        "--out docs/data/{file} (one H200, code 5cebeaf)",
+        "gpu",
+    ),
+    Producer(
+        "step_choice*_s29.json",
+        "torchrun --standalone --nproc-per-node 1 benchmarks/diag_step_choice.py --budgets "
+        "9359453696,7613686272 --out docs/data/{file} (one H200, code 5cebeaf; _auto: "
+        "--budgets 9359453696 --offload-auto)",
+        "gpu",
+    ),
+    Producer(
         "multi_gpu_steps_w2_s26*.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
         "--only budgets --warmup 9 --memopt-log memopt_w2_s26.log --out docs/data/{file} (two "

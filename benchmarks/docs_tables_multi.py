@@ -100,6 +100,29 @@ def steps_repeat(d: dict) -> str:
     return table(head, out)
 
 
+def steps_ratio(d: dict) -> str:
+    """One run read against issue 14's target: each row's time over torch.compile's (the mean
+    of its first and its last row) and, at torch's points, that over torch's own (the target:
+    at most 0.5), with the peak against torch's; the ranks' agreement only at world > 1."""
+    import statistics
+
+    a = _rows(d)
+    base = statistics.fmean(a[k]["ms"] for k in ("compile", "compile_end") if k in a)
+    out = []
+    for key, label in _LABELS.items():
+        r = a.get(key)
+        if r is None:
+            continue
+        point = a.get(_TORCH_POINT.get(key, ""))
+        ratio = f"{(r['ms'] - base) / (point['ms'] - base):.2f}" if point else ""
+        row = [label, f"{r['ms']:.1f}", _spread(r), f"{100 * (r['ms'] / base - 1):+.1f}%", ratio,
+               _peak(r, point, 3)]  # fmt: skip
+        out.append(row + ([_same(r)] if d.get("world", 1) > 1 else []))
+    head = ["variant", f"step ms (median of {d['config']['iters']})", "range",
+            "over torch.compile", "of torch's overhead at that point", "peak GiB"]  # fmt: skip
+    return table(head + (["same plan on every rank"] if d.get("world", 1) > 1 else []), out)
+
+
 def losses(w2: dict, w1_b8: dict) -> str:
     """World 2 × batch 4 per rank against world 1 × batch 8: the same global batch."""
     a, b = _rows(w2), _rows(w1_b8)

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from memopt.step_exact import exact_runs
 from memopt.step_layers import (
     OffloadChoice,
     StepTiming,
@@ -437,7 +438,9 @@ def choose_runs(
     """One option per *run* (position in ``sequence``): a region that runs once per layer can
     recompute more in some layers than in others, as one graph of all layers can. At most
     :data:`MAX_VARIANTS` distinct plans per region (each is compiled once); the answer is
-    never worse than one plan per region. ``chosen`` maps run positions to options."""
+    never worse than one plan per region, nor than the optimum over the menus
+    (:func:`memopt.step_exact.exact_runs`) held to that limit. ``chosen`` maps run positions
+    to options."""
     n = len(sequence)
     if away:  # the peak depends on which runs are away: plan per run
         per_region = choose(range(n), {i: menus[r] for i, r in enumerate(sequence)}, target,
@@ -451,26 +454,32 @@ def choose_runs(
     per_region = choose(sequence, menus, target, offsets)
     as_runs = {i: per_region.chosen[r] for i, r in enumerate(sequence)}
     best = replace(per_region, chosen=as_runs)
-    if n > MAX_RUNS_PER_RUN_CHOICE or n == len(set(sequence)):
+    if n > MAX_RUNS_PER_RUN_CHOICE:
         return best
-    runs = choose(range(n), {i: menus[r] for i, r in enumerate(sequence)}, target, offsets)
-    chosen = _limit_variants(sequence, dict(runs.chosen))
-    peak, at = step_peak(range(n), chosen, offsets)
-    cand = StepChoice(
-        chosen=chosen,
-        feasible=peak <= target,
-        peak=peak,
-        peak_at=at,
-        overhead_s=sum(o.overhead_s for o in chosen.values()),
-        target=target,
-        saved_before=runs.saved_before,
-        saved_after=sum(o.saved for o in chosen.values()),
-    )
-    if (not cand.feasible, cand.overhead_s if cand.feasible else cand.peak) < (
-        not best.feasible,
-        best.overhead_s if best.feasible else best.peak,
-    ):
-        return cand
+    tried = []
+    if n != len(set(sequence)):
+        runs = choose(range(n), {i: menus[r] for i, r in enumerate(sequence)}, target, offsets)
+        tried.append(dict(runs.chosen))
+    exact = exact_runs(sequence, {r: pareto(menus[r]) for r in set(sequence)}, target, offsets)
+    if exact is not None:  # the optimum over the menus (before the variant limit)
+        tried.append(exact)
+    for chosen in (_limit_variants(sequence, c) for c in tried):
+        peak, at = step_peak(range(n), chosen, offsets)
+        cand = StepChoice(
+            chosen=chosen,
+            feasible=peak <= target,
+            peak=peak,
+            peak_at=at,
+            overhead_s=sum(o.overhead_s for o in chosen.values()),
+            target=target,
+            saved_before=best.saved_before,
+            saved_after=sum(o.saved for o in chosen.values()),
+        )
+        if (not cand.feasible, cand.overhead_s if cand.feasible else cand.peak) < (
+            not best.feasible,
+            best.overhead_s if best.feasible else best.peak,
+        ):
+            best = cand
     return best
 
 
