@@ -126,6 +126,7 @@ ZOO_GPU_S25R = ("resnet",)
 #: BERT's 0.5 to 0.1 left at the deadline), and the fusion guard's A/B (``[guard]``)
 ZOO_GPU_S26 = ("resnet", "bert", "vit", "dit")
 ZOO_GPU_S28 = ("vit", "dit", "bert")
+ZOO_GPU_S29 = ("bert",)
 ZOO_GPU_S26FG = ("llama", "bert")
 
 
@@ -159,6 +160,7 @@ zoo_gpu_s25 = _zoo_gpu_of("_s25", "The twenty-fifth session's ResNet after the f
 zoo_gpu_s26 = _zoo_gpu_of("_s26", "The twenty-sixth session's best-chain-round files (H200).")
 zoo_gpu_s26fg = _zoo_gpu_of("_s26fg", "The twenty-sixth session's fusion-guard A/B (H200).")
 zoo_gpu_s28 = _zoo_gpu_of("_s28", "The twenty-eighth session's ViT, DiT and BERT (H200).")
+zoo_gpu_s29 = _zoo_gpu_of("_s29", "The twenty-ninth session's BERT (H200).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -263,6 +265,7 @@ SECTIONS: dict[str, Section] = {
     "section_cpu_zoo_guard_s27": Section(("section_cpu_zoo_guard_s27.json",), section_cpu_zoo),
     "zoo_gpu_s26": Section(tuple(f"zoo_gpu_{m}_s26.json" for m in ZOO_GPU_S26), zoo_gpu_s26),
     "zoo_gpu_s28": Section(tuple(f"zoo_gpu_{m}_s28.json" for m in ZOO_GPU_S28), zoo_gpu_s28),
+    "zoo_gpu_s29": Section(tuple(f"zoo_gpu_{m}_s29.json" for m in ZOO_GPU_S29), zoo_gpu_s29),
     "section_cuda_zoo_s28": Section(("section_cuda_zoo_s28.json",), section_cpu_zoo),
     "section_cpu_zoo_s28": Section(("section_cpu_zoo_s28.json",), section_cpu_zoo),
     "zoo_gpu_s26fg": Section(
