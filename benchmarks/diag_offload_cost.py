@@ -54,13 +54,34 @@ def profile_summary(step, steps: int = 3) -> dict:
     }
 
 
+def _leaves(host: list, a: float, b: float) -> list:
+    """What the CPU ran between ``a`` and ``b`` by self time: each event's overlap with the
+    window less that of the events nested in it on its thread (the innermost work)."""
+    inside = [x for x in host if x["ts"] < b and x["ts"] + x["dur"] > a]
+
+    def span(x):
+        return max(0.0, min(x["ts"] + x["dur"], b) - max(x["ts"], a))
+
+    out = []
+    for x in inside:
+        lo, hi = x["ts"], x["ts"] + x["dur"]
+        kids = [y for y in inside if y is not x and y.get("tid") == x.get("tid")
+                and lo <= y["ts"] and y["ts"] + y["dur"] <= hi and y["dur"] < x["dur"]]  # fmt: skip
+        tops = [y for y in kids if not any(z is not y and z["ts"] <= y["ts"] and
+                y["ts"] + y["dur"] <= z["ts"] + z["dur"] and z["dur"] > y["dur"] for z in kids)]  # fmt: skip
+        self_us = span(x) - sum(span(y) for y in tops)
+        out.append((round(self_us), x["name"][:70], x["cat"]))
+    return sorted(out, key=lambda d: -d[0])
+
+
 def gaps(step) -> dict:
     """Idle gaps on the compute stream in one profiled step, each blamed on the CPU (the next
     kernel started within 30 us of its launch call: nothing was queued) or on a wait (it was
     launched earlier and waited for an event or another stream), plus the copies' times."""
     torch.cuda.synchronize()
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=acts, with_stack=False) as prof:
+    stack = os.environ.get("DIAG_STACK") == "1"  # Python frames too: the gaps' leaf functions
+    with torch.profiler.profile(activities=acts, with_stack=stack) as prof:
         step()
         torch.cuda.synchronize()
     path = os.path.join(tempfile.mkdtemp(), "trace.json")
@@ -106,6 +127,9 @@ def gaps(step) -> dict:
             ]
             during.sort(key=lambda d: -d[0])
             out["busy_cpu"].append((round((e["ts"] - t0) / 1e3, 2), round(gap), during[:8]))
+            out.setdefault("leaf_cpu", []).append(
+                (round((e["ts"] - t0) / 1e3, 2), round(gap), _leaves(host, a, b)[:10])
+            )
     out["top"] = sorted(out["top"], key=lambda g: -g[1])[:25]
     for e in events:
         if e.get("cat") == "gpu_memcpy" and "dur" in e:

@@ -451,6 +451,12 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "diag_step_offload*_w1_s29.json",
+        f"torchrun --standalone --nproc-per-node 1 {PY[7:]}diag_step_offload.py --variants "
+        "compile,k1,k2 --out docs/data/{file} (_stack_: DIAG_STACK=1, --variants k1; one H200)",
+        "gpu",
+    ),
+    Producer(
         "diag_step_offload*.json",
         f"{PY}diag_step_offload.py --ks 1,2 --out docs/data/{{file}}",
         "gpu",
