@@ -285,6 +285,19 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "multi_gpu_steps_offload_w1_s29.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only offload --warmup 9 --iters 20 --out docs/data/{file} (one H200, the batched "
+        "step-offload host path)",
+        "gpu",
+    ),
+    Producer(
+        "offload_host*_s29.json",
+        f"{PY}diag_offload_host.py --tensors 24 --mib 32 --repeats 20 --out docs/data/{{file}} "
+        "(one H200; _before_: --impl with the step offload of 7149c70)",
+        "gpu",
+    ),
+    Producer(
         "step_choice*_s29.json",
         "torchrun --standalone --nproc-per-node 1 benchmarks/diag_step_choice.py --budgets "
         "9359453696,7613686272 --out docs/data/{file} (one H200, code 5cebeaf; _auto: "

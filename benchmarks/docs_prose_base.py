@@ -87,6 +87,7 @@ FILES = {
     "mg2s26g": "multi_gpu_steps_w2_s26g.json",
     "mg2s28": "multi_gpu_steps_w2_s28.json",
     "mg1s29": "multi_gpu_steps_w1_s29.json",
+    "mg1off29": "multi_gpu_steps_offload_w1_s29.json",
     "mg2r": "multi_gpu_steps_w2_warmup9_2026-11-25.json",
     "mg1b8": "multi_gpu_steps_w1_b8_2026-11-25.json",
     "mg14": "multi_gpu_steps_w2_s14b.json",

@@ -144,6 +144,43 @@ def test_pool_never_hands_out_a_buffer_in_use():
     assert ops.POOL.stats().blocks == 0
 
 
+def test_a_run_takes_its_host_buffers_at_once_and_gives_them_back():
+    """acquire_many: one buffer per key under one lock, two of one layout distinct; freed,
+    the next run reuses them (step offload asks for a run's tensors at once)."""
+    ops.POOL.clear()
+    start = ops.POOL.stats()
+    keys = [((4, 8), (8, 1), torch.float32, False)] * 2 + [((16,), (1,), torch.int64, False)]
+    first = ops.POOL.acquire_many(keys)
+    assert [tuple(h.shape) for h in first] == [(4, 8), (4, 8), (16,)]
+    assert first[0].data_ptr() != first[1].data_ptr()
+    ptrs = sorted(h.data_ptr() for h in first)
+    del first
+    again = ops.POOL.acquire_many(keys)
+    assert sorted(h.data_ptr() for h in again) == ptrs
+    s = ops.POOL.stats()
+    assert (s.allocations - start.allocations, s.reuses - start.reuses) == (3, 3)
+    del again
+    ops.POOL.clear()
+
+
+def test_a_group_is_counted_as_its_copies():
+    ops._count_many("d2h", 3 * MiB, 2, 1, torch.device("cpu"))
+    ops._count_many("h2d", MiB, 0, 1, torch.device("cpu"))
+    s = ops.copy_stats()
+    assert (s.d2h_bytes, s.d2h_copies, s.h2d_bytes, s.h2d_copies) == (3 * MiB, 3, MiB, 1)
+    assert (s.async_copies, s.sync_copies, s.devices) == (2, 2, {"cpu"})
+
+
+def test_copy_many_copies_each_pair():
+    from memopt import _torch_compat as compat
+
+    srcs = [torch.randn(5), torch.arange(7, dtype=torch.int64), torch.randn(2, 3).t()]
+    dsts = [torch.empty_like(x) for x in srcs]
+    compat.copy_many(dsts, srcs)
+    assert all(torch.equal(d, x) for d, x in zip(dsts, srcs))
+    compat.copy_many([], [])
+
+
 # ----------------------------------------------------------------------------------- CUDA
 
 

@@ -242,6 +242,20 @@ def exact_strides_tags() -> tuple:
     return (tag,) if tag is not None else ()
 
 
+def copy_many(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> None:
+    """``dst.copy_(src, non_blocking=True)`` for each pair, in one call where torch has
+    ``_foreach_copy_`` (its loop runs in C++: across devices it copies pair by pair, as the
+    Python loop does, without a Python call per tensor)."""
+    if not dsts:
+        return
+    foreach = getattr(torch, "_foreach_copy_", None)
+    if foreach is not None:
+        foreach(list(dsts), list(srcs), non_blocking=True)
+        return
+    for dst, src in zip(dsts, srcs):
+        dst.copy_(src, non_blocking=True)
+
+
 def storage_use_count(t: torch.Tensor) -> int:
     """How many references hold ``t``'s storage (tensors, views, storage objects)."""
     return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))

@@ -127,19 +127,28 @@ class HostBufferPool:
         reinterpreting per copy (the offload op runs on the CPU's critical path)."""
         return self._acquire((shape, stride, dtype, pinned))
 
+    def acquire_many(self, keys: Sequence[tuple]) -> list[torch.Tensor]:
+        """:meth:`acquire_like` for each ``(shape, stride, dtype, pinned)`` under one lock (a
+        run's saved tensors at once)."""
+        with self._lock:
+            return [self._acquire_locked(k) for k in keys]
+
     def _acquire(self, key: tuple) -> torch.Tensor:
         with self._lock:
-            blocks = self._free_lists.setdefault(key, [])
-            for b in blocks:
-                if compat.storage_use_count(b.data) == b.idle_refs:
-                    self._reuses += 1
-                    # a new tensor on the storage: while it lives, the use count says so
-                    return b.data.detach()
-            shape, stride, dtype, pinned = key
-            data = torch.empty_strided(shape, stride, dtype=dtype, pin_memory=pinned)
-            blocks.append(_Block(data, compat.storage_use_count(data)))
-            self._allocations += 1
-            return data.detach()
+            return self._acquire_locked(key)
+
+    def _acquire_locked(self, key: tuple) -> torch.Tensor:
+        blocks = self._free_lists.setdefault(key, [])
+        for b in blocks:
+            if compat.storage_use_count(b.data) == b.idle_refs:
+                self._reuses += 1
+                # a new tensor on the storage: while it lives, the use count says so
+                return b.data.detach()
+        shape, stride, dtype, pinned = key
+        data = torch.empty_strided(shape, stride, dtype=dtype, pin_memory=pinned)
+        blocks.append(_Block(data, compat.storage_use_count(data)))
+        self._allocations += 1
+        return data.detach()
 
     def owns(self, t: torch.Tensor) -> bool:
         """Whether ``t`` lives in one of the pool's buffers."""
@@ -210,6 +219,22 @@ def reset_copy_stats() -> None:
     global _STATS
     with _STATS_LOCK:
         _STATS = CopyStats()
+
+
+def _count_many(
+    direction: str, nbytes: int, async_copies: int, sync_copies: int, device: torch.device
+) -> None:
+    """:func:`_count` for a group of copies at once (``nbytes`` in all)."""
+    with _STATS_LOCK:
+        if direction == "d2h":
+            _STATS.d2h_bytes += nbytes
+            _STATS.d2h_copies += async_copies + sync_copies
+        else:
+            _STATS.h2d_bytes += nbytes
+            _STATS.h2d_copies += async_copies + sync_copies
+        _STATS.async_copies += async_copies
+        _STATS.sync_copies += sync_copies
+        _STATS.devices.add(str(device))
 
 
 def _count(direction: str, nbytes: int, device: torch.device, is_async: bool) -> None:

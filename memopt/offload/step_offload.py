@@ -128,12 +128,15 @@ class StepOffload:
         skip = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
         group: list[_Saved] = []
 
+        min_bytes = self.min_bytes
+
         def pack(t: torch.Tensor) -> object:
+            # on the forward's thread once per saved tensor: the cheap checks first
             if (
-                t.numel() * t.element_size() < self.min_bytes
-                or t.untyped_storage().data_ptr() in skip
-                or not ops.is_dense(t)
+                t.numel() * t.element_size() < min_bytes
                 or t.device.type == "meta"
+                or t.untyped_storage().data_ptr() in skip
+                or not (t.is_contiguous() or ops.is_dense(t))
             ):
                 return t
             s = _Saved(t)
@@ -145,19 +148,23 @@ class StepOffload:
         self._offload(pos, group)
 
     def _offload(self, pos: int, group: list[_Saved]) -> None:
-        moved = 0
-        for s in group:
-            t = s.t
-            s.device = t.device
-            s.host = ops.POOL.acquire_like(
-                tuple(t.shape), tuple(t.stride()), t.dtype, pinned=t.is_cuda
-            )
-            moved += t.numel() * t.element_size()
-        cuda = [s for s in group if s.t.is_cuda]
+        """The run's copies to the host, on the forward's thread right after its call: one
+        pool request, one batch of copies and one count for the whole group (per-tensor
+        calls cost the host ~0.1 ms a tensor where the forward is host-bound)."""
+        if not group:
+            with self._lock:
+                self._groups[pos] = group
+            return
+        ts = [s.t for s in group]
+        keys = [(tuple(t.shape), tuple(t.stride()), t.dtype, t.is_cuda) for t in ts]
+        for s, t, host in zip(group, ts, ops.POOL.acquire_many(keys)):
+            s.device, s.host = t.device, host
+        moved = sum(t.numel() * t.element_size() for t in ts)
+        cuda = [s for s, k in zip(group, keys) if k[3]]
         held = pos in self._held  # kept until its release point (a sync dict's offload_done)
         if cuda:
             # the copy-back follows it on the same stream: no event needed for that
-            done = _copy_all(cuda[0].device, [(s.host, s.t) for s in cuda])
+            done = _copy_all(cuda[0].device, [s.host for s in cuda], [s.t for s in cuda])
             side = ops.transfer_stream(cuda[0].device)
             if held:
                 self._d2h[pos] = done
@@ -165,10 +172,11 @@ class StepOffload:
                 for s in cuda:
                     s.t.record_stream(side)  # its memory is reused only after the copy ran
         for s in group:
-            if not s.t.is_cuda:
+            if not s.device.type == "cuda":
                 s.host.copy_(s.t)
-            ops._count("d2h", s.t.numel() * s.t.element_size(), s.device, s.t.is_cuda)
-            if not held:
+        ops._count_many("d2h", moved, len(cuda), len(group) - len(cuda), group[0].device)
+        if not held:
+            for s in group:
                 s.t = None
         with self._lock:
             self._groups[pos] = group
@@ -183,7 +191,7 @@ class StepOffload:
             done = self._d2h.pop(p, None)
             group = self._groups.get(p, ())
             if done is not None and group:
-                torch.cuda.current_stream(group[0].device).wait_event(done)
+                done.wait_once(torch.cuda.current_stream(group[0].device))
             for s in group:
                 s.t = None  # freed on the compute stream, which has waited for the copy
 
@@ -229,14 +237,19 @@ class StepOffload:
             s.back = torch.empty_strided(
                 s.host.shape, s.host.stride(), dtype=s.host.dtype, device=s.device
             )
-        cuda = [s for s in group if s.back.is_cuda]
-        done = _copy_all(cuda[0].device, [(s.back, s.host) for s in cuda]) if cuda else None
+        cuda = [s for s in group if s.device.type == "cuda"]
+        done = (
+            _copy_all(cuda[0].device, [s.back for s in cuda], [s.host for s in cuda])
+            if cuda
+            else None
+        )
         for s in group:
-            if s.back.is_cuda:
+            if s.device.type == "cuda":
                 s.back_done = done
             else:
                 s.back.copy_(s.host)
-            ops._count("h2d", s.host.numel() * s.host.element_size(), s.device, s.back.is_cuda)
+        nbytes = sum(s.host.numel() * s.host.element_size() for s in group)
+        ops._count_many("h2d", nbytes, len(cuda), len(group) - len(cuda), group[0].device)
         self._current.prefetched += len(group)
 
     def _unpack(self, s: object) -> torch.Tensor:
@@ -246,8 +259,8 @@ class StepOffload:
             return s.t
         if s.back is None:
             s.back, s.back_done = _copy_back(s)
-        if s.back_done is not None:
-            torch.cuda.current_stream(s.device).wait_event(s.back_done)
+        if s.back_done is not None:  # once per group and stream: one event for the group
+            s.back_done.wait_once(torch.cuda.current_stream(s.device))
         # the host copy stays with the handle: a second backward (retain_graph) reads it again
         out, s.back, s.back_done, s.used = s.back, None, None, True
         return out
@@ -268,7 +281,7 @@ def _share(group: Sequence[_Saved], shares: int, j: int) -> list[_Saved]:
 def _copy_back(s: _Saved) -> tuple[torch.Tensor, object]:
     out = torch.empty_strided(s.host.shape, s.host.stride(), dtype=s.host.dtype, device=s.device)
     if out.is_cuda:
-        done = _copy_all(s.device, [(out, s.host)])
+        done = _copy_all(s.device, [out], [s.host])
     else:
         out.copy_(s.host)
         done = None
@@ -276,21 +289,37 @@ def _copy_back(s: _Saved) -> tuple[torch.Tensor, object]:
     return out, done
 
 
-def _copy_all(device: torch.device, pairs: list[tuple[torch.Tensor, torch.Tensor]]):
-    """Copy each ``src`` into ``dst`` on the transfer stream, after what the compute stream has
-    queued; one stream switch and one event for the whole group (the CPU issues a layer's
-    copies while the GPU may be right behind it). Splitting copies into 16 MiB pieces was
-    measured: more CPU time, and the backward's wait at FSDP2's reduce-scatter stayed."""
+class _Done:
+    """The transfer stream's event for a group of copies; each compute stream waits on it
+    once (a group's tensors are unpacked one by one)."""
+
+    __slots__ = ("event", "waited")
+
+    def __init__(self, event):
+        self.event, self.waited = event, set()
+
+    def wait_once(self, stream) -> None:
+        key = stream.cuda_stream
+        if key not in self.waited:
+            stream.wait_event(self.event)
+            self.waited.add(key)
+
+
+def _copy_all(device: torch.device, dsts: list[torch.Tensor], srcs: list[torch.Tensor]):
+    """Copy each of ``srcs`` into ``dsts`` on the transfer stream, after what the compute
+    stream has queued; one stream switch, one batched copy call and one event for the whole
+    group (the CPU issues a layer's copies while the GPU may be right behind it). Splitting
+    copies into 16 MiB pieces was measured: more CPU time, and the backward's wait at FSDP2's
+    reduce-scatter stayed."""
     compute = torch.cuda.current_stream(device)
     side = ops.transfer_stream(device)
     side.wait_stream(compute)
     torch.cuda.set_stream(side)
     try:
-        for dst, src in pairs:
-            dst.copy_(src, non_blocking=True)
+        compat.copy_many(dsts, srcs)
     finally:
         torch.cuda.set_stream(compute)
-    return side.record_event()
+    return _Done(side.record_event())
 
 
 def sync_schedule(
