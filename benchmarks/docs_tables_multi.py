@@ -82,16 +82,18 @@ def steps(w2: dict, w1: dict) -> str:
     return table(head, out)
 
 
+def _points(a: dict[str, dict]):
+    """Each row present, in table order: its key, label, row and torch's row at its point."""
+    for key, label in _LABELS.items():
+        if key in a:
+            yield key, label, a[key], a.get(_TORCH_POINT.get(key, ""))
+
+
 def steps_repeat(d: dict) -> str:
     """A world-2 run read point by point: median, range, memopt against torch at the same
     point directly (the compile baseline's own spread is in its row)."""
-    a = _rows(d)
     out = []
-    for key, label in _LABELS.items():
-        r = a.get(key)
-        if r is None:
-            continue
-        point = a.get(_TORCH_POINT.get(key, ""))
+    for _key, label, r, point in _points(_rows(d)):
         vs = f"{100 * (r['ms'] / point['ms'] - 1):+.1f}%" if point else ""
         out.append([label, f"{r['ms']:.1f}", _spread(r), vs, _peak(r, point, 3), _same(r)])
     n = d["config"]["iters"]
@@ -109,11 +111,7 @@ def steps_ratio(d: dict) -> str:
     a = _rows(d)
     base = statistics.fmean(a[k]["ms"] for k in ("compile", "compile_end") if k in a)
     out = []
-    for key, label in _LABELS.items():
-        r = a.get(key)
-        if r is None:
-            continue
-        point = a.get(_TORCH_POINT.get(key, ""))
+    for _key, label, r, point in _points(a):
         ratio = f"{(r['ms'] - base) / (point['ms'] - base):.2f}" if point else ""
         row = [label, f"{r['ms']:.1f}", _spread(r), f"{100 * (r['ms'] / base - 1):+.1f}%", ratio,
                _peak(r, point, 3)]  # fmt: skip

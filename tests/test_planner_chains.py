@@ -275,25 +275,28 @@ def test_the_plan_predicted_is_the_plan_decide_applies(seed: int, share: float) 
     assert sol.time == step_time(problem, applied, RATES, windows)
 
 
+def _one(name: str, nbytes: int, reads: tuple[str, ...], kept: int = 0) -> Candidate:
+    """A recomputable candidate of its own cluster that reads ``reads``."""
+    return Candidate(
+        name=name,
+        cluster_id=f"{name}+",
+        occurrence=0,
+        layer=None,
+        nbytes=nbytes,
+        produce_pos=0,
+        first_bwd_use_pos=0,
+        recomputable=True,
+        recompute_ops=(OpCost(flops=1e9),),
+        recompute_reads=reads,
+        recompute_kept_bytes=kept,
+    )
+
+
 def test_refusals_follow_decide_readers_first() -> None:
     """Among equal savings decide accepts first the recompute that fewer other requested
     recomputes read: with A read by B and C (depth 1: no recompute may read a recompute), B
     and C are accepted and A refused (by name alone A came first and refused B and C)."""
-    cands = [
-        Candidate(
-            name=n,
-            cluster_id=f"{n}+",
-            occurrence=0,
-            layer=None,
-            nbytes=MiB,
-            produce_pos=0,
-            first_bwd_use_pos=0,
-            recomputable=True,
-            recompute_ops=(OpCost(flops=1e9),),
-            recompute_reads=reads,
-        )  # fmt: skip
-        for n, reads in (("A", ()), ("B", ("A",)), ("C", ("A",)))
-    ]
+    cands = [_one(n, MiB, reads) for n, reads in (("A", ()), ("B", ("A",)), ("C", ("A",)))]
     chains = Chains(cands, max_depth=1)
     rebuilt = dict.fromkeys(range(3), Strategy.RECOMPUTE)
     assert refused(chains, cands, rebuilt) == {0}
@@ -320,22 +323,6 @@ def test_a_seeded_recompute_is_ordered_by_its_saving_less_its_rng_state() -> Non
     orders by the same: A (1 MiB, 5,056 B of RNG state) ranks below B (1 MiB less 4 KiB), so
     at depth 1 B is accepted and A, which reads B, refused (by ``nbytes`` alone A came first
     and refused B: the tiny Llama's plan at budget 0.1 was applied with 13 tensors changed)."""
-
-    def cand(name: str, nbytes: int, kept: int, reads: tuple[str, ...]) -> Candidate:
-        return Candidate(
-            name=name,
-            cluster_id=f"{name}+",
-            occurrence=0,
-            layer=None,
-            nbytes=nbytes,
-            produce_pos=0,
-            first_bwd_use_pos=0,
-            recomputable=True,
-            recompute_ops=(OpCost(flops=1e9),),
-            recompute_reads=reads,
-            recompute_kept_bytes=kept,
-        )
-
-    cands = [cand("A", MiB, 5056, ("B",)), cand("B", MiB - 4096, 0, ())]
+    cands = [_one("A", MiB, ("B",), kept=5056), _one("B", MiB - 4096, ())]
     rebuilt = dict.fromkeys(range(2), Strategy.RECOMPUTE)
     assert refused(Chains(cands, max_depth=1), cands, rebuilt) == {0}
