@@ -238,18 +238,7 @@ def _count_many(
 
 
 def _count(direction: str, nbytes: int, device: torch.device, is_async: bool) -> None:
-    with _STATS_LOCK:
-        if direction == "d2h":
-            _STATS.d2h_bytes += nbytes
-            _STATS.d2h_copies += 1
-        else:
-            _STATS.h2d_bytes += nbytes
-            _STATS.h2d_copies += 1
-        if is_async:
-            _STATS.async_copies += 1
-        else:
-            _STATS.sync_copies += 1
-        _STATS.devices.add(str(device))
+    _count_many(direction, nbytes, int(is_async), int(not is_async), device)
 
 
 # --------------------------------------------------------------------------- streams and events

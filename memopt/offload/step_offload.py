@@ -172,7 +172,7 @@ class StepOffload:
                 for s in cuda:
                     s.t.record_stream(side)  # its memory is reused only after the copy ran
         for s in group:
-            if not s.device.type == "cuda":
+            if s.device.type != "cuda":
                 s.host.copy_(s.t)
         ops._count_many("d2h", moved, len(cuda), len(group) - len(cuda), group[0].device)
         if not held:

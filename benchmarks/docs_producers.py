@@ -1,0 +1,451 @@
+"""The registry of docs/data: for each data file pattern, the command that writes it and where
+it runs (benchmarks/docs_numbers.py checks that every data file has one, ``--list`` prints
+them and ``--run cpu`` re-runs the CPU ones)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Producer:
+    """How the data files matching ``pattern`` (a glob under docs/data) are made."""
+
+    pattern: str
+    command: str  # run from the repository root; ``{file}`` is the data file's name
+    device: str  # "cpu": runs here (``--run cpu``); "gpu": the H100 machine; "gpu-x2": two H100s
+    note: str = ""
+
+
+PY = "python benchmarks/"
+PRODUCERS: tuple[Producer, ...] = (
+    # CPU: re-run by --run cpu
+    Producer("readme_demo.json", f"{PY}docs_cpu.py demo --out docs/data/{{file}}", "cpu"),
+    Producer("cli_timings.json", f"{PY}docs_cpu.py cli --out docs/data/{{file}}", "cpu"),
+    Producer(
+        "ci_run.json",
+        f"{PY}docs_cpu.py ci --out docs/data/{{file}}",
+        "cpu",
+        "~20 min on 2 cores: .ci/run on a clean clone in a fresh venv, then the quick subset",
+    ),
+    Producer("first_hour.json", f"{PY}docs_cpu.py first-hour --out docs/data/{{file}}", "cpu"),
+    Producer("zoo_cpu.json", f"{PY}zoo.py", "cpu", "~17 min on 2 cores"),
+    Producer(
+        "kernel_signatures_tiny.json",
+        f"{PY}diag_kernel_signatures.py --out docs/data/{{file}}",
+        "cpu",
+        "~30 s on 2 cores",
+    ),
+    Producer(
+        "kernel_signatures_gpu.json",
+        f"{PY}diag_kernel_signatures.py --size gpu --dtype bfloat16 --out docs/data/{{file}}",
+        "cpu",
+        "~12 min on 2 cores: the GPU zoo's sizes traced with fake tensors, reductions timed on "
+        "the CPU",
+    ),
+    Producer(
+        "section_cpu_fusion_s2*.json",
+        f"rm -f docs/data/{{file}}; for m in llama bert vit; do for b in 0.5 0.1; do for g in 0 1; "
+        f"do MEMOPT_FUSION_GUARD=$g {PY}diag_section_cpu.py --model $m --size tiny --batch 4 "
+        f"--budget $b --out docs/data/{{file}}; done; done; done",
+        "cpu",
+        "~10 min on 2 cores",
+    ),
+    Producer(
+        "section_cuda_zoo_s28.json",
+        "for m in t5 resnet wav2vec2 bert roberta phi3 gemma2 convnext llama vit; do echo $m; "
+        "done | xargs -P 5 -I{} sh -c 'TORCHINDUCTOR_CACHE_DIR=/tmp/ci_{} "
+        "MEMOPT_CACHE_DIR=/tmp/cm_{} timeout 200 python benchmarks/diag_section_cpu.py --model {} "
+        "--size tiny --batch 4 --budget 0.5 --device cuda --out $OUT/sec/{}.json'; "
+        "cat $OUT/sec/*.json > docs/data/{file}",
+        "gpu",
+        "one H200, five processes at once (no timing is read)",
+    ),
+    Producer(
+        "diag_fsdp_section_cuda_*_s28.json",
+        f"{PY}diag_fsdp_section.py --device cuda --layers 2 --hidden 2048 --heads 32 --kv 8 "
+        "--ffn 8192 --vocab 32000 --batch 4 --seq 2048 --steps 4 --budget B --out docs/data/{file} "
+        "(_keep: --budget 1.0 --steps 2; _03: --budget 0.3; _03g: the same with "
+        "MEMOPT_FUSION_GUARD=1)",
+        "gpu",
+        "one H200 (_keep), one H100 (_03, _03g)",
+    ),
+    Producer(
+        "section_cpu_zoo_s28.json",
+        f"rm -f docs/data/{{file}}; for m in llama qwen2 mistral gemma2 phi3 bert t5 vit resnet "
+        f"whisper; do TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_CACHE_DIR=$(mktemp -d) "
+        f"{PY}diag_section_cpu.py --model $m --size tiny --batch 4 --budget 0.5 "
+        f"--out docs/data/{{file}}; done",
+        "cpu",
+        "~12 min on 2 cores (the fused-recompute charge; two at a time here)",
+    ),
+    Producer(
+        "section_cpu_zoo_guard_s*.json",
+        f"rm -f docs/data/{{file}}; for m in phi3 t5 resnet gemma2 convnext roberta; do "
+        f"MEMOPT_FUSION_GUARD=1 TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_CACHE_DIR=$(mktemp -d) "
+        f"{PY}diag_section_cpu.py --model $m --size tiny --batch 4 --budget 0.5 "
+        f"--out docs/data/{{file}}; done",
+        "cpu",
+        "~8 min on 2 cores",
+    ),
+    Producer(
+        "section_cpu_zoo_s*.json",
+        f"rm -f docs/data/{{file}}; for m in llama qwen2 mistral gemma2 phi3 mixtral qwen2_moe "
+        f"bert roberta t5 bart vit resnet convnext swin dit sd3 whisper wav2vec2 timm_vit; do "
+        f"TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_CACHE_DIR=$(mktemp -d) "
+        f"{PY}diag_section_cpu.py --model $m --size tiny --batch 4 --budget 0.5 "
+        f"--out docs/data/{{file}}; done",
+        "cpu",
+        "~30 min on 2 cores (one model per process; a fresh Inductor cache for each)",
+    ),
+    Producer(
+        "section_cpu_*.json",
+        f"rm -f docs/data/{{file}}; for b in 0.8 0.4; do {PY}diag_section_cpu.py --model resnet "
+        f"--batch 16 --budget $b --out docs/data/{{file}}; done",
+        "cpu",
+        "~4 min a budget on 2 cores",
+    ),
+    Producer(
+        "torch_versions_*.json",
+        "bash .ci/torch_versions 2.11.0 2.14.1 && cp /tmp/memopt-torch-versions/torch_versions.json "
+        "docs/data/{file}",
+        "cpu",
+        "~15 min on 2 cores; installs torch (PyPI's default build) in fresh venvs",
+    ),
+    # GPU (the commands docs/benchmarks.md names next to each table)
+    Producer("zoo_cuda.json", f"{PY}zoo.py --device cuda --size gpu --dtype bfloat16", "gpu"),
+    Producer(
+        "zoo_gpu_*.json",
+        f"{PY}zoo_gpu.py --models MODEL --out docs/data",
+        "gpu",
+        "resumed runs: --resume docs/data --again (torch.compile timed again beside the rows added)",
+    ),
+    Producer(
+        "fsdp_step_budgets*_s22.json",
+        f"torchrun --nproc-per-node 1 {PY}fsdp_step.py --only budgets --warmup 9 "
+        "--out docs/data/{file}",
+        "gpu",
+        "_old_: PYTHONPATH=<git archive of d1ecff3> (before the Inductor check)",
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_per_run.json", f"{PY}fsdp_step.py --out docs/data/{{file}}", "gpu"
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_budgets_warmup9.json",
+        f"{PY}fsdp_step.py --warmup 9 --only budgets --out docs/data/{{file}}",
+        "gpu",
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_s8.json",
+        f"{PY}fsdp_step.py --only budgets,level,offload --out docs/data/{{file}}",
+        "gpu",
+        "at 9e42eac^ (the step offload model without the copies to the host)",
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_s8_budgets.json",
+        f"{PY}fsdp_step.py --only budgets --out docs/data/{{file}}",
+        "gpu",
+        "at 43bc8a4 (step-plan offload on by default then)",
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_s8_ab.json",
+        f"{PY}fsdp_step.py --only budgets --recompute-only-too --out docs/data/{{file}}",
+        "gpu",
+        "at 0d6a697 (step-plan offload on by default then; 'no offload' rows are today's default)",
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_s9.json",
+        f"{PY}fsdp_step.py --only budgets,level --warmup 9 --snapshot memopt "
+        "--out docs/data/{file}",
+        "gpu",
+        "at 51a4071 (the peak probe, the 0.5% margin)",
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_s9_first.json",
+        f"{PY}fsdp_step.py --only budgets --warmup 9 --out docs/data/{{file}}",
+        "gpu",
+        "at e2e8fdc (the peak probe, the 2.5% reserve)",
+    ),
+    Producer(
+        "fsdp_step_2026-11-25_s9_reuse.json",
+        f"{PY}fsdp_step.py --only budgets --warmup 9 --out docs/data/{{file}}",
+        "gpu",
+        "at 6c37006 (the logits' own cluster, the planner's in-place reuse)",
+    ),
+    Producer("fsdp_step*.json", f"{PY}fsdp_step.py --out docs/data/{{file}}", "gpu"),
+    Producer(
+        "kernels_*.json",
+        "MEMOPT_CACHE_DIR=$OUT/cache (any budget or offload run on the GPU), then "
+        "cp $OUT/cache/rates/kernels-*.json docs/data/{file}",
+        "gpu",
+        "memopt's kernel-time cache of the run named in docs/planner.md / docs/zoo.md",
+    ),
+    Producer(
+        "diag_vit_offload*.json",
+        f"{PY}diag_zoo_offload.py --model vit "
+        "--variants compile,offload=1,budget=4221106688,budget_noffload=4221106688 "
+        "--out docs/data/{file}",
+        "gpu",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_2026-11-25.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_s14*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only offload,budgets --out docs/data/{file} (_s14: --only offload, before the store "
+        "fix; _s14b: after it)",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_att_s15.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets --warmup 9 --memopt-log memopt_w2_s15.log --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_s16*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets --warmup 9 --memopt-log memopt_w2_s16a.log --out docs/data/{file} (twice: "
+        "_s16a, _s16b)",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_s18*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets --warmup 9 --memopt-log memopt_w2_s18.log --out docs/data/{file} (_s18: "
+        "finer step options, two H200s; _s18b: a tried variant that priced compiled options "
+        "at their Inductor peaks, not kept)",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_s28.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets,level,offload,auto --warmup 9 --iters 30 --memopt-log memopt_w2_s28.log "
+        "--out docs/data/{file} (two H100s; before the compile_end row existed)",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w1_s29.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only budgets,level,offload,auto --warmup 9 --iters 30 --memopt-log memopt_w1_s29.log "
+        "--out docs/data/{file} (one H200, code 5cebeaf)",
+        "gpu",
+    ),
+    Producer(
+        "multi_gpu_steps_offload_w1_s29.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only offload --warmup 9 --iters 20 --out docs/data/{file} (one H200, the batched "
+        "step-offload host path)",
+        "gpu",
+    ),
+    Producer(
+        "offload_host*_s29.json",
+        f"{PY}diag_offload_host.py --tensors 24 --mib 32 --repeats 20 --out docs/data/{{file}} "
+        "(one H200; _before_: --impl with the step offload of 7149c70)",
+        "gpu",
+    ),
+    Producer(
+        "step_choice*_s29.json",
+        "torchrun --standalone --nproc-per-node 1 benchmarks/diag_step_choice.py --budgets "
+        "9359453696,7613686272 --out docs/data/{file} (one H200, code 5cebeaf; _auto: "
+        "--budgets 9359453696 --offload-auto)",
+        "gpu",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_s26*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets --warmup 9 --memopt-log memopt_w2_s26.log --out docs/data/{file} (two "
+        "H200s; _s26g: with MEMOPT_FUSION_GUARD=1)",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_s25.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--warmup 9 --memopt-log memopt_w2_s25.log --out docs/data/{file} (two H200s)",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_s17*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets --warmup 9 --memopt-log memopt_w2_s17.log --out docs/data/{file} (_s17: "
+        "before the re-plan at the measured target, _s17b: after it)",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_auto_s14.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps "
+        "--only budgets,auto --memopt-log memopt_auto.log --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w1_s14.json",
+        "torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps --only offload "
+        "--out docs/data/{file}",
+        "gpu-x2",
+        "GPU 0 of the two-GPU machine",
+    ),
+    Producer(
+        "multi_gpu_steps_w2_warmup9_2026-11-25.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 2 benchmarks/multi_gpu.py steps --only budgets,offload "
+        "--warmup 9 --iters 10 --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_steps_w1_b8_2026-11-25.json",
+        "torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps --batch 8 --only level,offload --iters 2 "
+        "--out docs/data/{file}",
+        "gpu-x2",
+        "GPU 0 of the two-GPU machine",
+    ),
+    Producer(
+        "multi_gpu_steps_w1_2026-11-25.json",
+        "torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps --out docs/data/{file}",
+        "gpu-x2",
+        "GPU 0 of the two-GPU machine",
+    ),
+    Producer(
+        "multi_gpu_params_w2_largest_2026-11-25.json",
+        f"{PY}multi_gpu.py params --world 2 --jobs '' --largest memopt --largest-batches 6,8 "
+        "--timeout 60 --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_params_w2_2026-11-25.json",
+        f"{PY}multi_gpu.py params --world 2 --largest-batches 6 --timeout 150 "
+        "--out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_params_w1_b4_2026-11-25.json",
+        f"{PY}multi_gpu.py params --world 1 --jobs fsdp2:4x1024,memopt:4x1024 --largest '' "
+        "--timeout 65 --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "multi_gpu_params_w1_2026-11-25.json",
+        f"{PY}multi_gpu.py params --world 1 --largest '' --timeout 120 --out docs/data/{{file}}",
+        "gpu-x2",
+        "cut by its time limit after the 2 x 512 jobs",
+    ),
+    Producer(
+        "pcie_w2*.json",
+        "torchrun --standalone --nproc-per-node 2 benchmarks/diag_pcie.py --out docs/data/{file}",
+        "gpu-x2",
+    ),
+    Producer("pareto_llama*.json", f"{PY}pareto.py llama --out docs/data/{{file}}", "gpu"),
+    Producer(
+        "pareto_gpt2_b32*.json", f"{PY}pareto.py gpt2 --batch 32 --out docs/data/{{file}}", "gpu"
+    ),
+    Producer("pareto_gpt2*.json", f"{PY}pareto.py gpt2 --out docs/data/{{file}}", "gpu"),
+    Producer(
+        "offload_llama8*.json",
+        "CUBLAS_WORKSPACE_CONFIG=:4096:8 "
+        f"{PY}offload.py --model llama --layers 8 --k 1,2 --stability-steps 12 "
+        "--stability-k 2 --profile-steps 2 --out docs/data/{file}",
+        "gpu",
+    ),
+    Producer(
+        "offload_gpt6*.json",
+        "CUBLAS_WORKSPACE_CONFIG=:4096:8 "
+        f"{PY}offload.py --model gpt --layers 6 --hidden 2048 --heads 16 --k 1,2,3,4,5 "
+        "--late 1 --stability-k 2 --profile-steps 2 --out docs/data/{file}",
+        "gpu",
+    ),
+    Producer(
+        "offload_llama.json",
+        f"CUBLAS_WORKSPACE_CONFIG=:4096:8 {PY}offload.py --model llama --out docs/data/{{file}}",
+        "gpu",
+    ),
+    Producer(
+        "first_steps_*.json",
+        f"{PY}first_steps.py --model vit --budgets 1.9e9,2.2e9 --out docs/data/{{file}}",
+        "gpu",
+        "old: PYTHONPATH=<git archive of the commit before>; see docs/zoo.md for each file",
+    ),
+    Producer(
+        "clip_host*.json",
+        f"PYTHONPATH=. {PY}clip_host.py --size 1b --out docs/data/{{file}}",
+        "gpu",
+        "the H100 machine's host CPU; no GPU used",
+    ),
+    Producer(
+        "param_peers*.json",
+        f"PYTHONPATH=. {PY}param_peers.py run --out docs/data/{{file}} --jobs ...",
+        "gpu",
+        "the jobs of each run are listed in its JSON and in docs/benchmarks.md",
+    ),
+    Producer(
+        "param_cpu_adamw*.json",
+        f"PYTHONPATH=. {PY}param_cpu_adamw.py all --out docs/data/{{file}}",
+        "gpu",
+    ),
+    Producer(
+        "largest_batch*.json",
+        f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True {PY}largest_batch.py "
+        "--variants memopt-budget,compile --no-guess --out docs/data/{file}",
+        "gpu",
+        "--start/--max-batch per run: docs/benchmarks.md",
+    ),
+    Producer("plan_time*.json", f"{PY}plan_time.py --models llama --out docs/data/{{file}}", "gpu"),
+    Producer(
+        "freeze_check.json",
+        f"{PY}freeze_check.py --budget 4928556544 --out docs/data/{{file}}",
+        "gpu",
+    ),
+    Producer(
+        "copy_interference*.json", f"{PY}copy_interference.py --out docs/data/{{file}}", "gpu"
+    ),
+    Producer(
+        "diag_offload_gaps.json", f"{PY}diag_offload_cost.py --ks 1 --out docs/data/{{file}}", "gpu"
+    ),
+    Producer("diag_step_offload_v2_chunked.json", "(historical: chunked copies, reverted)", "gpu"),
+    Producer(
+        "diag_step_offload_w2*_s14.json",
+        f"torchrun --nproc-per-node 2 {PY[7:]}diag_step_offload.py "
+        "--variants compile,k1,k1:prehook,k1:nopace --waits --traces tr --out {file}",
+        "gpu-x2",
+    ),
+    Producer(
+        "diag_step_offload_w2*.json",
+        f"torchrun --nproc-per-node 2 {PY[7:]}diag_step_offload.py --ks 1,2 --out {{file}}",
+        "gpu",
+    ),
+    Producer(
+        "diag_step_offload*_w1_s29.json",
+        f"torchrun --standalone --nproc-per-node 1 {PY[7:]}diag_step_offload.py --variants "
+        "compile,k1,k2 --out docs/data/{file} (_stack_: DIAG_STACK=1, --variants k1; one H200)",
+        "gpu",
+    ),
+    Producer(
+        "diag_step_offload*.json",
+        f"{PY}diag_step_offload.py --ks 1,2 --out docs/data/{{file}}",
+        "gpu",
+    ),
+    Producer(
+        "diag_plan_kernels_*.json",
+        f"{PY}diag_plan_kernels.py --model MODEL --variants ... --out docs/data/{{file}} "
+        "(the variants are in each row; docs/zoo.md, thirteenth session, has the commands)",
+        "gpu",
+    ),
+    Producer(
+        "diag_liveness_*.json",
+        f"{PY}diag_liveness.py --model MODEL --variants ... (one JSON line per run, listed)",
+        "gpu",
+        "the commands are in docs/zoo.md, seventeenth session",
+    ),
+    Producer(
+        "diag_option_peak_*.json",
+        f"{PY}diag_option_peak.py --model resnet --budget 3474163712 --out docs/data/{{file}}",
+        "gpu",
+        "docs/zoo.md, twenty-fifth session (``_fix``: after the solver's fix)",
+    ),
+    Producer("diag_tangents*.json", f"{PY}diag_tangents.py --device cuda", "gpu"),
+    Producer(
+        "collective_pcie_w2*.json",
+        f"torchrun --nproc-per-node 2 {PY[7:]}diag_collective_pcie.py --out {{file}}",
+        "gpu",
+    ),
+)
