@@ -29,6 +29,11 @@ FAKE = DeviceRates(
 def test_defaults_are_documented_round_numbers() -> None:
     assert CPU_DEFAULTS.matmul_flops_per_s == 100e9 and CPU_DEFAULTS.hbm_bytes_per_s == 10e9
     assert H100_DEFAULTS.matmul_flops_per_s == 600e12 and H100_DEFAULTS.d2h_bytes_per_s == 50e9
+    assert (H100_DEFAULTS.run_offload_s, H100_DEFAULTS.run_offload_tensor_s) == (
+        costs.RUN_OFFLOAD_S,
+        costs.RUN_OFFLOAD_TENSOR_S,
+    )
+    assert CPU_DEFAULTS.run_offload_s == CPU_DEFAULTS.run_offload_tensor_s == 0
 
 
 def test_cpu_uses_defaults_without_measuring(monkeypatch, tmp_path) -> None:
@@ -93,6 +98,35 @@ def test_measure_times_real_tensors_inside_a_compiles_fake_mode(monkeypatch) -> 
         rates = costs._measure(torch.device("cpu"), CalibrationSizes(64, 1 << 16, 1 << 16, 2))
     assert made and not isinstance(made[0], FakeTensor)
     assert costs.check_rates(rates) == ""
+
+
+def test_run_offload_is_timed_outside_the_partitioners_thread_local_state(monkeypatch) -> None:
+    """Cross-region offload's host time is calibrated from the partitioner, which traces under
+    a fake-tensor mode, without grad and with saved-tensor hooks disabled: the run it times
+    must still pack real tensors and offload them (else the offloaded-less-kept time is 0)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from memopt.offload import step_offload
+
+    moved = []
+    real_offload = step_offload.StepOffload._offload
+
+    def spy(self, pos, group):
+        moved.append(len(group))
+        return real_offload(self, pos, group)
+
+    monkeypatch.setattr(step_offload.StepOffload, "_offload", spy)
+    with (
+        FakeTensorMode(),
+        torch.no_grad(),
+        torch.autograd.graph.disable_saved_tensors_hooks("traced"),
+    ):
+        run_s, tensor_s = costs._time_run_offload(torch.device("cpu"), lambda: None, 1, (2, 6))
+    # per count: 2 warm-ups and 5 samples offloaded, each run its tensors (not w)
+    assert moved == [2] * 7 + [6] * 7
+    assert run_s >= 0 and tensor_s >= 0 and run_s + tensor_s > 0
+    fitted = costs.replace(FAKE, run_offload_s=run_s, run_offload_tensor_s=tensor_s)
+    assert costs.check_rates(fitted) == ""
 
 
 def test_implausible_rates_are_named_and_not_read_from_the_cache(monkeypatch, tmp_path) -> None:

@@ -27,7 +27,8 @@ from memopt.planner.problem import OpCost
 log = logging.getLogger("memopt")
 
 #: Version of the cache file format and of the measuring code; a change re-measures.
-CALIBRATION_VERSION = 3  # 2: version 1 timed fake tensors inside a compile; 3: copy_op_s
+CALIBRATION_VERSION = 4  # 2: version 1 timed fake tensors inside a compile; 3: copy_op_s;
+# 4: run_offload_s, run_offload_tensor_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +49,13 @@ class DeviceRates:
     """CPU seconds of memopt's offload op plus its wait, per offloaded tensor. Early in the
     forward the GPU runs right behind the CPU that launches its kernels, so this time delays
     the step; the planner charges what the CPU's lead over the GPU cannot absorb."""
+    run_offload_s: float = 0.0
+    """Forward-thread CPU seconds cross-region offload (:mod:`memopt.offload.step_offload`)
+    adds to one offloaded run, besides :attr:`run_offload_tensor_s` per tensor: its saved
+    tensors packed and their copies to the host issued. The backward's share (the copy-backs
+    issued, the tensors unpacked) is not in it: there the CPU runs ahead of long kernels."""
+    run_offload_tensor_s: float = 0.0
+    """The same, per saved tensor of the run."""
     cpu_lead_gain: float = 0.0
     """Seconds of lead the CPU gains over the GPU per second of forward compute (0: it never
     gets ahead, every offload op's CPU time delays the GPU). Not measured by
@@ -72,10 +80,16 @@ CPU_DEFAULTS = DeviceRates(
 #: six layers (1.8 ms of CPU) about 0.9 ms: the CPU gains about a tenth of the GPU's time.
 CPU_LEAD_GAIN = 0.1
 
+#: Cross-region offload's forward-thread seconds per run and per tensor, measured on the H200
+#: host of docs/steps.md (torch 2.11; :func:`_time_run_offload`); only nominal rates use them.
+RUN_OFFLOAD_S, RUN_OFFLOAD_TENSOR_S = 100e-6, 20e-6
+
 #: Nominal H100 SXM rates for planning when no H100 is at hand: bf16 dense matmul at about 60%
 #: of the 989 TFLOP/s peak, HBM3 copies at about 85% of 3.35 TB/s, PCIe Gen5 x16 pinned copies
-#: at about 50 GB/s each way, and the CPU time of an offload op plus its wait as measured on the
-#: H100 host of docs/benchmarks.md. :func:`calibrate` replaces them with measured values.
+#: at about 50 GB/s each way, the CPU time of an offload op plus its wait as measured on the
+#: H100 host of docs/benchmarks.md, and cross-region offload's forward-thread time per run as
+#: measured on the H200 host (docs/steps.md). :func:`calibrate` replaces them with measured
+#: values.
 H100_DEFAULTS = DeviceRates(
     name="h100-default",
     matmul_flops_per_s=600e12,
@@ -83,6 +97,8 @@ H100_DEFAULTS = DeviceRates(
     h2d_bytes_per_s=50e9,
     d2h_bytes_per_s=50e9,
     copy_op_s=75e-6,
+    run_offload_s=RUN_OFFLOAD_S,
+    run_offload_tensor_s=RUN_OFFLOAD_TENSOR_S,
     cpu_lead_gain=CPU_LEAD_GAIN,
 )
 
@@ -215,7 +231,8 @@ _MAX_RATES = {
     "h2d_bytes_per_s": 2e12,
     "d2h_bytes_per_s": 2e12,
 }
-#: Above this the copy ops' CPU time is wrong (a busy host, or a debugger): seconds per copy.
+#: Above this the copy ops' CPU time is wrong (a busy host, or a debugger): seconds per copy
+#: (and per offloaded run).
 _MAX_COPY_OP_S = 0.01
 
 
@@ -226,8 +243,9 @@ def check_rates(rates: DeviceRates) -> str:
         for k, v in _MAX_RATES.items()
         if not 0 < getattr(rates, k) <= v
     ]
-    if not 0 <= rates.copy_op_s <= _MAX_COPY_OP_S:
-        bad.append(f"copy_op_s={rates.copy_op_s:.3g} (outside 0..{_MAX_COPY_OP_S})")
+    for k in ("copy_op_s", "run_offload_tensor_s", "run_offload_s"):
+        if not 0 <= getattr(rates, k) <= _MAX_COPY_OP_S:
+            bad.append(f"{k}={getattr(rates, k):.3g} (outside 0..{_MAX_COPY_OP_S})")
     return ", ".join(bad)
 
 
@@ -271,6 +289,8 @@ def _read_cache(path: str) -> DeviceRates | None:
             h2d_bytes_per_s=data["h2d_bytes_per_s"],
             d2h_bytes_per_s=data["d2h_bytes_per_s"],
             copy_op_s=data["copy_op_s"],
+            run_offload_s=data["run_offload_s"],
+            run_offload_tensor_s=data["run_offload_tensor_s"],
             cpu_lead_gain=data["cpu_lead_gain"],
         )
     except KeyError:
@@ -304,6 +324,7 @@ def _measure(dev, sizes: CalibrationSizes) -> DeviceRates:
         copy_s = _time_copy(dev, sizes.copy_bytes, sync, sizes.repeats, k)
         h2d_s, d2h_s = _time_transfers(dev, sizes.transfer_bytes, is_cuda, sync, sizes.repeats, k)
         op_s = _time_copy_ops(dev, sync, sizes.repeats) if is_cuda else 0.0
+    run_s, tensor_s = _time_run_offload(dev, sync, sizes.repeats) if is_cuda else (0.0, 0.0)
     return DeviceRates(
         name=dev.type,
         matmul_flops_per_s=2 * n**3 / mm_s,
@@ -311,6 +332,8 @@ def _measure(dev, sizes: CalibrationSizes) -> DeviceRates:
         h2d_bytes_per_s=sizes.transfer_bytes / h2d_s,
         d2h_bytes_per_s=sizes.transfer_bytes / d2h_s,
         copy_op_s=op_s,
+        run_offload_s=run_s,
+        run_offload_tensor_s=tensor_s,
         cpu_lead_gain=CPU_LEAD_GAIN if is_cuda else 0.0,
         source="measured",
     )
@@ -369,6 +392,65 @@ def _time_copy_ops(dev, sync: Callable[[], None], repeats: int, rounds: int = 50
         samples.append(time.perf_counter() - t0)
         sync()
     return statistics.median(samples) / rounds
+
+
+def _time_run_offload(
+    dev, sync: Callable[[], None], repeats: int, counts: tuple[int, int] = (4, 24)
+) -> tuple[float, float]:
+    """Forward-thread CPU seconds :class:`~memopt.offload.step_offload.StepOffload` adds to a
+    run, as ``(per run, per tensor)``: a run saving ``counts`` tensors of 1 MiB each, timed
+    from its call to its copies issued, offloaded less kept, without synchronizing; the line
+    through the two counts (each of its terms at least 0).
+
+    It runs on a thread of its own: the partitioner that calibrates traces under a fake-tensor
+    mode, without grad and with saved-tensor hooks disabled, all thread-local."""
+    import threading
+
+    got: list = []
+
+    def work() -> None:
+        try:
+            got.append([_run_offload_us(dev, sync, repeats, n) for n in counts])
+        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread
+            got.append(e)
+
+    t = threading.Thread(target=work, name="memopt-calibrate")
+    t.start()
+    t.join()
+    if isinstance(got[0], BaseException):
+        raise got[0]
+    (n0, n1), (a0, a1) = counts, got[0]
+    per_tensor = max(0.0, (a1 - a0) / (n1 - n0))
+    return max(0.0, a0 - per_tensor * n0) * 1e-6, per_tensor * 1e-6
+
+
+def _run_offload_us(dev, sync: Callable[[], None], repeats: int, tensors: int) -> float:
+    """Median microseconds the forward thread spends on one run saving ``tensors`` tensors,
+    offloaded less kept (:func:`_time_run_offload`)."""
+    import torch
+
+    from memopt.offload.step_offload import StepOffload
+
+    w = torch.ones((), device=dev, dtype=torch.bfloat16, requires_grad=True)
+    xs = [torch.randn(1 << 19, device=dev, dtype=torch.bfloat16) for _ in range(tensors)]
+    med = {}
+    for mode in ((), (0,)):
+        samples = []
+        for r in range(max(5, repeats) + 2):  # two warm-ups: the pinned pool, the stream
+            off = StepOffload(mode, min_bytes=1024)  # w stays
+            sync()
+            t0 = time.perf_counter()
+            with off.run(0, ()):
+                ys = [x * w for x in xs]  # each saves its x
+            dt = time.perf_counter() - t0
+            off.backward_reached(1)
+            torch.autograd.backward(ys, [torch.ones_like(y) for y in ys])
+            sync()
+            del ys
+            if r >= 2:
+                samples.append(dt)
+        med[mode] = statistics.median(samples)
+    return 1e6 * (med[(0,)] - med[()])
 
 
 def _time(
