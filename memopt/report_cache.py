@@ -3,16 +3,34 @@ skips memopt's partitioner and Inductor's code generation) still has its region'
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import pickle
+from collections.abc import Sequence
 from typing import Any
+
+import torch
 
 from memopt.config import cache_dir, write_atomic
 from memopt.report import RegionReport
 
 log = logging.getLogger("memopt")
+
+
+def graph_key(config_uuid: str, context: str, code: str, example_inputs: Sequence[Any]) -> str:
+    """The key a region's report is stored under: memopt's settings, the compile's context,
+    torch's version, the graph's code and its inputs' shapes, dtypes and grad flags."""
+    h = hashlib.sha256()
+    for part in (config_uuid, context, torch.__version__, code):
+        h.update(part.encode())
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            h.update(f"{tuple(x.shape)}{x.dtype}{x.requires_grad}".encode())
+        else:
+            h.update(repr(type(x)).encode())
+    return h.hexdigest()[:32]
 
 
 def _path(key: str, suffix: str = "json") -> str:

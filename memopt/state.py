@@ -14,7 +14,6 @@ cache dir, so a warm compile cache reproduces the same report and the same step 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections.abc import Collection, Sequence
@@ -393,7 +392,13 @@ class MemoptState:
                          "measured target: planning the step again (correction %d)",
                          measured, self._correction)  # fmt: skip
                 return True
-        return peak > c.target
+        # over the plan's target (the blind reserve's) yet inside the budget's measured one
+        # with fewer than two step plans left (a re-plan and its check): the plan stays
+        return peak > c.target and not (
+            measured is not None
+            and measured <= measured_target(self.config.budget)
+            and self._step_plans + 2 > MAX_STEP_PLANS
+        )
 
     def _measured_peak(self) -> int | None:
         """The CUDA peak of the step just run, when it set a new record and nothing compiled
@@ -538,17 +543,8 @@ class MemoptState:
         index: int | None = None,
     ) -> None:
         """A graph is about to compile (``index``: its report replaces that region's)."""
-        h = hashlib.sha256()
-        h.update(self.config.uuid().encode())
-        h.update(context.encode())
-        h.update(torch.__version__.encode())
-        h.update(gm.code.encode())
-        for x in example_inputs:
-            if isinstance(x, torch.Tensor):
-                h.update(f"{tuple(x.shape)}{x.dtype}{x.requires_grad}".encode())
-            else:
-                h.update(repr(type(x)).encode())
-        self._pending = (h.hexdigest()[:32], index)
+        key = report_cache.graph_key(self.config.uuid(), context, gm.code, example_inputs)
+        self._pending = (key, index)
         self._ran = False
 
     def add_region(self, region: RegionReport, problem: Any = None) -> None:

@@ -288,3 +288,32 @@ def test_a_run_on_another_compiled_variant_is_judged_by_the_step_target_not_its_
     assert state._compiled_err == {0: room - 1}  # kept as the runs' offset
     region.extra["inductor"]["peak"] = model + room + 1  # now it does not
     assert state._compiled_excess()
+
+
+def test_a_plan_over_its_blind_target_but_inside_the_measured_one_stays_without_a_check_left(
+    monkeypatch,
+):
+    """A step plan made on the blind CUDA reserve measures above that target yet inside the
+    budget's measured target: with two step plans left it is planned again at the measured
+    target (that plan can still be corrected); with fewer the fitting plan stays. Seen on an
+    H200 (thirtieth session): the re-plan used the last step plan, moved the peak into the
+    forward and measured 0.14% over the user's budget, unchecked."""
+    import memopt.passes.plan_budget as pb
+    from memopt.state import MAX_STEP_PLANS
+
+    reserve = lambda b, device_type: b - int(pb.CUDA_RESERVE_FRACTION * b)  # noqa: E731
+    monkeypatch.setattr(pb, "step_bytes", reserve)  # as on CUDA
+    inside = BUDGET - int(MEASURED_MARGIN * BUDGET) - 1000  # 397,000: under 398,000, not roomy
+    for left, replanned in ((2, True), (1, False)):
+        state = _state()
+        entry = _static(state) + 1000
+        _two_run_step(state, entry)
+        blind = state.step_choice
+        assert blind.feasible and blind.peak <= blind.target == 390_000 < inside
+        state._step_plans = MAX_STEP_PLANS - left
+        _two_run_step(state, entry, probed=inside)
+        assert state.measured_peak == inside and not state._relaxed
+        assert state._step_plans == MAX_STEP_PLANS - left + replanned
+        assert (state.step_choice is not blind) == replanned
+        if replanned:
+            assert state.step_choice.target == BUDGET - int(MEASURED_MARGIN * BUDGET)

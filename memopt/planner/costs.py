@@ -80,9 +80,10 @@ CPU_DEFAULTS = DeviceRates(
 #: six layers (1.8 ms of CPU) about 0.9 ms: the CPU gains about a tenth of the GPU's time.
 CPU_LEAD_GAIN = 0.1
 
-#: Cross-region offload's forward-thread seconds per run and per tensor, measured on the H200
-#: host of docs/steps.md (torch 2.11; :func:`_time_run_offload`); only nominal rates use them.
-RUN_OFFLOAD_S, RUN_OFFLOAD_TENSOR_S = 100e-6, 20e-6
+#: Cross-region offload's forward-thread seconds per run and per tensor for nominal rates: the
+#: mean of two calibrations on the H200 host of docs/benchmarks.md (torch 2.11, thirtieth
+#: session; :func:`_time_run_offload`): 37 and 102 µs per run, 15.8 and 26.7 µs per tensor.
+RUN_OFFLOAD_S, RUN_OFFLOAD_TENSOR_S = 70e-6, 21e-6
 
 #: Nominal H100 SXM rates for planning when no H100 is at hand: bf16 dense matmul at about 60%
 #: of the 989 TFLOP/s peak, HBM3 copies at about 85% of 3.35 TB/s, PCIe Gen5 x16 pinned copies
