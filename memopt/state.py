@@ -392,11 +392,11 @@ class MemoptState:
                          "measured target: planning the step again (correction %d)",
                          measured, self._correction)  # fmt: skip
                 return True
-        # over the plan's target (the blind reserve's) yet inside the budget's measured one
-        # with fewer than two step plans left (a re-plan and its check): the plan stays
+        # over the plan's target (the blind reserve's) yet, measured, inside the budget's
+        # measured one with fewer than two step plans left (a re-plan and its check): it stays
         return peak > c.target and not (
-            measured is not None
-            and measured <= measured_target(self.config.budget)
+            self._measured
+            and peak <= measured_target(self.config.budget)
             and self._step_plans + 2 > MAX_STEP_PLANS
         )
 

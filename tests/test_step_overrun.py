@@ -317,3 +317,6 @@ def test_a_plan_over_its_blind_target_but_inside_the_measured_one_stays_without_
         assert (state.step_choice is not blind) == replanned
         if replanned:
             assert state.step_choice.target == BUDGET - int(MEASURED_MARGIN * BUDGET)
+            continue
+        _two_run_step(state, entry)  # unmeasured: the corrected prediction is over its target
+        assert state._step_plans == MAX_STEP_PLANS - 1 and state.step_choice is blind
