@@ -235,6 +235,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "multi_gpu_steps_w1_s30*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only budgets,auto --warmup 9 --iters 30 --memopt-log memopt_w1_s30a.log --out "
+        "docs/data/{file} (one H200; a: code 15ef625, b: 8c07eac, c: 5083cfd)",
+        "gpu",
+    ),
+    Producer(
         "multi_gpu_steps_offload_w1_s29.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only offload --warmup 9 --iters 20 --out docs/data/{file} (one H200, the batched "
