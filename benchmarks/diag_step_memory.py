@@ -81,7 +81,15 @@ def main(argv=None) -> None:
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--steps", type=int, default=14, help="steps before the measured one")
     p.add_argument("--out", required=True)
+    p.add_argument("--memopt-log", help="memopt's INFO log")
     a = p.parse_args(argv)
+    if a.memopt_log:
+        import logging
+
+        handler = logging.FileHandler(a.memopt_log)
+        handler.setFormatter(logging.Formatter("%(relativeCreated)d ms %(message)s"))
+        logging.getLogger("memopt").addHandler(handler)
+        logging.getLogger("memopt").setLevel(logging.INFO)
     for k, v in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29543"), ("RANK", "0"),
                  ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):  # fmt: skip
         os.environ.setdefault(k, v)
