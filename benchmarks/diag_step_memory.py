@@ -140,6 +140,9 @@ def main(argv=None) -> None:
                                               "target": c.target, "feasible": c.feasible},
             "correction": state._correction, "measured_peak": state.measured_peak,
             "offload_runs": sorted(getattr(state.offload, "positions", ()) or ()),
+            "offloaded_bytes": getattr(getattr(state.offload, "stats", None), "offloaded_bytes", 0),
+            "movable": {i: state.run_plan[i].movable for i in state.run_plan},
+            "saved_input_bytes": {r: p.saved_input_bytes for r, p in state.problems.items()},
         })  # fmt: skip
         print(text, "train peak", peak, "predicted", runs[-1]["choice"])
         for s in segs:
