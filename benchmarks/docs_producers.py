@@ -242,6 +242,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "step_memory*_s30.json",
+        "torchrun --standalone --nproc-per-node 1 benchmarks/diag_step_memory.py --budget "
+        "7613686272 --offload none,1 --out docs/data/{file} (one H200, code 7ef82fa; _k1: "
+        "--offload 1 --steps 12 --memopt-log at 3e27433, _k1b: --offload 1 --steps 6 at d78037b)",
+        "gpu",
+    ),
+    Producer(
         "multi_gpu_steps_offload_w1_s29.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only offload --warmup 9 --iters 20 --out docs/data/{file} (one H200, the batched "
