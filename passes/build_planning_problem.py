@@ -309,10 +309,13 @@ def _candidate(
         return None
     rec = a.recompute_nodes.get(Strategy.RECOMPUTE, ())
     comp = a.recompute_nodes.get(Strategy.COMPROMISE)
-    kept = None
+    kept, rec_kept = None, 0
     if Strategy.COMPROMISE in a.savings:
         saving = sizes.expr(a.savings[Strategy.COMPROMISE])
         kept = None if saving is None else nbytes - saving
+    if Strategy.RECOMPUTE in a.savings:  # the RNG state a seeded recompute saves
+        saving = sizes.expr(a.savings[Strategy.RECOMPUTE])
+        rec_kept = 0 if saving is None else max(0, nbytes - saving)
     tag = g.offload_layer(members)
     tag = tag if tag is not None else a.layer
     layer = layer_index.get(tag)
@@ -335,6 +338,7 @@ def _candidate(
         recomputable=Strategy.RECOMPUTE in a.savings or Strategy.COMPROMISE in a.savings,
         recompute_ops=cost(rec or comp or ()),
         compromise_kept_bytes=kept,
+        recompute_kept_bytes=rec_kept,
         compromise_ops=cost(comp) if comp else None,
         # a layer without a matmul to order copies by is left on the device by the rewrite
         offloadable=layer is not None and nbytes >= min_offload_bytes and tag not in gateless,

@@ -68,6 +68,9 @@ class Candidate:
     backward use."""
     compromise_kept_bytes: int | None = None
     """Bytes kept instead (a smaller cast input) when strategy 2 applies; None: no compromise."""
+    recompute_kept_bytes: int = 0
+    """Bytes a recompute still saves (the RNG state of a seeded recompute): its saving is
+    ``nbytes`` less these, as :func:`memopt.decide.decide` orders requested recomputes by."""
     compromise_ops: tuple[OpCost, ...] | None = None
     """Ops recomputed under the compromise; None means ``recompute_ops``."""
     offloadable: bool = False
