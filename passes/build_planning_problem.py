@@ -393,7 +393,8 @@ def _fused_group(
             item = bw_values.get(reader.name)
             if item is not None and item.start < first <= item.end:
                 made -= item.nbytes
-    return replace(c, fused_charges=((first, made),)) if made else c
+    at = min(members, key=members.__getitem__).name
+    return replace(c, fused_charges=((first, made),), fused_at=(at,)) if made else c
 
 
 def _undo_reuse(cands: list[Candidate]) -> tuple[Candidate, ...]:

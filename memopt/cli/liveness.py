@@ -44,7 +44,7 @@ on this). Without detected layers (``node.meta[LAYER]``) the backward is split i
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import sympy
@@ -277,17 +277,26 @@ def step_profile(
     static_input_indices: Collection[int] = (),
     device: str | None = None,
     pad_matmuls: bool = False,
+    fused: Sequence[tuple[str, int]] = (),
 ) -> StepProfile:
     """The live-bytes profile of a partitioned step (see the module docstring).
 
     ``static_input_indices``: positions of the forward's inputs that are parameters or buffers
     (Inductor's ``static_lifetime_input_indices``); the other inputs count as ``inputs``.
     ``device``: the traced device type; tensors elsewhere are not counted. ``pad_matmuls``:
-    charge the padded operand copies Inductor makes for unaligned matmuls on CUDA."""
+    charge the padded operand copies Inductor makes for unaligned matmuls on CUDA. ``fused``:
+    ``(backward node, bytes)`` that Inductor's fusion of a recompute with the backward kernels
+    reading its inputs makes at that kernel (the budget planner's ``Candidate.fused_charges``
+    of the recomputes it chose; no FX node shows them), charged there at these sizes."""
     at = _Positions(fw, bw)
     sweep = _Sweep(symbols)
     saved = _sweep_forward(fw, bw, num_fwd_outputs, at, sweep, device)
     grads = _sweep_backward(bw, at, sweep, device)
+    by_name = {n.name: n for n in at.bw_ops}
+    for name, nbytes in fused:
+        if name in by_name:
+            pos = at.bpos[by_name[name]]
+            sweep.items.append((pos, pos, "temporaries", nbytes, sympy.Integer(nbytes)))
     if pad_matmuls and not pads_in_graph(fw):  # on CUDA the pads are nodes of the graph
         for ops, pos in ((at.fw_ops, at.fpos), (at.bw_ops, at.bpos)):
             for operand, factor, first, last in padded_copies(ops, pos):

@@ -142,6 +142,7 @@ class _PlanPartitioner(MemoptPartitioner):
                 static,
                 device=self.device,
                 pad_matmuls=self.pad_matmuls,
+                fused=_fused_charges(result.budget),
             )
             self.runs[i].append(RegionTrace(region, profile))
             if self.keep_planner and i == 0:
@@ -151,6 +152,23 @@ class _PlanPartitioner(MemoptPartitioner):
             fw, bw = result.fw, result.bw
             self.hints.update(result.symbols.with_graph(result.fw).values)
         return fw, bw
+
+
+def _fused_charges(budget: Any) -> list[tuple[str, int]]:
+    """The fused-kernel charges of the recomputes a budget plan applies (``budget``: the
+    region's ``passes.plan_budget.BudgetResult``, None without a budget)."""
+    from memopt.plan import Strategy
+    from memopt.planner.memory import applied_strategy
+
+    if budget is None or budget.solution is None or budget.problem is None:
+        return []
+    decisions = budget.solution.decisions
+    return [
+        (at, nbytes)
+        for c in budget.problem.problem.candidates
+        if applied_strategy(c, decisions.get(c.name, Strategy.KEEP)) == Strategy.RECOMPUTE
+        for at, (_, nbytes) in zip(c.fused_at, c.fused_charges)
+    ]
 
 
 def _fake_tensor(mode, t: torch.Tensor, device: torch.device) -> torch.Tensor:

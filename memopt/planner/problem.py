@@ -102,6 +102,9 @@ class Candidate:
     the backward's same-size pointwise kernels that read its inputs (the SwiGLU product with
     the up and gate gradients): one kernel, at the first of them, making all their outputs at
     once (see ``passes.build_planning_problem._fused_group``). Charged when recomputed."""
+    fused_at: tuple[str, ...] = ()
+    """The backward kernel (node name) of each of ``fused_charges``: where the CLI's liveness
+    sweep of the applied graph charges them too (:func:`memopt.cli.liveness.step_profile`)."""
     kept_by_chain: bool = False
     """The plan strings cannot recompute it: :func:`memopt.decide.decide` keeps it even when
     its cluster's plan covers it (a recompute chain would be too deep). Recompute and
