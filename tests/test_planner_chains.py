@@ -275,8 +275,9 @@ def test_the_plan_predicted_is_the_plan_decide_applies(seed: int, share: float) 
     assert sol.time == step_time(problem, applied, RATES, windows)
 
 
-def _one(name: str, nbytes: int, reads: tuple[str, ...]) -> Candidate:
-    """A recomputable candidate of its own cluster that reads ``reads``."""
+def _one(name: str, nbytes: int, reads: tuple[str, ...], kept: int = 0) -> Candidate:
+    """A recomputable candidate of its own cluster that reads ``reads`` (``kept``: the RNG
+    state its recompute still saves)."""
     return Candidate(
         name=name,
         cluster_id=f"{name}+",
@@ -288,6 +289,7 @@ def _one(name: str, nbytes: int, reads: tuple[str, ...]) -> Candidate:
         recomputable=True,
         recompute_ops=(OpCost(flops=1e9),),
         recompute_reads=reads,
+        recompute_kept_bytes=kept,
     )
 
 
@@ -322,22 +324,6 @@ def test_a_seeded_recompute_is_ordered_by_its_saving_less_its_rng_state() -> Non
     orders by the same: A (1 MiB, 5,056 B of RNG state) ranks below B (1 MiB less 4 KiB), so
     at depth 1 B is accepted and A, which reads B, refused (by ``nbytes`` alone A came first
     and refused B: the tiny Llama's plan at budget 0.1 was applied with 13 tensors changed)."""
-
-    def cand(name: str, nbytes: int, kept: int, reads: tuple[str, ...]) -> Candidate:
-        return Candidate(
-            name=name,
-            cluster_id=f"{name}+",
-            occurrence=0,
-            layer=None,
-            nbytes=nbytes,
-            produce_pos=0,
-            first_bwd_use_pos=0,
-            recomputable=True,
-            recompute_ops=(OpCost(flops=1e9),),
-            recompute_reads=reads,
-            recompute_kept_bytes=kept,
-        )
-
-    cands = [cand("A", MiB, 5056, ("B",)), cand("B", MiB - 4096, 0, ())]
+    cands = [_one("A", MiB, ("B",), kept=5056), _one("B", MiB - 4096, ())]
     rebuilt = dict.fromkeys(range(2), Strategy.RECOMPUTE)
     assert refused(Chains(cands, max_depth=1), cands, rebuilt) == {0}
