@@ -31,6 +31,14 @@ PRODUCERS: tuple[Producer, ...] = (
     Producer("first_hour.json", f"{PY}docs_cpu.py first-hour --out docs/data/{{file}}", "cpu"),
     Producer("zoo_cpu.json", f"{PY}zoo.py", "cpu", "~17 min on 2 cores"),
     Producer(
+        "section_cpu_inplace_s30.json",
+        f"{PY}diag_section_cpu.py --model M --size tiny --batch 4 --budget 0.5 (M: wav2vec2 on "
+        "main; wav2vec2, llama, bert, resnet with memopt.memory_rules.in_place_reader not "
+        "blocked by a reduction its last reader depends on, an experiment not landed; the JSON "
+        "lines gathered by hand)",
+        "cpu",
+    ),
+    Producer(
         "kernel_signatures_tiny.json",
         f"{PY}diag_kernel_signatures.py --out docs/data/{{file}}",
         "cpu",
