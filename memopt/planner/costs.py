@@ -89,8 +89,8 @@ RUN_OFFLOAD_S, RUN_OFFLOAD_TENSOR_S = 70e-6, 21e-6
 #: of the 989 TFLOP/s peak, HBM3 copies at about 85% of 3.35 TB/s, PCIe Gen5 x16 pinned copies
 #: at about 50 GB/s each way, the CPU time of an offload op plus its wait as measured on the
 #: H100 host of docs/benchmarks.md, and cross-region offload's forward-thread time per run as
-#: measured on the H200 host (docs/steps.md). :func:`calibrate` replaces them with measured
-#: values.
+#: measured on the H200 host (docs/benchmarks.md, thirtieth session). :func:`calibrate`
+#: replaces them with measured values.
 H100_DEFAULTS = DeviceRates(
     name="h100-default",
     matmul_flops_per_s=600e12,
