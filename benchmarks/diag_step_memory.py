@@ -25,8 +25,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def predicted(state) -> list[dict]:
-    """Per run of the planned step: what ``step_peak`` adds up for it."""
+    """Per run of the planned step: what ``step_peak`` adds up for it (offsets from the step
+    just done's reads; a settled step reads nothing, then only the compiled plans' errors
+    and the corrections count), and the run's correction."""
     offsets = state._offsets(state.last_step) or [0] * len(state.last_step)
+    corrections = state._corrections_of(state.last_step)
     held, out = 0, []
     for i in range(len(state.last_step)):
         o = state.run_plan[i]
@@ -34,9 +37,42 @@ def predicted(state) -> list[dict]:
         moved = sum(state.run_plan[j].movable for j in gone)
         out.append({"run": i, "held_before": held, "away": gone, "moved": moved,
                     "own_peak": o.peak, "offset": offsets[i], "saved": o.saved,
+                    "correction": corrections[i],
                     "here": held - moved + o.peak + offsets[i], "option": o.label})  # fmt: skip
         held += o.saved
     return out
+
+
+def probe_step(state, step, dev) -> dict:
+    """One step under memopt's own probe, marked at the run hooks as a probed step is
+    (memopt.peak_probe): the peak and each place's, to set beside measure_step's."""
+    from memopt.peak_probe import PeakProbe
+    from memopt.step_places import BACKWARD, FORWARD, run_peaks
+
+    probe = PeakProbe.start(dev)
+    if probe is None:
+        return {}
+    enter, back = state.enter, state.backward_started
+
+    def on_enter(index, device=None):
+        pos = enter(index, device)
+        probe.mark((FORWARD, pos))
+        return pos
+
+    def on_back(pos):
+        probe.mark((BACKWARD, pos))
+        return back(pos)
+
+    state.enter, state.backward_started = on_enter, on_back
+    try:
+        step()
+    finally:
+        del state.enter, state.backward_started
+    peak = probe.finish()
+    places = probe.places
+    return {"peak": peak, "marks": len(probe.marks),
+            "places": None if places is None else [[list(k), v] for k, v in places],
+            "runs": run_peaks(places, len(state.last_step))}  # fmt: skip
 
 
 def measure_step(state, step, dev) -> list[dict]:
@@ -133,12 +169,15 @@ def main(argv=None) -> None:
         step()
         peak = torch.cuda.max_memory_allocated(dev) if cuda else 0
         segs = measure_step(state, step, dev) if cuda else []
+        probed = probe_step(state, step, dev) if cuda else {}
         c = state.step_choice
         runs.append({
-            "offload": text, "train_peak": peak, "segments": segs, "runs": predicted(state),
+            "offload": text, "train_peak": peak, "segments": segs, "probed": probed,
+            "runs": predicted(state),
             "choice": None if c is None else {"peak": c.peak, "peak_at": c.peak_at,
                                               "target": c.target, "feasible": c.feasible},
             "correction": state._correction, "measured_peak": state.measured_peak,
+            "corrections": list(state._corrections_of(state.last_step)),
             "offload_runs": sorted(getattr(state.offload, "positions", ()) or ()),
             "offloaded_bytes": getattr(getattr(state.offload, "stats", None), "offloaded_bytes", 0),
             "movable": {i: state.run_plan[i].movable for i in state.run_plan},
@@ -147,6 +186,7 @@ def main(argv=None) -> None:
         print(text, "train peak", peak, "predicted", runs[-1]["choice"])
         for s in segs:
             print("  ", s)
+        print("   probed", probed)
         del compiled
         with open(a.out, "w") as f:
             json.dump({"device": mg.about(dev), "config": vars(a), "runs": runs}, f, indent=1)

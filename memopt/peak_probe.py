@@ -15,15 +15,23 @@ to the allocator's 512-byte blocks; a block the allocator did not split (up to 1
 than asked) is under-counted, so the replay is anchored at the end as well: the bytes
 allocated when recording stops minus the replay's end is added to the peak when positive.
 
-Replaying is plain data (:func:`replay_peak`); the allocator calls are in
+The step is also cut into *places* at memopt's run hooks (:meth:`PeakProbe.mark`: each run's
+forward and its backward begin), each with its own peak (:func:`replay_places`), so that the
+step model can be corrected where it misses, not by one constant. A mark holds no allocation:
+it reads the allocator's counts of allocations and frees so far, which name the point in the
+event record the hook ran at (each ``alloc`` event counts one allocation, each
+``free_requested`` one free), and the bytes allocated then, which anchor the place's replay as
+the end's reading anchors the step's.
+
+Replaying is plain data (:func:`replay_peak`, :func:`replay_places`); the allocator calls are in
 ``_torch_compat.allocator``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -39,22 +47,86 @@ def block_bytes(requested: int) -> int:
     return BLOCK if requested < BLOCK else -(-requested // BLOCK) * BLOCK
 
 
-def replay_peak(
+def _replayed(
     base: int, live: Mapping[int, int], events: Iterable[tuple[str, int, int]]
-) -> tuple[int, int]:
-    """(peak, end) of the allocated bytes over ``events`` = (action, address, requested size),
-    starting at ``base`` bytes with ``live`` blocks {address: block size}. A free that names no
-    known block (allocated before recording, not in ``live``) subtracts its rounded size."""
+) -> Iterator[tuple[str, int]]:
+    """(action, allocated bytes after it) per event, from ``base`` bytes with ``live`` blocks
+    {address: block size}. A free that names no known block (allocated before recording, not in
+    ``live``) subtracts its rounded size."""
     sizes = dict(live)
-    now = peak = base
+    now = base
     for action, addr, size in events:
         if action == "alloc":
             sizes[addr] = block_bytes(size)
             now += sizes[addr]
-            peak = max(peak, now)
         elif action == "free_requested":  # allocated_bytes drops here, not at free_completed
             now -= sizes.pop(addr, block_bytes(size))
+        yield action, now
+
+
+def replay_peak(
+    base: int, live: Mapping[int, int], events: Iterable[tuple[str, int, int]]
+) -> tuple[int, int]:
+    """(peak, end) of the allocated bytes over ``events`` = (action, address, requested size),
+    starting at ``base`` bytes with ``live`` blocks (:func:`_replayed`)."""
+    now = peak = base
+    for action, now in _replayed(base, live, events):
+        if action == "alloc":
+            peak = max(peak, now)
     return peak, now
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A point in the event record: ``label`` (what began there), the allocations and frees
+    since recording began, and the bytes allocated then."""
+
+    label: Hashable
+    allocs: int
+    frees: int
+    allocated: int
+
+
+def replay_places(
+    base: int,
+    live: Mapping[int, int],
+    events: Iterable[tuple[str, int, int]],
+    marks: Sequence[Mark],
+    end_allocated: int,
+) -> list[tuple[Hashable, int]] | None:
+    """Each place's peak, in order: the record cut at ``marks``, a place from each mark to the
+    next (the last to the end; what comes before the first mark is no place). A place adds the
+    larger of its two ends' anchors (the bytes read there less the replay's bytes: what unsplit
+    blocks add; ``end_allocated`` at the end). None when a mark names no point of the record
+    (counts the events pass without meeting, or never reach)."""
+    now, allocs, frees, k = base, 0, 0, 0
+    places: list[tuple[Hashable, int]] = []
+    label, peak, anchor = None, base, 0  # the place replayed now (None: before the first mark)
+
+    def reach() -> bool:
+        """Cut at each mark the counts meet now; False once they passed the next mark."""
+        nonlocal label, peak, anchor, k
+        while k < len(marks) and (allocs, frees) == (marks[k].allocs, marks[k].frees):
+            end = max(0, marks[k].allocated - now)
+            if label is not None:
+                places.append((label, peak + max(anchor, end)))
+            label, peak, anchor, k = marks[k].label, now, end, k + 1
+        return k == len(marks) or (allocs <= marks[k].allocs and frees <= marks[k].frees)
+
+    for action, after in _replayed(base, live, events):
+        if not reach():
+            return None
+        now = after
+        if action == "alloc":
+            allocs += 1
+            peak = max(peak, now)
+        elif action == "free_requested":
+            frees += 1
+    if not reach() or k < len(marks):
+        return None
+    if label is not None:
+        places.append((label, peak + max(anchor, end_allocated - now, 0)))
+    return places
 
 
 def allocated(device: torch.device) -> tuple[int, int]:
@@ -68,11 +140,23 @@ def allocated(device: torch.device) -> tuple[int, int]:
     return a.get("current", 0), a.get("peak", 0)
 
 
+def _counts(device: torch.device) -> tuple[int, int, int]:
+    """(bytes allocated, allocations, frees so far) on ``device``, in one read."""
+    stats = torch.cuda.memory_stats_as_nested_dict(device)
+    count = stats.get("allocation", {}).get("all", {})
+    current = stats.get("allocated_bytes", {}).get("all", {}).get("current", 0)
+    return current, count.get("allocated", 0), count.get("freed", 0)
+
+
 @dataclass
 class PeakProbe:
     device: torch.device
     base: int
     live: dict[int, int]
+    counts: tuple[int, int] = (0, 0)  # allocations and frees as recording began
+    marks: list[Mark] = field(default_factory=list)
+    places: list[tuple[Hashable, int]] | None = None
+    """Each marked place's peak (:func:`replay_places`), once finished; None if not known."""
 
     @classmethod
     def start(cls, device: torch.device) -> PeakProbe | None:
@@ -83,9 +167,14 @@ class PeakProbe:
             return None
         torch.cuda.synchronize(device)
         live = allocator.live_blocks(device)
-        base = allocated(device)[0]
+        base, allocs, frees = _counts(device)
         allocator.alloc_history(True)
-        return cls(device, base, live)
+        return cls(device, base, live, (allocs, frees))
+
+    def mark(self, label: Hashable) -> None:
+        """A place begins here (a run hook): where in the record, no allocation."""
+        current, allocs, frees = _counts(self.device)
+        self.marks.append(Mark(label, allocs - self.counts[0], frees - self.counts[1], current))
 
     def finish(self) -> int | None:
         """Stop recording; the step's peak allocated bytes (None if the record overflowed)."""
@@ -96,4 +185,8 @@ class PeakProbe:
         if events is None:
             return None
         peak, end = replay_peak(self.base, self.live, events)
-        return peak + max(0, end_allocated - end)
+        peak += max(0, end_allocated - end)
+        if self.marks:
+            self.places = replay_places(self.base, self.live, events, self.marks, end_allocated)
+        # the places' own anchors may see an unsplit block the end's reading no longer holds
+        return max([peak, *(p for _, p in self.places or ())])

@@ -64,11 +64,13 @@ def agree_step(
     compiled: bool,
     entry: Sequence[int],
     bwd_entry: Mapping[int, int],
-) -> tuple[int | None, int | None, bool, tuple[int, ...], dict[int, int]]:
+    runs: Sequence[int] | None = None,
+) -> tuple[int | None, int | None, bool, tuple[int, ...], dict[int, int], tuple[int, ...] | None]:
     """A step's measurements (the probed peak, a new peak record, whether a region compiled
-    during it, the bytes allocated as each run and each run's backward began), each the
-    largest over the ranks, so that the ranks make the same step plan. Raises when the ranks
-    ran different numbers of region runs."""
+    during it, the bytes allocated as each run and each run's backward began, each run's probed
+    peak), each the largest over the ranks that have it, so that the ranks make the same step
+    plan. Raises when the ranks ran different numbers
+    of region runs."""
     n = len(entry)
     most, neg_least = agree_max([n, -n])
     if most != -neg_least:
@@ -78,10 +80,13 @@ def agree_step(
         )
     bwd = [bwd_entry.get(i, -1) for i in range(n)]
     mine = [-1 if probed is None else probed, -1 if record is None else record]
-    agreed = agree_max([*mine, int(compiled), *entry, *bwd])
+    per_run = list(runs) if runs is not None and len(runs) == n else [-1] * n
+    agreed = agree_max([*mine, int(compiled), *entry, *bwd, *per_run])
     probed, record, comp = (None if v < 0 else v for v in agreed[:3])
-    back = {i: v for i, v in enumerate(agreed[3 + n :]) if v >= 0}
-    return probed, record, bool(comp), tuple(agreed[3 : 3 + n]), back
+    rest = agreed[3:]
+    back = {i: v for i, v in enumerate(rest[n : 2 * n]) if v >= 0}
+    peaks = tuple(rest[2 * n :]) if n and min(rest[2 * n :]) >= 0 else None
+    return probed, record, bool(comp), tuple(rest[:n]), back, peaks
 
 
 def from_rank0(obj: Any) -> Any:

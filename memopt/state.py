@@ -15,7 +15,6 @@ cache dir, so a warm compile cache reproduces the same report and the same step 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -23,12 +22,12 @@ import torch
 import torch.fx
 
 from memopt import inductor_buffers as buffers
-from memopt import ranks, report_cache
+from memopt import ranks
 from memopt.config import MemoptConfig
 from memopt.offload.step_offload import StepOffload, user_step_offload
 from memopt.peak_probe import PeakProbe, allocated
-from memopt.planner import progress as planner_progress
-from memopt.report import RegionReport, Report, StepInfo
+from memopt.region_registry import RegionRegistry
+from memopt.report import Report, StepInfo
 from memopt.step import (
     Option,
     StepChoice,
@@ -41,8 +40,10 @@ from memopt.step import (
     measured_target,
     region_menu,
     step_peak,
+    step_terms,
 )
 from memopt.step_layers import step_offload_timing
+from memopt.step_places import BACKWARD, FORWARD, outside_bytes, place_corrections, run_peaks
 
 log = logging.getLogger("memopt")
 
@@ -59,18 +60,12 @@ SETTLE_STEPS = 3
 RECHECK_STEPS = 10
 
 
-class MemoptState:
+class MemoptState(RegionRegistry):
     """Regions compiled for one optimized model (or for the ``"memopt"`` backend)."""
 
     def __init__(self, config: MemoptConfig):
-        self.config = config
-        self.regions: list[RegionReport] = []
-        self.problems: dict[int, Any] = {}  # region index -> plan_budget.RegionProblem
+        super().__init__(config)
         self.param_handle: Any = None  # memopt.params.FsdpOffload when param_offload
-        self._lock = threading.Lock()
-        self._pending: tuple[str, int | None] | None = None  # (persist key, index to replace)
-        self.last_key: str | None = None  # the persist key of the graph compiled last
-        self._ran = False
         # the step
         self._seq: list[int] = []
         self._backward_seen = False
@@ -98,11 +93,14 @@ class MemoptState:
         self._probe: PeakProbe | None = None  # this step's allocator record (memopt.peak_probe)
         self._probe_next = False  # probe the next step (a step plan was just made)
         self._probed: int | None = None  # the peak the probe measured in the step just done
+        self._probed_runs: tuple[int, ...] | None = None  # ... and each run's (step_places)
         self._probes_left = MAX_STEP_PLANS + 2
         self._measured = False  # a probe measured a planned step (the target drops its reserve)
         self._relaxed = False  # the step was re-planned once to spend measured room
         self._compiled_in_step = True
         self._correction = 0  # bytes the step model missed (measured peak - predicted)
+        self._corrections: tuple[int, ...] = ()  # ... run by run, for the step _places_for
+        self._places_for: tuple[int, ...] = ()
         self._compiled_err: dict[int, int] = {}  # region -> Inductor's peak over the model's
         self._record: int | None = None  # a new CUDA peak record set by the step just done
         self._settled = 0  # steps since the step plan last changed or was last measured
@@ -184,6 +182,8 @@ class MemoptState:
                 self._step_max0 = allocated(device)[1] if self._reading else None
                 if self._reading and self._probe_next and self._probes_left > 0:
                     self._probe = PeakProbe.start(device)
+            if self._probe is not None:
+                self._probe.mark((FORWARD, len(self._seq) - 1))
             self._entry_device = device
             if self._reading:
                 self._entry.append(allocated(device)[0])
@@ -205,12 +205,15 @@ class MemoptState:
     def backward_started(self, pos: int) -> None:
         """Backward reaches the run at step position ``pos``."""
         self._backward_seen = True
+        if self._probe is not None:
+            self._probe.mark((BACKWARD, pos))
         if self._entry and pos < len(self._entry):
             dev = self._entry_device
             self._bwd_entry[pos] = allocated(dev)[0]
 
     def _finish_step(self) -> None:
         probed = self._probe.finish() if self._probe is not None else None
+        runs = run_peaks(self._probe.places, len(self._seq)) if probed is not None else None
         self._probe, self._record = None, self._measured_peak()
         self.last_step, self._seq, self._backward_seen = tuple(self._seq), [], False
         self.last_report_step, self._report_seq = tuple(self._report_seq), []
@@ -223,11 +226,11 @@ class MemoptState:
         if self._entry_last and ranks.world_size() > 1 and unsettled:
             agreed = ranks.agree_step(
                 probed, self._record, self._compiled_in_step, self._entry_last,
-                self._bwd_entry_last,
+                self._bwd_entry_last, runs,
             )  # fmt: skip
             probed, self._record, self._compiled_in_step = agreed[:3]
-            self._entry_last, self._bwd_entry_last = agreed[3:]
-        self._finish_probe(probed)
+            self._entry_last, self._bwd_entry_last, runs = agreed[3:]
+        self._finish_probe(probed, runs)
         self._away_last = self._away if self.offload is not None else {}
         if self.offload is not None:
             self.offload.new_step()
@@ -331,6 +334,7 @@ class MemoptState:
         self.measured_peak = self._probed
         miss = self._probed - planner["predicted_peak"] - offsets[0]
         self._correction = max(0, miss) if over else miss
+        self._places_for = ()  # one run: its own plan's miss is the run's
         self._relaxed |= not over
         log.info(
             "memopt: measured step peak %d bytes, %s the budget %d: planning the step "
@@ -347,14 +351,15 @@ class MemoptState:
             return False
         return self._step_plans + 2 <= MAX_STEP_PLANS and leaves_room(b, measured, target)
 
-    def _finish_probe(self, peak: int | None) -> None:
-        """The probed step's peak, kept only if nothing compiled during the step (autotuning
-        allocates too); else the next step is probed."""
-        self._probed = None
+    def _finish_probe(self, peak: int | None, runs: tuple[int, ...] | None) -> None:
+        """The probed step's peak (and each run's), kept only if nothing compiled during the
+        step (autotuning allocates too); else the next step is probed."""
+        self._probed, self._probed_runs = None, None
         if self._compiled_in_step or peak is None:
             return
         self._probes_left -= 1
         self._probe_next, self._probed, self._measured = False, peak, True
+        self._probed_runs = runs
 
     def _outgrown(self) -> bool:
         """Whether the step plan no longer fits: the memory outside the regions grew since it
@@ -372,25 +377,28 @@ class MemoptState:
             or not isinstance(self.config.budget, int)
         ):  # nothing read (a CPU): nothing outside the regions grows
             return False
-        peak, _ = step_peak(range(len(self.last_step)), self.run_plan, offsets, self._away)
+        n = len(self.last_step)
+        peak, _ = step_peak(range(n), self.run_plan, offsets, self._away)
         measured = self._probed if self._probed is not None else self._record
         if measured is not None:
             self.measured_peak = measured
-            log.info(
-                "memopt step plan: measured step peak %d bytes, predicted %d (correction %d)",
-                measured,
-                peak,
-                self._correction + max(0, measured - peak),
-            )
             roomy = c.overhead_s > 0 and self._roomy(measured, c.target)  # it costs time
-            if measured > peak or roomy:  # a miss under the prediction counts when relaxing
+            runs = self._probed_runs if self._probed is not None else None
+            if runs is not None and len(runs) == n:  # measured run by run: exact at each
+                terms = step_terms(range(n), self.run_plan, offsets, self._away)
+                fixed = place_corrections(self._corrections_of(self.last_step), terms, runs)
+                self._corrections, self._places_for = fixed, self.last_step
+                self._correction, peak = max(fixed), max(runs)
+            elif measured > peak or roomy:  # a miss under the prediction counts when relaxing
                 self._correction += measured - peak
+                self._corrections = tuple(x + measured - peak for x in self._corrections)
                 peak = measured
+            log.info("memopt step plan: measured step peak %d bytes, predicted %d (corrections "
+                     "by run %s)", measured, peak, self._corrections_of(self.last_step))  # fmt: skip
             if roomy:  # spend the room the reserve or the model's over-prediction left
                 self._relaxed = True
                 log.info("memopt step plan: measured step peak %d under the budget's "
-                         "measured target: planning the step again (correction %d)",
-                         measured, self._correction)  # fmt: skip
+                         "measured target: planning the step again", measured)  # fmt: skip
                 return True
         # over the plan's target (the blind reserve's) yet, measured, inside the budget's
         # measured one with fewer than two step plans left (a re-plan and its check): it stays
@@ -442,10 +450,11 @@ class MemoptState:
         menus = {r: self._menu(r) for r in set(sequence)}
         layers, timing = self._offload_options(sequence)
         target, offsets = self._target(sequence, menus), self._offsets(sequence)
-        choice = choose_with_offload(sequence, menus, target, offsets, layers, timing)
+        away = self._away if self._user_offload and self.offload is not None else None
+        choice = choose_with_offload(sequence, menus, target, offsets, layers, timing, away)
         finer = finer_menus(sequence, menus, choice, self._solve_at)
         if finer is not None:  # use the room the menu's coarse shares left under the target
-            again = choose_with_offload(sequence, finer, target, offsets, layers, timing)
+            again = choose_with_offload(sequence, finer, target, offsets, layers, timing, away)
             choice = again if again.feasible and again.overhead_s < choice.overhead_s else choice
         self.step_choice, self._planned_for = choice, tuple(sequence)
         if not self._user_offload:  # the step plan's own offload (replaces an earlier one)
@@ -498,17 +507,18 @@ class MemoptState:
         saved = [self.regions[r].final_saved_bytes or 0 for r in ran]
         # runs offloaded in the step just done were not allocated while away: add them back
         moved = [b - self.problems[r].saved_input_bytes for b, r in zip(saved, sequence)]
-        out, held = [], 0
-        for i, r in enumerate(sequence):
-            static = self.problems[r].problem.timeline.static_bytes
-            held_i = held - sum(moved[j] for j in self._away_last.get(i, ()))
-            fwd = self._entry_last[i] - held_i - static
-            # as its backward begins, runs up to this one hold their saved tensors; gradients
-            # and the sharding engine's buffers of the backward are outside every region too
-            bwd = self._bwd_entry_last.get(i, 0) - held_i - saved[i] - static
-            out.append(max(0, fwd, bwd) + self._correction + err[i])
-            held += saved[i]
-        return out
+        static = [self.problems[r].problem.timeline.static_bytes for r in sequence]
+        out = outside_bytes(
+            self._entry_last, self._bwd_entry_last, saved, moved, static, self._away_last
+        )
+        return [o + c + e for o, c, e in zip(out, self._corrections_of(sequence), err)]
+
+    def _corrections_of(self, sequence: Sequence[int]) -> list[int]:
+        """Per run of ``sequence``, the bytes the step model missed there: measured run by run
+        for that step, else the one correction (the largest run's for another step)."""
+        if self._places_for == tuple(sequence):
+            return list(self._corrections)
+        return [self._correction] * len(sequence)
 
     def _target(self, sequence: Sequence[int], menus: dict[int, Sequence[Option]]) -> int:
         from memopt.passes.plan_budget import step_bytes
@@ -533,64 +543,3 @@ class MemoptState:
         sync = {int(k): tuple(v) for k, v in (frozen.get("sync") or {}).items()}
         same_sync = sync == {int(k): tuple(v) for k, v in option.sync.items()}
         return set(frozen.get("config", ())) == set(option.plans) and same_sync
-
-    def begin_region(
-        self,
-        gm: torch.fx.GraphModule,
-        example_inputs: Sequence[Any],
-        *,
-        context: str = "",
-        index: int | None = None,
-    ) -> None:
-        """A graph is about to compile (``index``: its report replaces that region's)."""
-        key = report_cache.graph_key(self.config.uuid(), context, gm.code, example_inputs)
-        self._pending = (key, index)
-        self._ran = False
-
-    def add_region(self, region: RegionReport, problem: Any = None) -> None:
-        """The partitioner planned a region (``problem``: its plan_budget.RegionProblem)."""
-        index = self._pending[1] if self._pending else None
-        with self._lock:
-            if index is None:
-                region.index = len(self.regions)
-                self.regions.append(region)
-            else:
-                region.index = index
-                self.regions[index] = region
-            if problem is not None:
-                self.problems[region.index] = problem
-            self._ran = True
-        planner_progress.traced()
-        if self._pending is not None:
-            report_cache.store(self._pending[0], region, problem)
-
-    def end_region(self, example_inputs: Sequence[Any]) -> int | None:
-        """After compile_fx returned: the region's index, or None for a graph without a
-        backward. On a cache hit (the partitioner did not run) the stored report comes back."""
-        pending, self._pending = self._pending, None
-        self.last_key = pending[0] if pending is not None else None
-        if self._ran:
-            return self.regions[-1].index if pending[1] is None else pending[1]
-        if pending is None or not _trains(example_inputs):
-            return None
-        region, problem = report_cache.load(pending[0])
-        if region is None:
-            log.warning(
-                "memopt: a compile-cache hit skipped the partitioner and no stored report was "
-                "found for this graph; the plan was applied but the report lacks this region"
-            )
-            return None
-        region.from_cache = True
-        for w in region.warnings:  # a wrong setting must not go quiet on a warm cache
-            log.warning("memopt: %s", w)
-        self._pending = pending
-        self.add_region(region, problem)
-        self._pending = None
-        return region.index
-
-
-def _trains(example_inputs: Sequence[Any]) -> bool:
-    """Whether a graph has a backward (some input needs a gradient, grad mode on)."""
-    return torch.is_grad_enabled() and any(
-        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
-    )

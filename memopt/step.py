@@ -260,26 +260,40 @@ def pareto(options: Sequence[Option]) -> tuple[Option, ...]:
     return tuple(out)
 
 
+def step_terms(
+    sequence: Sequence[int],
+    chosen: Mapping[int, Option],
+    offsets: Sequence[int] | None = None,
+    away: Mapping[int, frozenset[int]] | None = None,
+) -> list[int]:
+    """Per invocation, the bytes the step model predicts while it runs: what earlier runs hold
+    (less those away), its own peak and its offset. ``offsets``: bytes outside every region's
+    model while each run runs (parameters of other layers, optimizer states, the batch, and the
+    measured corrections), measured. ``away``: per run, the offloaded runs whose saved tensors
+    are on the host meanwhile (:func:`memopt.step_layers.offload_choice`; ``chosen`` is then
+    keyed by run)."""
+    held, out = 0, []
+    for i, r in enumerate(sequence):
+        o = chosen[r]
+        gone = away.get(i, ()) if away else ()
+        moved = sum(chosen[j].movable for j in gone)
+        out.append(held - moved + o.peak + (offsets[i] if offsets else 0))
+        held += o.saved
+    return out
+
+
 def step_peak(
     sequence: Sequence[int],
     chosen: Mapping[int, Option],
     offsets: Sequence[int] | None = None,
     away: Mapping[int, frozenset[int]] | None = None,
 ) -> tuple[int, int | None]:
-    """Predicted peak of the step and the position (in ``sequence``) of the invocation that
-    holds it (None for an empty step). ``offsets``: bytes outside every region's model while
-    each run runs (parameters of other layers, optimizer states, the batch), measured.
-    ``away``: per run, the offloaded runs whose saved tensors are on the host meanwhile
-    (:func:`memopt.step_layers.offload_choice`; ``chosen`` is then keyed by run)."""
-    held, best, where = 0, 0, None
-    for i, r in enumerate(sequence):
-        o = chosen[r]
-        gone = away.get(i, ()) if away else ()
-        moved = sum(chosen[j].movable for j in gone)
-        here = held - moved + o.peak + (offsets[i] if offsets else 0)
+    """Predicted peak of the step (the largest of :func:`step_terms`) and the position (in
+    ``sequence``) of the invocation that holds it (None for an empty step)."""
+    best, where = 0, None
+    for i, here in enumerate(step_terms(sequence, chosen, offsets, away)):
         if where is None or here > best:
             best, where = here, i
-        held += o.saved
     return best, where
 
 
@@ -517,11 +531,13 @@ def choose_with_offload(
     offsets: Sequence[int] | None,
     layers: Sequence[Sequence[int]],
     timing: StepTiming | None,
+    away: Mapping[int, frozenset[int]] | None = None,
 ) -> StepChoice:
     """:func:`choose_runs`, and the same with the first ``k`` layers offloaded (``layers``:
     the step's layers, :func:`layer_runs`) priced by :func:`offload_overhead`: the least
-    overhead that fits (or the smallest peak). Without layers or timing, no offload."""
-    best = choose_runs(sequence, menus, target, offsets)
+    overhead that fits (or the smallest peak). Without layers or timing, no offload; ``away``:
+    what the user's offload setting puts on the host while each run runs."""
+    best = choose_runs(sequence, menus, target, offsets, away)
     if timing is None or len(layers) < 2:
         return best
     n = len(sequence)

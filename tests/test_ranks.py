@@ -115,18 +115,18 @@ def _state(rank: int):
     return state
 
 
-def _run_step(state, entries, bwd, probed=None, compiled=False):
+def _run_step(state, entries, bwd, probed=None, compiled=False, places=None):
     state._seq, state._backward_seen = list(range(len(entries))), True
     state._entry, state._bwd_entry = list(entries), dict(bwd)
     state._compiled_in_step = compiled
-    state._probe = None if probed is None else mock_probe(probed)
+    state._probe = None if probed is None else mock_probe(probed, places)
     state._finish_step()
 
 
-def mock_probe(peak):
+def mock_probe(peak, places=None):
     from types import SimpleNamespace
 
-    return SimpleNamespace(finish=lambda: peak)
+    return SimpleNamespace(finish=lambda: peak, places=places, mark=lambda label: None)
 
 
 def check_step_measurements(rank: int) -> None:
@@ -139,10 +139,13 @@ def check_step_measurements(rank: int) -> None:
     state = _state(rank)
     first = [100, 250, 300] if rank == 0 else [120, 240, 300]
     bwd = {0: 900, 2: 500} if rank == 0 else {0: 880, 1: 700}
-    _run_step(state, first, bwd, probed=5000 if rank == 1 else None)
+    places = [(("forward", 0), 4000), (("forward", 1), 4100), (("backward", 2), 4200)]
+    places += [(("backward", 1), 4300), (("backward", 0), 5000)]
+    _run_step(state, first, bwd, probed=5000 if rank == 1 else None, places=places)
     assert state._entry_last == (120, 250, 300)
     assert state._bwd_entry_last == {0: 900, 1: 700, 2: 500}
     assert state._probed == 5000 and state._measured  # rank 1's measurement, on both ranks
+    assert state._probed_runs == (5000, 4300, 4200)  # and its places, run by run
     assert state._settled == 0  # a measurement: the plan is checked for SETTLE_STEPS steps
 
     calls = []

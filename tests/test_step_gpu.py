@@ -133,3 +133,50 @@ def test_allocator_reader_equals_torchs_counters():
     )
     assert allocated(dev)[1] - allocated(dev)[0] >= 5 << 22
     del a
+
+
+def test_probe_places_equal_torchs_peak_counter_reset_at_each_mark():
+    """The probe cut at marks (memopt.peak_probe): each place's peak equals torch's peak
+    counter reset at the same points (within one unsplit block, 1 MiB), the marks allocate
+    nothing, and the step's peak is at least the largest place's."""
+    from memopt.peak_probe import PeakProbe
+
+    dev = torch.device("cuda")
+    sizes = [(7 << 20, 3 << 20), (1 << 20, 9 << 20), (5 << 20, 2 << 20)]
+
+    def step(mark):
+        kept = []
+        for i, (keep, temp) in enumerate(sizes):
+            mark(("forward", i))
+            kept.append(torch.empty(keep, dtype=torch.uint8, device=dev))
+            t = torch.empty(temp, dtype=torch.uint8, device=dev)
+            del t
+        for i in reversed(range(len(sizes))):
+            mark(("backward", i))
+            g = torch.empty(2 * sizes[i][0], dtype=torch.uint8, device=dev)
+            del g, kept[i]
+        torch.cuda.synchronize(dev)
+
+    counted = []
+
+    def reset(label):
+        torch.cuda.synchronize(dev)
+        counted.append(torch.cuda.max_memory_allocated(dev))
+        torch.cuda.reset_peak_memory_stats(dev)
+
+    torch.cuda.reset_peak_memory_stats(dev)
+    step(reset)
+    reset("end")
+    counted = counted[1:]  # the counter's first reading closes what came before the step
+    probe = PeakProbe.start(dev)
+    before = torch.cuda.memory_stats(dev)["allocation.all.allocated"]
+    probe.mark("probe's own")
+    assert torch.cuda.memory_stats(dev)["allocation.all.allocated"] == before
+    probe.marks.clear()
+    step(probe.mark)
+    peak = probe.finish()
+    assert probe.places is not None and len(probe.places) == len(counted) == 6
+    for (label, got), want in zip(probe.places, counted):
+        assert abs(want - got) <= 1 << 20, (label, got, want)
+    assert peak >= max(p for _, p in probe.places)
+    assert abs(peak - max(counted)) <= 1 << 20, (peak, counted)

@@ -222,3 +222,27 @@ def MLPish():
     import torch.nn as nn
 
     return nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
+
+
+def test_a_users_offload_layers_counts_in_a_budgets_step_plan(monkeypatch):
+    """``offload_layers=1`` with a byte budget: the step plan is solved with that layer on the
+    host where the user's offload puts it (the measurement's check counts it so too), so the
+    budget that one layer's bytes cover is met without recomputing. The plan used to be solved
+    as if nothing were away and recomputed for it (thirtieth session, on an H200)."""
+    import torch
+
+    import memopt
+    from tests.test_step_regions import H, _model, _train
+
+    grads0, budget = _offload_priced_free(monkeypatch)
+    model = _model()
+    opt = memopt.optimize(model, budget=budget, offload_min_bytes=0, offload_layers=1)
+    grads, _ = _train(opt, model, steps=3, measure=False)
+    for a, b in zip(grads, grads0):
+        torch.testing.assert_close(a, b)
+    rep = memopt.report(opt)
+    step = rep.step
+    assert step.offload_by == "offload_layers=1" and step.offload_runs == (0, 1)
+    assert step.offloaded_bytes == 2 * 32 * H * 4
+    assert step.feasible and step.peak <= budget
+    assert rep.saved_bytes()[1] == rep.saved_bytes()[0]  # nothing recomputed

@@ -29,12 +29,18 @@ def _state(budget: int = BUDGET) -> MemoptState:
     return state
 
 
+def _probe(peak: int) -> SimpleNamespace:
+    """A probe that measured the step at ``peak`` and no place by place (its record held no
+    marks)."""
+    return SimpleNamespace(finish=lambda: peak, places=None, mark=lambda label: None)
+
+
 def _cuda_step(state: MemoptState, entry: int, probed: int | None = None) -> None:
     """What enter()/backward_started() record on CUDA for one step of the one region."""
     state._seq, state._backward_seen = [0], True
     state._entry, state._bwd_entry = [entry], {0: 0}
     state._compiled_in_step = False
-    state._probe = None if probed is None else SimpleNamespace(finish=lambda: probed)
+    state._probe = None if probed is None else _probe(probed)
     state._finish_step()
 
 
@@ -101,9 +107,7 @@ def _reads(monkeypatch, state: MemoptState) -> list[int]:
         return _static(state) + 1000, 0
 
     monkeypatch.setattr(st, "allocated", allocated)
-    monkeypatch.setattr(
-        st.PeakProbe, "start", lambda device: SimpleNamespace(finish=lambda: BUDGET)
-    )
+    monkeypatch.setattr(st.PeakProbe, "start", lambda device: _probe(BUDGET))
     return calls
 
 
@@ -161,7 +165,7 @@ def _two_run_step(state: MemoptState, entry: int, probed: int | None = None) -> 
     state._seq, state._backward_seen = [0, 0], True
     state._entry, state._bwd_entry = [entry, entry], {0: 0, 1: 0}
     state._compiled_in_step = False
-    state._probe = None if probed is None else SimpleNamespace(finish=lambda: probed)
+    state._probe = None if probed is None else _probe(probed)
     state._finish_step()
 
 

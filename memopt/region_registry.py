@@ -1,0 +1,95 @@
+"""The compiled regions memopt planned for one optimized model: each graph's report and
+planning problem, in compile order, registered as the partitioner plans them and restored from
+the report cache on a compile-cache hit (the partitioner did not run). :class:`MemoptState`
+(``memopt.state``) adds the training step they make."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from memopt import report_cache
+from memopt.config import MemoptConfig
+from memopt.planner import progress as planner_progress
+from memopt.report import RegionReport
+
+log = logging.getLogger("memopt")
+
+
+class RegionRegistry:
+    """The regions compiled for one optimized model (or for the ``"memopt"`` backend)."""
+
+    def __init__(self, config: MemoptConfig):
+        self.config = config
+        self.regions: list[RegionReport] = []
+        self.problems: dict[int, Any] = {}  # region index -> plan_budget.RegionProblem
+        self._lock = threading.Lock()
+        self._pending: tuple[str, int | None] | None = None  # (persist key, index to replace)
+        self.last_key: str | None = None  # the persist key of the graph compiled last
+        self._ran = False
+
+    def begin_region(
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        *,
+        context: str = "",
+        index: int | None = None,
+    ) -> None:
+        """A graph is about to compile (``index``: its report replaces that region's)."""
+        key = report_cache.graph_key(self.config.uuid(), context, gm.code, example_inputs)
+        self._pending = (key, index)
+        self._ran = False
+
+    def add_region(self, region: RegionReport, problem: Any = None) -> None:
+        """The partitioner planned a region (``problem``: its plan_budget.RegionProblem)."""
+        index = self._pending[1] if self._pending else None
+        with self._lock:
+            if index is None:
+                region.index = len(self.regions)
+                self.regions.append(region)
+            else:
+                region.index = index
+                self.regions[index] = region
+            if problem is not None:
+                self.problems[region.index] = problem
+            self._ran = True
+        planner_progress.traced()
+        if self._pending is not None:
+            report_cache.store(self._pending[0], region, problem)
+
+    def end_region(self, example_inputs: Sequence[Any]) -> int | None:
+        """After compile_fx returned: the region's index, or None for a graph without a
+        backward. On a cache hit (the partitioner did not run) the stored report comes back."""
+        pending, self._pending = self._pending, None
+        self.last_key = pending[0] if pending is not None else None
+        if self._ran:
+            return self.regions[-1].index if pending[1] is None else pending[1]
+        if pending is None or not _trains(example_inputs):
+            return None
+        region, problem = report_cache.load(pending[0])
+        if region is None:
+            log.warning(
+                "memopt: a compile-cache hit skipped the partitioner and no stored report was "
+                "found for this graph; the plan was applied but the report lacks this region"
+            )
+            return None
+        region.from_cache = True
+        for w in region.warnings:  # a wrong setting must not go quiet on a warm cache
+            log.warning("memopt: %s", w)
+        self._pending = pending
+        self.add_region(region, problem)
+        self._pending = None
+        return region.index
+
+
+def _trains(example_inputs: Sequence[Any]) -> bool:
+    """Whether a graph has a backward (some input needs a gradient, grad mode on)."""
+    return torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
+    )
