@@ -257,6 +257,20 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "multi_gpu_steps_w1_s31.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only budgets,auto --warmup 9 --iters 30 --memopt-log memopt_w1_s31.log --out "
+        "docs/data/{file} (one H200, code bc3a259: the per-run corrections)",
+        "gpu",
+    ),
+    Producer(
+        "step_places_s31.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/diag_step_memory.py "
+        "--budget 7613686272 --offload none,1,auto --memopt-log step_places_s31.log --out "
+        "docs/data/{file} (one H200, code bc3a259)",
+        "gpu",
+    ),
+    Producer(
         "multi_gpu_steps_offload_w1_s29.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only offload --warmup 9 --iters 20 --out docs/data/{file} (one H200, the batched "

@@ -236,6 +236,7 @@ SECTIONS: dict[str, Section] = {
     "multi_gpu_steps_w1_s30a": Section(("multi_gpu_steps_w1_s30a.json",), multi.steps_ratio),
     "multi_gpu_steps_w1_s30b": Section(("multi_gpu_steps_w1_s30b.json",), multi.steps_ratio),
     "multi_gpu_steps_w1_s30c": Section(("multi_gpu_steps_w1_s30c.json",), multi.steps_ratio),
+    "multi_gpu_steps_w1_s31": Section(("multi_gpu_steps_w1_s31.json",), multi.steps_ratio),
     "multi_gpu_steps_repeat": Section(
         ("multi_gpu_steps_w2_warmup9_2026-11-25.json",), multi.steps_repeat
     ),
