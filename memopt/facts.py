@@ -418,10 +418,16 @@ def is_rng_state(node: torch.fx.Node) -> bool:
     return isinstance(src, torch.fx.Node) and packet(src.target) == "run_and_save_rng_state"
 
 
-def _rng_state_bytes(node: torch.fx.Node) -> sympy.Expr:
-    """A generator state's bytes: fixed, though its fake tensor's size is a fresh symbol."""
+def rng_state_bytes(node: torch.fx.Node) -> int:
+    """A generator state's bytes: fixed, though its fake tensor's size is a fresh symbol; as on
+    the device planned for (``compat.planning_for``: none on CUDA)."""
     v = tensor_val(node)
-    return sympy.Integer(compat.int_hint(v.numel()) * v.element_size())
+    planned = compat.seeded_recompute_state_bytes(v.device)
+    return planned if planned is not None else compat.int_hint(v.numel()) * v.element_size()
+
+
+def _rng_state_bytes(node: torch.fx.Node) -> sympy.Expr:
+    return sympy.Integer(rng_state_bytes(node))
 
 
 def saved_activation_bytes(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> sympy.Expr:

@@ -47,6 +47,7 @@ SLOW = (
     "test_recompute_attention.py::test_attention_recompute_with_offload_keeps_the_rng_state_in_its_slot",
     "test_inductor_buffers.py::test_a_compiled_plan_above_its_byte_budget_is_replanned_before_any_measurement",
     "test_plan_applied.py",
+    "test_cli_rng_state.py",
 )
 
 

@@ -55,7 +55,7 @@ from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
 from memopt.facts import alias_users as _alias_users
 from memopt.facts import aliased_input as _aliased_input
-from memopt.facts import layout_copied_inputs
+from memopt.facts import is_rng_state, layout_copied_inputs, rng_state_bytes
 from memopt.facts import storage_root as _root
 from memopt.memory_rules import (  # noqa: F401 (re-export)
     ReadPoints,
@@ -127,6 +127,10 @@ class _Sweep:
         expr = tensor_bytes_expr(val)
         size = compat.int_hint(val.numel()) * val.element_size()
         self.items.append((start, max(start, end), kind, size, expr))
+
+    def add_bytes(self, start: int, end: int, kind: str, nbytes: int) -> None:
+        """A value of fixed size (a generator state, sized as on the device planned for)."""
+        self.items.append((start, max(start, end), kind, nbytes, sympy.Integer(nbytes)))
 
     def add_scaled(
         self, start: int, end: int, kind: str, val: torch.Tensor, factor: sympy.Rational
@@ -212,8 +216,12 @@ def _sweep_forward(fw, bw, num_fwd_outputs, at: _Positions, sweep, device) -> sy
             read = [p for p in read if p.users]
             if n.name in donated and len(read) == 1 and at.reused_at(read[0], end):
                 end -= 1  # a backward kernel writes its output into it (in-place reuse)
-            sweep.add(at.fpos[n], end, "activations", n.meta["val"])
-            saved += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
+            if is_rng_state(n):
+                sweep.add_bytes(at.fpos[n], end, "activations", rng_state_bytes(n))
+                saved += rng_state_bytes(n)
+            else:
+                sweep.add(at.fpos[n], end, "activations", n.meta["val"])
+                saved += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
         elif n in user_outs or any(u.op == "output" for u in users):
             sweep.add(at.fpos[n], at.nf - 1, "temporaries", n.meta["val"])
         elif _must_exist(n, users):

@@ -245,15 +245,17 @@ def _mark_sizes(values: Sequence[Any], sizes: Sequence[int]) -> None:
 
 @contextlib.contextmanager
 def _emulate_cuda() -> Iterator[None]:
-    """GPU attention kernels, and GPU rates for the budget planner (which otherwise reads the
-    device of the fake CPU tensors)."""
+    """GPU attention kernels, GPU rates for the budget planner (which otherwise reads the
+    device of the fake CPU tensors), and the RNG state a recomputed seeded op saves sized as
+    on CUDA (none: Inductor's graph-safe RNG functionalization; not the CPU generator's
+    5,056 B)."""
     import memopt.passes.plan_budget as plan_budget
     from memopt.planner import H100_DEFAULTS
 
     original = plan_budget.device_rates
     plan_budget.device_rates = lambda device, budget=None: H100_DEFAULTS
     try:
-        with emulate_cuda_attention():
+        with emulate_cuda_attention(), compat.planning_for("cuda"):
             yield
     finally:
         plan_budget.device_rates = original
