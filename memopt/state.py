@@ -306,13 +306,16 @@ class MemoptState(RegionRegistry):
             return False
         self._compiled_err.update({r: e for r, (e, _) in grown.items()})
         over = any(o for _, o in grown.values())
-        offsets, c = self._offsets(self.last_step), self.step_choice
+        offsets, c, why = self._offsets(self.last_step), self.step_choice, ""
         if c is not None and offsets is not None:
-            peak, _ = step_peak(range(len(self.last_step)), self.run_plan, offsets, self._away)
+            peak, at = step_peak(range(len(self.last_step)), self.run_plan, offsets, self._away)
             over |= peak > c.target
+            why = (
+                f" (predicted step peak {peak} at run {at}, the plan's {c.peak}, target {c.target})"
+            )
         log.info("memopt: Inductor's buffer plans peak above the planner's model of the "
-                 "compiled plans (bytes by region: %s)%s", dict(self._compiled_err),
-                 ": planning the step with them" if over else "")  # fmt: skip
+                 "compiled plans (bytes by region: %s)%s%s", dict(self._compiled_err),
+                 ": planning the step with them" if over else "", why)  # fmt: skip
         return over
 
     def _off_target(self) -> bool:
@@ -402,11 +405,15 @@ class MemoptState(RegionRegistry):
                 return True
         # over the plan's target (the blind reserve's) yet, measured, inside the budget's
         # measured one with fewer than two step plans left (a re-plan and its check): it stays
-        return peak > c.target and not (
+        grown = peak > c.target and not (
             self._measured
             and peak <= measured_target(self.config.budget)
             and self._step_plans + 2 > MAX_STEP_PLANS
         )
+        if grown and measured is None:
+            log.info("memopt step plan: the bytes outside the regions grew: predicted step peak "
+                     "%d, the plan's %d, target %d", peak, c.peak, c.target)  # fmt: skip
+        return grown
 
     def _measured_peak(self) -> int | None:
         """The CUDA peak of the step just run, when it set a new record and nothing compiled
