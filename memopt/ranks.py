@@ -65,12 +65,13 @@ def agree_step(
     entry: Sequence[int],
     bwd_entry: Mapping[int, int],
     runs: Sequence[int] | None = None,
-) -> tuple[int | None, int | None, bool, tuple[int, ...], dict[int, int], tuple[int, ...] | None]:
+    start: int | None = None,
+) -> tuple[Any, ...]:
     """A step's measurements (the probed peak, a new peak record, whether a region compiled
     during it, the bytes allocated as each run and each run's backward began, each run's probed
-    peak), each the largest over the ranks that have it, so that the ranks make the same step
-    plan. Raises when the ranks ran different numbers
-    of region runs."""
+    peak, the bytes allocated as the next step begins), each the largest over the ranks that
+    have it, so that the ranks make the same step plan; returned in that order. Raises when the
+    ranks ran different numbers of region runs."""
     n = len(entry)
     most, neg_least = agree_max([n, -n])
     if most != -neg_least:
@@ -79,14 +80,14 @@ def agree_step(
             "step plans need every rank to run the same regions in the same order"
         )
     bwd = [bwd_entry.get(i, -1) for i in range(n)]
-    mine = [-1 if probed is None else probed, -1 if record is None else record]
+    mine = [-1 if v is None else v for v in (probed, record, start)]
     per_run = list(runs) if runs is not None and len(runs) == n else [-1] * n
     agreed = agree_max([*mine, int(compiled), *entry, *bwd, *per_run])
-    probed, record, comp = (None if v < 0 else v for v in agreed[:3])
-    rest = agreed[3:]
+    probed, record, begun = (None if v < 0 else v for v in agreed[:3])
+    comp, rest = agreed[3], agreed[4:]
     back = {i: v for i, v in enumerate(rest[n : 2 * n]) if v >= 0}
     peaks = tuple(rest[2 * n :]) if n and min(rest[2 * n :]) >= 0 else None
-    return probed, record, bool(comp), tuple(rest[:n]), back, peaks
+    return probed, record, bool(comp), tuple(rest[:n]), back, peaks, begun
 
 
 def from_rank0(obj: Any) -> Any:

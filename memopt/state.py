@@ -94,6 +94,7 @@ class MemoptState(RegionRegistry):
         self._probe_next = False  # probe the next step (a step plan was just made)
         self._probed: int | None = None  # the peak the probe measured in the step just done
         self._probed_runs: tuple[int, ...] | None = None  # ... and each run's (step_places)
+        self._start_now: int | None = None  # CUDA bytes allocated as the step now begins
         self._probes_left = MAX_STEP_PLANS + 2
         self._measured = False  # a probe measured a planned step (the target drops its reserve)
         self._relaxed = False  # the step was re-planned once to spend measured room
@@ -214,7 +215,12 @@ class MemoptState(RegionRegistry):
     def _finish_step(self) -> None:
         probed = self._probe.finish() if self._probe is not None else None
         runs = run_peaks(self._probe.places, len(self._seq)) if probed is not None else None
-        self._probe, self._record = None, self._measured_peak()
+        dev = self._entry_device
+        reading = allocated(dev) if dev is not None and self._step_max0 is not None else None
+        self._probe, self._record = None, self._measured_peak(reading)
+        # allocated as the next step begins: what the step left behind for good (optimizer
+        # states at the first optimizer step) counts in a plan made now (_offsets: ahead)
+        start = reading[0] if reading is not None else None
         self.last_step, self._seq, self._backward_seen = tuple(self._seq), [], False
         self.last_report_step, self._report_seq = tuple(self._report_seq), []
         self._entry_last, self._entry = tuple(self._entry), []
@@ -226,10 +232,11 @@ class MemoptState(RegionRegistry):
         if self._entry_last and ranks.world_size() > 1 and unsettled:
             agreed = ranks.agree_step(
                 probed, self._record, self._compiled_in_step, self._entry_last,
-                self._bwd_entry_last, runs,
+                self._bwd_entry_last, runs, start,
             )  # fmt: skip
             probed, self._record, self._compiled_in_step = agreed[:3]
-            self._entry_last, self._bwd_entry_last, runs = agreed[3:]
+            self._entry_last, self._bwd_entry_last, runs, start = agreed[3:]
+        self._start_now = start
         self._finish_probe(probed, runs)
         self._away_last = self._away if self.offload is not None else {}
         if self.offload is not None:
@@ -306,7 +313,7 @@ class MemoptState(RegionRegistry):
             return False
         self._compiled_err.update({r: e for r, (e, _) in grown.items()})
         over = any(o for _, o in grown.values())
-        offsets, c, why = self._offsets(self.last_step), self.step_choice, ""
+        offsets, c, why = self._offsets(self.last_step, ahead=True), self.step_choice, ""
         if c is not None and offsets is not None:
             peak, at = step_peak(range(len(self.last_step)), self.run_plan, offsets, self._away)
             over |= peak > c.target
@@ -385,7 +392,7 @@ class MemoptState(RegionRegistry):
         measured = self._probed if self._probed is not None else self._record
         if measured is not None:
             self.measured_peak = measured
-            roomy = c.overhead_s > 0 and self._roomy(measured, c.target)  # it costs time
+            roomy = c.overhead_s > 0 and self._roomy(measured + self._grown(), c.target)
             runs = self._probed_runs if self._probed is not None else None
             if runs is not None and len(runs) == n:  # measured run by run: exact at each
                 terms = step_terms(range(n), self.run_plan, offsets, self._away)
@@ -403,6 +410,7 @@ class MemoptState(RegionRegistry):
                 log.info("memopt step plan: measured step peak %d under the budget's "
                          "measured target: planning the step again", measured)  # fmt: skip
                 return True
+        peak += self._grown()  # the step beginning now holds what the last one left
         # over the plan's target (the blind reserve's) yet, measured, inside the budget's
         # measured one with fewer than two step plans left (a re-plan and its check): it stays
         grown = peak > c.target and not (
@@ -415,14 +423,13 @@ class MemoptState(RegionRegistry):
                      "%d, the plan's %d, target %d", peak, c.peak, c.target)  # fmt: skip
         return grown
 
-    def _measured_peak(self) -> int | None:
-        """The CUDA peak of the step just run, when it set a new record and nothing compiled
-        during it (autotuning allocates too); None otherwise."""
-        dev, start = self._entry_device, self._step_max0
-        if dev is None or start is None or self._compiled_in_step:
+    def _measured_peak(self, reading: tuple[int, int] | None) -> int | None:
+        """The CUDA peak of the step just run (``reading``: the allocator's (current, peak)
+        as it ended), when it set a new record and nothing compiled during it (autotuning
+        allocates too); None otherwise."""
+        if reading is None or self._step_max0 is None or self._compiled_in_step:
             return None
-        now = allocated(dev)[1]
-        return now if now > start else None
+        return reading[1] if reading[1] > self._step_max0 else None
 
     def note_compile(self) -> None:
         """A region compiled during the current step (its peak is not the plan's)."""
@@ -456,7 +463,7 @@ class MemoptState(RegionRegistry):
             return None
         menus = {r: self._menu(r) for r in set(sequence)}
         layers, timing = self._offload_options(sequence)
-        target, offsets = self._target(sequence, menus), self._offsets(sequence)
+        target, offsets = self._target(sequence, menus), self._offsets(sequence, ahead=True)
         away = self._away if self._user_offload and self.offload is not None else None
         choice = choose_with_offload(sequence, menus, target, offsets, layers, timing, away)
         finer = finer_menus(sequence, menus, choice, self._solve_at)
@@ -500,11 +507,13 @@ class MemoptState(RegionRegistry):
         keys = [self.graph_keys.get(i, i) for i in sequence]
         return step_offload_timing(sequence, keys, self.problems)
 
-    def _offsets(self, sequence: Sequence[int]) -> list[int] | None:
+    def _offsets(self, sequence: Sequence[int], ahead: bool = False) -> list[int] | None:
         """Per run, the CUDA bytes no region's model holds (other layers' parameters, optimizer
         states, the batch), from what was allocated as each run began in the step just done:
         allocated - bytes held by earlier runs - the run's own inputs. A byte budget is for
-        the step's real peak, so they count."""
+        the step's real peak, so they count. ``ahead``: for the step beginning now, plus
+        what is allocated now beyond the last step's start (optimizer states made by its
+        optimizer step: without them the first step plan outgrew itself at once)."""
         err = [self._compiled_err.get(r, 0) for r in sequence]
         if not self._entry_last and any(err) and set(sequence) <= self.problems.keys():
             return err  # nothing read (a CPU): the compiled plans' errors alone
@@ -518,7 +527,13 @@ class MemoptState(RegionRegistry):
         out = outside_bytes(
             self._entry_last, self._bwd_entry_last, saved, moved, static, self._away_last
         )
-        return [o + c + e for o, c, e in zip(out, self._corrections_of(sequence), err)]
+        grown = self._grown() if ahead else 0
+        return [o + c + e + grown for o, c, e in zip(out, self._corrections_of(sequence), err)]
+
+    def _grown(self) -> int:
+        """CUDA bytes allocated as this step begins beyond the last step's start."""
+        now, last = self._start_now, self._entry_last
+        return max(0, now - last[0]) if now is not None and last else 0
 
     def _corrections_of(self, sequence: Sequence[int]) -> list[int]:
         """Per run of ``sequence``, the bytes the step model missed there: measured run by run

@@ -94,3 +94,33 @@ def test_a_probed_step_corrects_each_run_where_it_peaked():
     predicted, _ = step_peak(range(2), flat.run_plan, flat._offsets(flat.last_step), flat._away)
     _step(flat, entry, probed=predicted + 4000)
     assert flat._correction == 4000 and flat._corrections_of((0, 0)) == [4000, 4000]
+
+
+def test_a_plan_made_as_a_step_begins_counts_what_the_last_step_left(monkeypatch):
+    """Optimizer states appear at the first optimizer step, after every read of that step:
+    the step plan made as the next step begins counts what is allocated then beyond the last
+    step's start (every run of the new step holds it), so it does not outgrow itself at once
+    (on an H200 the FSDP2 Llama's first plan was 2.49 GB short: AdamW's states)."""
+    import torch
+
+    import memopt.state as st
+
+    pair, left = 450_000, 30_000
+    monkeypatch.setattr(st.PeakProbe, "start", lambda device: None)
+    plans = []
+    for grown in (0, left):
+        state = _state(pair)
+        now = [_static(state) + 1000]
+        monkeypatch.setattr(st, "allocated", lambda device, now=now: (now[0], 0))
+        cuda = torch.device("cuda")  # a device object only: nothing runs on it
+        runs = [state.enter(0, cuda) for _ in range(2)]
+        for pos in reversed(runs):
+            state.backward_started(pos)
+        now[0] += grown  # the optimizer step's states
+        state.enter(0, cuda)  # the next step begins: the step just done is planned
+        ahead = state._offsets(state.last_step, ahead=True)
+        assert [a - b for a, b in zip(ahead, state._offsets(state.last_step))] == [grown] * 2
+        c = state.step_choice
+        assert c.peak == step_peak(range(2), c.chosen, ahead, state._away)[0]
+        plans.append(c)
+    assert plans[1].peak <= plans[1].target and plans[1].overhead_s >= plans[0].overhead_s
