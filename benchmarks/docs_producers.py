@@ -257,6 +257,14 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "multi_gpu_steps_w1_s31[bc].json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only budgets,auto --warmup 9 --iters 30 --memopt-log memopt_w1_s31b.log --out "
+        "docs/data/{file} (one H200; b: code 56c2383, the re-plan reasons logged; c: 7d7fd9a, "
+        "plans made as a step begins count what the last step left)",
+        "gpu",
+    ),
+    Producer(
         "multi_gpu_steps_w1_s31.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only budgets,auto --warmup 9 --iters 30 --memopt-log memopt_w1_s31.log --out "
