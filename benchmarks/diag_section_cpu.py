@@ -8,7 +8,9 @@ Where the two agree on the CPU, a miss measured on CUDA comes from what differs 
         --out docs/data/section_cpu_resnet_s24.json
 
 One budget per process (a fresh dynamo state); each run appends one JSON line to ``--out``.
-``MEMOPT_FUSION_GUARD=1`` compiles with the fusion guard (the row's ``fusion_guard``)::
+``--inductor KEY=VALUE`` sets an Inductor config value for the run (the thirty-first session's
+``reorder_for_peak_memory=False``). ``MEMOPT_FUSION_GUARD=1`` compiles with the fusion guard
+(the row's ``fusion_guard``)::
 
     for g in 0 1; do MEMOPT_FUSION_GUARD=$g python benchmarks/diag_section_cpu.py --model llama \
         --size tiny --batch 4 --budget 0.1 --out docs/data/section_cpu_fusion_s26.json; done
@@ -72,8 +74,28 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="float32", help="the weights' and inputs' dtype")
     p.add_argument("--device", default="cpu", help="cuda: the same check of Inductor's CUDA plan")
     p.add_argument("--out", default=None, help="append the JSON line here")
+    p.add_argument(
+        "--inductor",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an Inductor config setting for the run (repeatable), e.g. "
+        "reorder_for_peak_memory=False",
+    )
     a = p.parse_args(argv)
-    row = run(a.model, a.size, a.batch, a.budget, a.dtype, a.device)
+    import ast
+
+    import torch._inductor.config as inductor_config
+
+    settings = {}
+    for kv in a.inductor:
+        key, _, value = kv.partition("=")
+        if not hasattr(inductor_config, key):
+            p.error(f"--inductor {kv}: torch._inductor.config has no {key!r}")
+        settings[key] = ast.literal_eval(value)
+    with inductor_config.patch(settings):
+        row = run(a.model, a.size, a.batch, a.budget, a.dtype, a.device)
+    row["inductor_settings"] = a.inductor
     line = json.dumps(row)
     print(line)
     if a.out:

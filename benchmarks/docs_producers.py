@@ -88,6 +88,17 @@ PRODUCERS: tuple[Producer, ...] = (
         "~12 min on 2 cores (the fused-recompute charge; two at a time here)",
     ),
     Producer(
+        "section_cpu_reorder_s31.json",
+        f"rm -f docs/data/{{file}}; for m in t5 bert gemma2 llama phi3 qwen2 resnet vit whisper; "
+        f"do for s in reorder_for_peak_memory=False reorder_for_peak_memory=True; do "
+        f"TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_CACHE_DIR=$(mktemp -d) "
+        f"{PY}diag_section_cpu.py --model $m --size tiny --batch 4 --budget 0.5 --inductor $s "
+        f"--out docs/data/{{file}}; done; done",
+        "cpu",
+        "~25 min on 2 cores; the rows were made by the same run() under a wrapper that set the "
+        "config, before --inductor existed, and kept only the peaks",
+    ),
+    Producer(
         "section_cpu_zoo_guard_s*.json",
         f"rm -f docs/data/{{file}}; for m in phi3 t5 resnet gemma2 convnext roberta; do "
         f"MEMOPT_FUSION_GUARD=1 TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_CACHE_DIR=$(mktemp -d) "

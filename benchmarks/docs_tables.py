@@ -211,6 +211,28 @@ def section_cpu_zoo(rows: list) -> str:
     return "\n".join(out) + "\n"
 
 
+def section_cpu_reorder(rows: list) -> str:
+    """diag_section_cpu.py over the zoo with Inductor's ``reorder_for_peak_memory`` on (the
+    default) and off: per model, the model's peak against Inductor's in each order."""
+    by = {}
+    for r in rows:
+        off = "reorder_for_peak_memory=False" in r.get("inductor_settings", ())
+        by.setdefault(r["model"], {})["off" if off else "on"] = r
+    out = [
+        "| model | model's peak B | Inductor's peak B (reorder on, the default) | vs model "
+        "| reorder off | vs model |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model, pair in by.items():
+        m = pair["on"]["model_peak"]
+        on, off = pair["on"]["inductor"]["peak"], pair["off"]["inductor"]["peak"]
+        out.append(
+            f"| {model} | {m:,} | {on:,} | {100 * (on / m - 1):+.1f}% | {off:,} | "
+            f"{100 * (off / m - 1):+.1f}% |"
+        )
+    return "\n".join(out) + "\n"
+
+
 SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
     "cli_timings": Section(("cli_timings.json",), cli_timings),
@@ -274,6 +296,7 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s29": Section(tuple(f"zoo_gpu_{m}_s29.json" for m in ZOO_GPU_S29), zoo_gpu_s29),
     "section_cuda_zoo_s28": Section(("section_cuda_zoo_s28.json",), section_cpu_zoo),
     "section_cpu_zoo_s28": Section(("section_cpu_zoo_s28.json",), section_cpu_zoo),
+    "section_cpu_reorder_s31": Section(("section_cpu_reorder_s31.json",), section_cpu_reorder),
     "zoo_gpu_s26fg": Section(
         tuple(f"zoo_gpu_{m}_s26fg.json" for m in ZOO_GPU_S26FG), zoo_gpu_s26fg
     ),
