@@ -419,15 +419,9 @@ def is_rng_state(node: torch.fx.Node) -> bool:
 
 
 def rng_state_bytes(node: torch.fx.Node) -> int:
-    """A generator state's bytes: fixed, though its fake tensor's size is a fresh symbol; as on
-    the device planned for (``compat.planning_for``: none on CUDA)."""
-    v = tensor_val(node)
-    planned = compat.seeded_recompute_state_bytes(v.device)
-    return planned if planned is not None else compat.int_hint(v.numel()) * v.element_size()
-
-
-def _rng_state_bytes(node: torch.fx.Node) -> sympy.Expr:
-    return sympy.Integer(rng_state_bytes(node))
+    """A generator state's bytes (its fake tensor's size is a fresh symbol): the generator's,
+    as on CUDA when planning for it (``compat.planning_for_cuda``: none)."""
+    return compat.seeded_recompute_state_bytes(tensor_val(node).device)
 
 
 def saved_activation_bytes(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> sympy.Expr:
@@ -441,6 +435,8 @@ def saved_activation_bytes(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> sy
             continue
         r = storage_root(n)
         if r.op != "placeholder" and tensor_val(r) is not None:
-            roots[r] = _rng_state_bytes(r) if is_rng_state(r) else nbytes_expr(tensor_val(r))
+            roots[r] = (
+                sympy.Integer(rng_state_bytes(r)) if is_rng_state(r) else nbytes_expr(tensor_val(r))
+            )
     copies = [nbytes_expr(tensor_val(n)) for n in layout_copied_inputs(fw, num_fwd_outputs)]
     return sum([*roots.values(), *copies], sympy.Integer(0))

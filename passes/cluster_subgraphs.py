@@ -98,7 +98,7 @@ def _rng_state_charges(subgraphs: Sequence[Subgraph]) -> list[int]:
             paid.add(n)
             q = next((v for a in n.all_input_nodes if (v := tensor_val(a)) is not None), None)
             if q is not None:  # the kernel's device: its first tensor input's
-                charges[i] += compat.seeded_recompute_state_bytes(q.device) or 0
+                charges[i] += compat.seeded_recompute_state_bytes(q.device)
     return charges
 
 

@@ -1,7 +1,7 @@
 """``memopt plan --device-kind cuda`` on a machine without CUDA traces on fake CPU tensors; a
 recomputed seeded op (SDPA) then makes torch's partitioner save the CPU generator's state
 (5,056 B), where a CUDA graph saves none (Inductor's graph-safe RNG functionalization). The
-plan for CUDA sizes that state as on CUDA (``compat.planning_for``)."""
+plan for CUDA sizes that state as on CUDA (``compat.planning_for_cuda``)."""
 
 from __future__ import annotations
 

@@ -186,34 +186,33 @@ def is_random_op(target: Any) -> bool:
     return torch.Tag.nondeterministic_seeded in tags or target in random_targets()
 
 
-#: The device kind a trace on fake CPU tensors plans for (``memopt plan --device-kind cuda``
-#: without CUDA: memopt.cli.trace), or None: the tensors' own device.
-_PLANNED_FOR: list[str | None] = [None]
+#: Whether a trace on fake CPU tensors plans for CUDA (``memopt plan --device-kind cuda``
+#: without CUDA: memopt.cli.trace).
+_PLANNING_FOR_CUDA = [False]
 #: ``torch.cuda.get_rng_state()``'s bytes: the Philox seed and offset (CUDAGeneratorImpl).
 CUDA_RNG_STATE_BYTES = 16
 
 
 @contextlib.contextmanager
-def planning_for(device_type: str) -> Iterator[None]:
-    """Size the RNG state a recomputed seeded op saves as on ``device_type`` (a trace on fake
-    CPU tensors planning for a GPU: the CPU generator's 5,056 B state would be charged where a
-    CUDA graph saves none)."""
-    before, _PLANNED_FOR[0] = _PLANNED_FOR[0], device_type
+def planning_for_cuda() -> Iterator[None]:
+    """Size the RNG state a recomputed seeded op saves as on CUDA (a trace on fake CPU tensors
+    planning for a GPU: the CPU generator's 5,056 B state would be charged where a CUDA graph
+    saves none)."""
+    before, _PLANNING_FOR_CUDA[0] = _PLANNING_FOR_CUDA[0], True
     try:
         yield
     finally:
-        _PLANNED_FOR[0] = before
+        _PLANNING_FOR_CUDA[0] = before
 
 
-def seeded_recompute_state_bytes(device: torch.device) -> int | None:
-    """Bytes the partitioner saves per recomputed seeded op (SDPA): its RNG state, or none;
-    as on the device planned for (:func:`planning_for`) when that is not the tensors'. None:
-    the tensors' own generator state (the caller sizes it)."""
-    kind = _PLANNED_FOR[0] or device.type
-    if kind == "cuda" and torch._functorch.config.graphsafe_rng_functionalization:
-        return 0
-    if kind != device.type:
-        return CUDA_RNG_STATE_BYTES if kind == "cuda" else None
+def seeded_recompute_state_bytes(device: torch.device) -> int:
+    """Bytes the partitioner saves per recomputed seeded op (SDPA) on ``device``: its RNG
+    state, or none; as on CUDA under :func:`planning_for_cuda`."""
+    if device.type == "cuda" or _PLANNING_FOR_CUDA[0]:
+        if torch._functorch.config.graphsafe_rng_functionalization:
+            return 0
+        if device.type != "cuda":
+            return CUDA_RNG_STATE_BYTES
     mod = torch if device.type == "cpu" else torch.get_device_module(device.type)
     return mod.get_rng_state().numel()
 

@@ -255,7 +255,7 @@ def _emulate_cuda() -> Iterator[None]:
     original = plan_budget.device_rates
     plan_budget.device_rates = lambda device, budget=None: H100_DEFAULTS
     try:
-        with emulate_cuda_attention(), compat.planning_for("cuda"):
+        with emulate_cuda_attention(), compat.planning_for_cuda():
             yield
     finally:
         plan_budget.device_rates = original
