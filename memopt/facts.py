@@ -390,25 +390,35 @@ def _channels_last_copy(val: torch.Tensor) -> bool:
         return True
 
 
+def _layout_copied(fw: torch.fx.GraphModule, inputs: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    """Those of ``inputs`` (placeholders of ``fw``) that Inductor saves as channels-last copies."""
+    inputs = [
+        n for n in inputs if isinstance(v := tensor_val(n), torch.Tensor) and _channels_last_copy(v)
+    ]
+    if not inputs or not inductor_layout_opt(fw):
+        return []
+    prefer = compat.inductor_channels_last_nodes(fw)
+    return list(dict.fromkeys(n for n in inputs if n in prefer))
+
+
+def layout_copies_if_saved(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> dict[str, sympy.Expr]:
+    """Graph inputs the forward does not save that would be saved as channels-last copies if a
+    recompute read them (an image padded before the stem convolution, the stem's weight): by
+    name, the copy's bytes, which such a recompute keeps in place of what it frees."""
+    saved = set(saved_outputs(fw, num_fwd_outputs))
+    unsaved = [n for n in fw.graph.find_nodes(op="placeholder") if n not in saved]
+    return {n.name: nbytes_expr(tensor_val(n)) for n in _layout_copied(fw, unsaved)}
+
+
 def layout_copied_inputs(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> list[torch.fx.Node]:
     """Graph inputs (parameters, user inputs) that the forward saves and that Inductor's layout
-    optimization converts to channels-last for a convolution: the forward saves the converted
-    copy, new memory held until backward (on CPU: the image and every 4-D conv weight)."""
-    conv_args = {
-        a
-        for n in fw.graph.nodes
-        if n.op == "call_function" and packet(n.target) == _CONV
-        for a in n.args[:2]
-        if isinstance(a, torch.fx.Node)
-    }
-    found = [
-        n
-        for n in saved_outputs(fw, num_fwd_outputs)
-        if n.op == "placeholder" and n in conv_args and _channels_last_copy(tensor_val(n))
-    ]
-    if not found or not inductor_layout_opt(fw):
-        return []
-    return list(dict.fromkeys(found))
+    optimization converts to channels-last because a convolution reads them, directly or
+    through other ops (an image padded before the stem convolution): the forward saves the
+    converted copy, new memory held until backward (on CPU: the image and every 4-D conv
+    weight). Which inputs: Inductor's own rule (``compat.inductor_channels_last_nodes``)."""
+    return _layout_copied(
+        fw, [n for n in saved_outputs(fw, num_fwd_outputs) if n.op == "placeholder"]
+    )
 
 
 def is_rng_state(node: torch.fx.Node) -> bool:

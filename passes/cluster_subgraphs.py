@@ -13,7 +13,7 @@ recomputes the logits and keeps the layers' matmuls; memopt's planner could not)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import sympy
 import torch
@@ -102,24 +102,51 @@ def _rng_state_charges(subgraphs: Sequence[Subgraph]) -> list[int]:
     return charges
 
 
+def _not_positive(saving: sympy.Expr) -> bool:
+    return bool(saving.is_number and saving <= 0)
+
+
+def _layout_copy_charges(
+    subgraphs: Sequence[Subgraph], copies: Mapping[str, sympy.Expr]
+) -> list[sympy.Expr]:
+    """Per subgraph: bytes of the channels-last input copies its full recompute makes the
+    forward save (``copies``: :func:`memopt.facts.layout_copies_if_saved`, by input name);
+    the first subgraph reading an input pays for it."""
+    charges: list[sympy.Expr] = [sympy.Integer(0)] * len(subgraphs)
+    paid: set[str] = set()
+    for i, sg in enumerate(subgraphs):
+        for n in sg.full.inputs if sg.full.reason is None else ():
+            if n.name in copies and n.name not in paid:
+                paid.add(n.name)
+                charges[i] += copies[n.name]
+    return charges
+
+
 def _strategies(
-    sg: Subgraph, nbytes: sympy.Expr, symbols: SymbolTable, rng_state: int = 0
+    sg: Subgraph,
+    nbytes: sympy.Expr,
+    symbols: SymbolTable,
+    rng_state: int = 0,
+    copies: sympy.Expr | int = 0,
 ) -> Strategies:
     """Savings, recompute nodes and boundary per available strategy, and the nodes the
-    cluster id is made of (empty when no strategy applies). ``rng_state``: bytes the full
-    recompute adds to what is saved (:func:`_rng_state_charges`)."""
+    cluster id is made of (empty when no strategy applies). ``rng_state`` and ``copies``:
+    bytes the full recompute adds to what is saved (:func:`_rng_state_charges`,
+    :func:`_layout_copy_charges`); a recompute whose copies outweigh what it frees is no
+    strategy."""
     savings: dict[Strategy, sympy.Expr] = {}
     nodes: dict[Strategy, tuple[str, ...]] = {}
     boundary: dict[Strategy, tuple[str, ...]] = {}
     name_from: tuple[torch.fx.Node, ...] = ()
-    if sg.full.reason is None and sg.full.nodes:
-        savings[Strategy.RECOMPUTE] = nbytes - rng_state
+    saving = sympy.expand(nbytes - rng_state - copies)
+    if sg.full.reason is None and sg.full.nodes and not (copies and _not_positive(saving)):
+        savings[Strategy.RECOMPUTE] = saving
         nodes[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.nodes)
         boundary[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.inputs)
         name_from = sg.full.nodes
     if sg.compromise is not None and sg.compromise_stash is not None:
         saving = sympy.expand(nbytes - _bytes(sg.compromise_stash, symbols))
-        if not (saving.is_number and saving <= 0):
+        if not _not_positive(saving):
             savings[Strategy.COMPROMISE] = saving
             nodes[Strategy.COMPROMISE] = tuple(n.name for n in sg.compromise.nodes)
             boundary[Strategy.COMPROMISE] = tuple(n.name for n in sg.compromise.inputs)
@@ -128,14 +155,20 @@ def _strategies(
 
 
 def cluster_subgraphs_pass(
-    gm: torch.fx.GraphModule, subgraphs: Sequence[Subgraph], symbols: SymbolTable
+    gm: torch.fx.GraphModule,
+    subgraphs: Sequence[Subgraph],
+    symbols: SymbolTable,
+    layout_copies: Mapping[str, sympy.Expr] | None = None,
 ) -> tuple[torch.fx.GraphModule, list[SavedActivation]]:
+    """``layout_copies``: graph inputs a recompute reading them would save as channels-last
+    copies (:func:`memopt.facts.layout_copies_if_saved`); their bytes come off its saving."""
     counts: dict[str, int] = {}
     out: list[SavedActivation] = []
     stable = saved_ids([sg.group.root for sg in subgraphs])
     sizes = [_bytes(sg.group.root, symbols) for sg in subgraphs]
-    charges = _rng_state_charges(subgraphs)
-    found = [_strategies(*a, symbols, c) for a, c in zip(zip(subgraphs, sizes), charges)]
+    copies = _layout_copy_charges(subgraphs, layout_copies or {})
+    charges = zip(_rng_state_charges(subgraphs), copies)
+    found = [_strategies(sg, b, symbols, *c) for sg, b, c in zip(subgraphs, sizes, charges)]
     ids = _own_ids(subgraphs, [(cluster_id(f[3]) or None) if f[3] else None for f in found])
     for sg, sid, nbytes, (savings, nodes, boundary, name_from), cid in zip(
         subgraphs, stable, sizes, found, ids

@@ -168,7 +168,8 @@ def find_recompute_subgraphs(r: Region) -> Region:
 
 
 def cluster_subgraphs(r: Region) -> Region:
-    _, r.candidates = cluster_subgraphs_pass(r.joint, r.subgraphs, r.symbols)
+    copies = facts.layout_copies_if_saved(r.fw, r.num_fwd_outputs)
+    _, r.candidates = cluster_subgraphs_pass(r.joint, r.subgraphs, r.symbols, copies)
     return r
 
 

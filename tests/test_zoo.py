@@ -108,6 +108,35 @@ def test_conv_weights_and_image_saved_as_channels_last_copies():
     assert saved.compiled == copies + relu
 
 
+class _PaddedStem(torch.nn.Module):
+    """An image padded before the stem convolution (TF-style "same" padding: MobileNetV2,
+    EfficientNet), batch norm and ReLU6 after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2)
+        self.bn = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        y = torch.nn.functional.hardtanh(
+            self.bn(self.conv(torch.nn.functional.pad(x, (0, 1, 0, 1)))), 0, 6
+        )
+        return y.flatten(1)
+
+
+def test_image_read_through_a_pad_is_saved_as_a_channels_last_copy():
+    # level 1 recomputes the pad, so the forward saves the image in its place; a convolution
+    # reads the image through the pad, so Inductor's layout rule saves a channels-last copy of
+    # it: 2 x 3 x 16 x 16 floats (6,144 B) that the rule of direct convolution inputs missed
+    model, x = _PaddedStem(), torch.randn(2, 3, 16, 16)
+    torch._dynamo.reset()
+    opt = memopt.optimize(model, level=1)
+    _, _, saved = one_step(model, opt, {"x": x})
+    predicted = memopt.report(opt).saved_bytes()[1]
+    assert any(t.shape == (2, 3, 16, 16) for t in saved.tensors), saved.tensors
+    assert predicted == saved.compiled
+
+
 def _check_in_worker(name: str) -> dict:
     """check_model in a fresh process, with the suite's compile settings (tests/conftest.py:
     no warm FX graph or AOTAutograd caches; the environment is inherited)."""

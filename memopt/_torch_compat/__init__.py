@@ -49,6 +49,19 @@ def inductor_layout_opt(fw: torch.fx.GraphModule) -> bool:
     return bool(GraphLowering.decide_layout_opt(fw, is_inference=False))
 
 
+def inductor_channels_last_nodes(fw: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """The nodes of ``fw`` that Inductor's layout optimization lays out channels-last where it
+    can: a convolution, and every node one of whose users is in the set (the inputs of a
+    convolution, direct or through pointwise ops such as a pad; ``bmm`` stops it), then the
+    nodes after them up to the last convolution (``GraphLowering.find_nodes_prefer_channels_last``,
+    which reads only the graph)."""
+    from types import SimpleNamespace
+
+    from torch._inductor.graph import GraphLowering
+
+    return set(GraphLowering.find_nodes_prefer_channels_last(SimpleNamespace(module=fw)))
+
+
 def graph_break_reasons() -> list:
     """Dynamo's graph-break records since its last reset."""
     return list(torch._dynamo.utils.graph_break_reasons)
