@@ -35,8 +35,8 @@ def run(
     import torch
 
     import memopt
-    from benchmarks.zoo import build
-    from benchmarks.zoo_models import BY_NAME, step_loss
+    from benchmarks.zoo import BY_NAME, build  # the zoo and the wide zoo
+    from benchmarks.zoo_models import step_loss
     from memopt import api
 
     m, x = build(BY_NAME[model], size, device, getattr(torch, dtype), batch)
@@ -69,7 +69,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="resnet")
     p.add_argument("--size", default="gpu")
-    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--batch", type=int, default=16, help="0: the model builder's own")
     p.add_argument("--budget", type=float, default=0.8, help="a fraction, or bytes (> 1)")
     p.add_argument("--dtype", default="float32", help="the weights' and inputs' dtype")
     p.add_argument("--device", default="cpu", help="cuda: the same check of Inductor's CUDA plan")

@@ -30,6 +30,7 @@ PRODUCERS: tuple[Producer, ...] = (
     ),
     Producer("first_hour.json", f"{PY}docs_cpu.py first-hour --out docs/data/{{file}}", "cpu"),
     Producer("zoo_cpu.json", f"{PY}zoo.py", "cpu", "~17 min on 2 cores"),
+    Producer("zoo_wide_cpu.json", f"{PY}zoo.py --wide", "cpu", "~40 min on 2 cores"),
     Producer(
         "section_cpu_inplace_s30.json",
         f"{PY}diag_section_cpu.py --model M --size tiny --batch 4 --budget 0.5 (M: wav2vec2 on "
@@ -106,6 +107,16 @@ PRODUCERS: tuple[Producer, ...] = (
         f"--out docs/data/{{file}}; done",
         "cpu",
         "~8 min on 2 cores",
+    ),
+    Producer(
+        "section_cpu_wide_s*.json",
+        f"rm -f docs/data/{{file}}; for m in falcon opt bloom gpt2 gemma3 mamba deberta_v2 deit "
+        f"levit mobilenet_v2 efficientnet regnet unet2d vae flux; do "
+        f"TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_CACHE_DIR=$(mktemp -d) "
+        f"{PY}diag_section_cpu.py --model $m --size tiny --batch 0 --budget 0.5 "
+        f"--out docs/data/{{file}}; done",
+        "cpu",
+        "~15 min on 2 cores (the wide zoo, one model per process)",
     ),
     Producer(
         "section_cpu_zoo_s*.json",

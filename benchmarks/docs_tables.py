@@ -127,6 +127,8 @@ ZOO_GPU_S25R = ("resnet",)
 ZOO_GPU_S26 = ("resnet", "bert", "vit", "dit")
 ZOO_GPU_S28 = ("vit", "dit", "bert")
 ZOO_GPU_S29 = ("bert",)
+#: the thirty-second session's (H200): Whisper and ResNet-50 on the code of a404657
+ZOO_GPU_S32 = ("whisper", "resnet")
 ZOO_GPU_S26FG = ("llama", "bert")
 
 
@@ -161,6 +163,7 @@ zoo_gpu_s26 = _zoo_gpu_of("_s26", "The twenty-sixth session's best-chain-round f
 zoo_gpu_s26fg = _zoo_gpu_of("_s26fg", "The twenty-sixth session's fusion-guard A/B (H200).")
 zoo_gpu_s28 = _zoo_gpu_of("_s28", "The twenty-eighth session's ViT, DiT and BERT (H200).")
 zoo_gpu_s29 = _zoo_gpu_of("_s29", "The twenty-ninth session's BERT (H200).")
+zoo_gpu_s32 = _zoo_gpu_of("_s32", "The thirty-second session's Whisper and ResNet-50 (H200).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -294,8 +297,10 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s26": Section(tuple(f"zoo_gpu_{m}_s26.json" for m in ZOO_GPU_S26), zoo_gpu_s26),
     "zoo_gpu_s28": Section(tuple(f"zoo_gpu_{m}_s28.json" for m in ZOO_GPU_S28), zoo_gpu_s28),
     "zoo_gpu_s29": Section(tuple(f"zoo_gpu_{m}_s29.json" for m in ZOO_GPU_S29), zoo_gpu_s29),
+    "zoo_gpu_s32": Section(tuple(f"zoo_gpu_{m}_s32.json" for m in ZOO_GPU_S32), zoo_gpu_s32),
     "section_cuda_zoo_s28": Section(("section_cuda_zoo_s28.json",), section_cpu_zoo),
     "section_cpu_zoo_s28": Section(("section_cpu_zoo_s28.json",), section_cpu_zoo),
+    "section_cpu_wide_s32": Section(("section_cpu_wide_s32.json",), section_cpu_zoo),
     "section_cpu_reorder_s31": Section(("section_cpu_reorder_s31.json",), section_cpu_reorder),
     "zoo_gpu_s26fg": Section(
         tuple(f"zoo_gpu_{m}_s26fg.json" for m in ZOO_GPU_S26FG), zoo_gpu_s26fg
