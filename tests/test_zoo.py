@@ -140,6 +140,24 @@ def test_image_read_through_a_pad_is_saved_as_a_channels_last_copy():
     assert rows["ConstantPadNd+"]["saving_bytes"] == (2 * 3 * 17 * 17 - 2 * 3 * 16 * 16) * 4
 
 
+def test_channels_last_rule_falls_back_to_its_own_pass_when_inductors_changes(monkeypatch):
+    # compat asks Inductor's own rule; should its signature change, the rule's first pass
+    # (a convolution and everything it reads, back through pads and norms) answers the same
+    from torch._inductor.graph import GraphLowering
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from memopt import _torch_compat as compat
+
+    g = make_fx(_PaddedStem())(torch.randn(2, 3, 16, 16))
+    found = compat.inductor_channels_last_nodes(g)
+    x = next(n for n in g.graph.nodes if n.op == "placeholder" and len(n.meta["val"].shape) == 4)
+    assert x in found
+    monkeypatch.setattr(GraphLowering, "find_nodes_prefer_channels_last", lambda self: self.gone)
+    assert {n for n in compat.inductor_channels_last_nodes(g) if n.op == "placeholder"} == {
+        n for n in found if n.op == "placeholder"
+    }
+
+
 def test_gradients_within_torchs_own_spread_pass_and_others_fail():
     # where torch.compile's gradients differ from eager's, memopt's may be no farther from
     # either than the two are from each other

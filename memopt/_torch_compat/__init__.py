@@ -59,7 +59,15 @@ def inductor_channels_last_nodes(fw: torch.fx.GraphModule) -> set[torch.fx.Node]
 
     from torch._inductor.graph import GraphLowering
 
-    return set(GraphLowering.find_nodes_prefer_channels_last(SimpleNamespace(module=fw)))
+    try:  # the same rule in torch 2.11 to 2.14.1; it reads only ``self.module``
+        return set(GraphLowering.find_nodes_prefer_channels_last(SimpleNamespace(module=fw)))
+    except (AttributeError, TypeError):  # a later torch's signature: the rule's first pass
+        found: set[torch.fx.Node] = set()
+        for n in reversed(fw.graph.nodes):
+            conv = n.target is torch.ops.aten.convolution.default
+            if conv or (n.target is not torch.ops.aten.bmm.default and found & set(n.users)):
+                found.add(n)
+        return found
 
 
 def graph_break_reasons() -> list:
