@@ -31,7 +31,8 @@ Aliasing follows views (by op name) and ops whose schema returns an alias of an 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import sympy
 import torch
@@ -390,35 +391,40 @@ def _channels_last_copy(val: torch.Tensor) -> bool:
         return True
 
 
-def _layout_copied(fw: torch.fx.GraphModule, inputs: list[torch.fx.Node]) -> list[torch.fx.Node]:
-    """Those of ``inputs`` (placeholders of ``fw``) that Inductor saves as channels-last copies."""
+@dataclass(frozen=True)
+class LayoutCopies:
+    """The graph inputs Inductor's layout optimization saves as channels-last copies because a
+    convolution reads them, directly or through other ops (an image padded before the stem
+    convolution), by Inductor's own rule (``compat.inductor_channels_last_nodes``): ``saved``,
+    those the forward saves (new memory held until backward; on CPU the image and every 4-D
+    conv weight), and ``if_saved``, those it does not, by name with the copy's bytes, which a
+    recompute reading one would keep in place of what it frees."""
+
+    saved: tuple[torch.fx.Node, ...] = ()
+    if_saved: Mapping[str, sympy.Expr] = field(default_factory=dict)
+
+
+def layout_copies(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> LayoutCopies:
+    """:class:`LayoutCopies` of a forward graph (its layout decided once)."""
+    saved = set(saved_outputs(fw, num_fwd_outputs))
     inputs = [
-        n for n in inputs if isinstance(v := tensor_val(n), torch.Tensor) and _channels_last_copy(v)
+        n
+        for n in fw.graph.find_nodes(op="placeholder")
+        if isinstance(v := tensor_val(n), torch.Tensor) and _channels_last_copy(v)
     ]
     if not inputs or not inductor_layout_opt(fw):
-        return []
+        return LayoutCopies()
     prefer = compat.inductor_channels_last_nodes(fw)
-    return list(dict.fromkeys(n for n in inputs if n in prefer))
-
-
-def layout_copies_if_saved(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> dict[str, sympy.Expr]:
-    """Graph inputs the forward does not save that would be saved as channels-last copies if a
-    recompute read them (an image padded before the stem convolution, the stem's weight): by
-    name, the copy's bytes, which such a recompute keeps in place of what it frees."""
-    saved = set(saved_outputs(fw, num_fwd_outputs))
-    unsaved = [n for n in fw.graph.find_nodes(op="placeholder") if n not in saved]
-    return {n.name: nbytes_expr(tensor_val(n)) for n in _layout_copied(fw, unsaved)}
+    copied = [n for n in inputs if n in prefer]
+    return LayoutCopies(
+        saved=tuple(n for n in copied if n in saved),
+        if_saved={n.name: nbytes_expr(tensor_val(n)) for n in copied if n not in saved},
+    )
 
 
 def layout_copied_inputs(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> list[torch.fx.Node]:
-    """Graph inputs (parameters, user inputs) that the forward saves and that Inductor's layout
-    optimization converts to channels-last because a convolution reads them, directly or
-    through other ops (an image padded before the stem convolution): the forward saves the
-    converted copy, new memory held until backward (on CPU: the image and every 4-D conv
-    weight). Which inputs: Inductor's own rule (``compat.inductor_channels_last_nodes``)."""
-    return _layout_copied(
-        fw, [n for n in saved_outputs(fw, num_fwd_outputs) if n.op == "placeholder"]
-    )
+    """The saved graph inputs Inductor keeps channels-last copies of (:class:`LayoutCopies`)."""
+    return list(layout_copies(fw, num_fwd_outputs).saved)
 
 
 def is_rng_state(node: torch.fx.Node) -> bool:
@@ -434,11 +440,13 @@ def rng_state_bytes(node: torch.fx.Node) -> int:
     return compat.seeded_recompute_state_bytes(tensor_val(node).device)
 
 
-def saved_activation_bytes(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> sympy.Expr:
+def saved_activation_bytes(
+    fw: torch.fx.GraphModule, num_fwd_outputs: int, copied: Iterable[torch.fx.Node] | None = None
+) -> sympy.Expr:
     """Symbolic bytes of the activations a forward graph keeps for backward: the storages of
     its saved outputs (a view and its base count once), graph inputs left out (parameters
     and user inputs are not activations) except the channels-last copies Inductor saves in
-    their place (:func:`layout_copied_inputs`)."""
+    their place (``copied``, when known: :func:`layout_copied_inputs`)."""
     roots: dict[torch.fx.Node, sympy.Expr] = {}
     for n in saved_outputs(fw, num_fwd_outputs):
         if n.op == "placeholder":
@@ -448,5 +456,7 @@ def saved_activation_bytes(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> sy
             roots[r] = (
                 sympy.Integer(rng_state_bytes(r)) if is_rng_state(r) else nbytes_expr(tensor_val(r))
             )
-    copies = [nbytes_expr(tensor_val(n)) for n in layout_copied_inputs(fw, num_fwd_outputs)]
+    if copied is None:
+        copied = layout_copied_inputs(fw, num_fwd_outputs)
+    copies = [nbytes_expr(tensor_val(n)) for n in copied]
     return sum([*roots.values(), *copies], sympy.Integer(0))

@@ -110,7 +110,7 @@ def _layout_copy_charges(
     subgraphs: Sequence[Subgraph], copies: Mapping[str, sympy.Expr]
 ) -> list[sympy.Expr]:
     """Per subgraph: bytes of the channels-last input copies its full recompute makes the
-    forward save (``copies``: :func:`memopt.facts.layout_copies_if_saved`, by input name);
+    forward save (``copies``: ``memopt.facts.LayoutCopies.if_saved``, by input name);
     the first subgraph reading an input pays for it."""
     charges: list[sympy.Expr] = [sympy.Integer(0)] * len(subgraphs)
     paid: set[str] = set()
@@ -139,7 +139,7 @@ def _strategies(
     boundary: dict[Strategy, tuple[str, ...]] = {}
     name_from: tuple[torch.fx.Node, ...] = ()
     saving = sympy.expand(nbytes - rng_state - copies)
-    if sg.full.reason is None and sg.full.nodes and not (copies and _not_positive(saving)):
+    if sg.full.reason is None and sg.full.nodes and not (copies != 0 and _not_positive(saving)):
         savings[Strategy.RECOMPUTE] = saving
         nodes[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.nodes)
         boundary[Strategy.RECOMPUTE] = tuple(n.name for n in sg.full.inputs)
@@ -161,7 +161,7 @@ def cluster_subgraphs_pass(
     layout_copies: Mapping[str, sympy.Expr] | None = None,
 ) -> tuple[torch.fx.GraphModule, list[SavedActivation]]:
     """``layout_copies``: graph inputs a recompute reading them would save as channels-last
-    copies (:func:`memopt.facts.layout_copies_if_saved`); their bytes come off its saving."""
+    copies (``memopt.facts.LayoutCopies.if_saved``); their bytes come off its saving."""
     counts: dict[str, int] = {}
     out: list[SavedActivation] = []
     stable = saved_ids([sg.group.root for sg in subgraphs])

@@ -90,6 +90,8 @@ class Region:
     num_joint_nodes: int = 0
     plan_seconds: float = 0.0
     kernels: dict[str, float] = field(default_factory=dict)  # memopt.kernel_times.measure
+    # the baseline forward's channels-last input copies, decided once after the partition
+    layout: facts.LayoutCopies = field(default_factory=facts.LayoutCopies)
 
     @property
     def planner_depth(self) -> int:
@@ -125,10 +127,13 @@ def saved_input_bytes(
 
 
 def saved_activation_bytes(
-    fw: torch.fx.GraphModule, num_fwd_outputs: int, symbols: SymbolTable
+    fw: torch.fx.GraphModule,
+    num_fwd_outputs: int,
+    symbols: SymbolTable,
+    copied: Sequence[torch.fx.Node] | None = None,
 ) -> sympy.Expr:
     """Symbolic bytes of the activations a forward graph saves (memopt.facts)."""
-    return symbols.readable(facts.saved_activation_bytes(fw, num_fwd_outputs))
+    return symbols.readable(facts.saved_activation_bytes(fw, num_fwd_outputs, copied))
 
 
 # --- the passes -----------------------------------------------------------------------------
@@ -143,7 +148,8 @@ def detect_layers(r: Region) -> Region:
 def partition(r: Region) -> Region:
     r.partition()
     r.symbols = r.symbols.with_graph(r.fw)
-    r.baseline_saved = saved_activation_bytes(r.fw, r.num_fwd_outputs, r.symbols)
+    r.layout = facts.layout_copies(r.fw, r.num_fwd_outputs)
+    r.baseline_saved = saved_activation_bytes(r.fw, r.num_fwd_outputs, r.symbols, r.layout.saved)
     r.baseline_saved += saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
     return r
 
@@ -168,8 +174,7 @@ def find_recompute_subgraphs(r: Region) -> Region:
 
 
 def cluster_subgraphs(r: Region) -> Region:
-    copies = facts.layout_copies_if_saved(r.fw, r.num_fwd_outputs)
-    _, r.candidates = cluster_subgraphs_pass(r.joint, r.subgraphs, r.symbols, copies)
+    _, r.candidates = cluster_subgraphs_pass(r.joint, r.subgraphs, r.symbols, r.layout.if_saved)
     return r
 
 
@@ -209,7 +214,7 @@ def plan_budget_pass(r: Region) -> Region:
             r.joint_inputs,
             r.held_bytes,
             plans=_plans(r),
-            layout_copies=facts.layout_copied_inputs(r.fw, r.num_fwd_outputs),
+            layout_copies=r.layout.saved,
             kernels=r.kernels,
             max_depth=r.planner_depth,
         )
