@@ -18,12 +18,14 @@ docs/data/zoo_<device>.json::
     python benchmarks/zoo.py --models vit,resnet   # some of them (the JSON's other rows kept)
     python benchmarks/zoo.py --device cuda --size gpu --dtype bfloat16   # the GPU machine
     python benchmarks/zoo.py --wide                # the wide zoo (benchmarks/zoo_wide.py), tiny
+    python benchmarks/zoo.py --wide --device cuda --jobs 8   # on a GPU, 8 models at a time
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -168,22 +170,37 @@ def check_model(entry: ZooModel, size: str = "tiny", device: str = "cpu", dtype=
     }
 
 
-def run(names, size: str, device: str, dtype) -> list[dict[str, Any]]:
-    rows = []
-    for name in names:
-        entry = BY_NAME[name]
-        if not available(entry):
-            rows.append({"model": name, "kind": entry.kind, "skipped": f"needs {entry.needs}"})
-            print(f"{name}: skipped (needs {entry.needs})", flush=True)
-            continue
-        try:
+def _row(name: str, size: str, device: str, dtype_name: str, threads: int = 0) -> dict[str, Any]:
+    """One model's row (a broken model's row names its error); printed as it is done."""
+    if threads:
+        torch.set_num_threads(threads)
+    entry, dtype = BY_NAME[name], getattr(torch, dtype_name)
+    if not available(entry):
+        print(f"{name}: skipped (needs {entry.needs})", flush=True)
+        return {"model": name, "kind": entry.kind, "skipped": f"needs {entry.needs}"}
+    try:
+        with compat.no_compile_caches():  # a warm cache would skip the partitioner under test
             row = check_model(entry, size, device, dtype)
-        except Exception as e:  # one broken model must not hide the others' rows
-            traceback.print_exc()
-            row = {"model": name, "kind": entry.kind, "error": f"{type(e).__name__}: {e}"[:300]}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    return rows
+    except Exception as e:  # one broken model must not hide the others' rows
+        traceback.print_exc()
+        row = {"model": name, "kind": entry.kind, "error": f"{type(e).__name__}: {e}"[:300]}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def run(names, size: str, device: str, dtype, jobs: int = 1) -> list[dict[str, Any]]:
+    """The rows of ``names`` in their order; ``jobs`` > 1: that many worker processes (spawned,
+    so CUDA works; the cores shared among them)."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    if jobs <= 1:
+        return [_row(n, size, device, dtype_name) for n in names]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(_row, n, size, device, dtype_name, threads) for n in names]
+        return [f.result() for f in futures]
 
 
 def _mark(ok: bool) -> str:
@@ -260,6 +277,7 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--out", default=str(ROOT / "docs" / "data"))
     p.add_argument("--markdown", default=str(ROOT / "docs" / "zoo.md"))
+    p.add_argument("--jobs", type=int, default=1, help="models checked in parallel processes")
     a = p.parse_args(argv)
     names = [n for n in a.models.split(",") if n] or [m.name for m in (ZOO_WIDE if a.wide else ZOO)]
     unknown = [n for n in names if n not in BY_NAME]
@@ -267,9 +285,11 @@ def main(argv=None) -> None:
         p.error(f"unknown zoo models {unknown}; have {', '.join(BY_NAME)}")
     if a.wide and a.size != "tiny":
         p.error("the wide zoo has tiny sizes only")
-    with compat.no_compile_caches():  # a warm cache would skip the partitioner under test
-        rows = run(names, a.size, a.device, getattr(torch, a.dtype))
-    tag = f"{'wide_' if a.wide else ''}{a.device.split(':')[0]}"
+    rows = run(names, a.size, a.device, getattr(torch, a.dtype), a.jobs)
+    dev = a.device.split(":")[0]
+    # the main zoo's tiny sizes on a GPU apart from its realistic ones (zoo_cuda.json)
+    tiny_gpu = "_tiny" if not a.wide and dev != "cpu" and a.size == "tiny" else ""
+    tag = f"{'wide_' if a.wide else ''}{dev}{tiny_gpu}"
     out = Path(a.out) / f"zoo_{tag}.json"
     meta = {"device": a.device, "size": a.size, "dtype": a.dtype, "torch": torch.__version__}
     rows = _merged(out, meta, rows)
