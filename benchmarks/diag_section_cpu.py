@@ -59,7 +59,9 @@ def run(
         "fusion_guard": state.config.fusion_guard,
         "fusions_refused": region.extra.get("fusions_refused"),
         "model_peak": planner.get("predicted_peak"),
-        "inductor": {k: sec[k] for k in ("peak", "fwd_peak", "bwd_peak", "static")},
+        "inductor": {
+            k: sec.get(k) for k in ("peak", "fwd_peak", "bwd_peak", "static", "peak_unpooled")
+        },
         "fwd_at_peak": sec["fwd_at_peak"],
         "bwd_at_peak": sec["bwd_at_peak"],
     }

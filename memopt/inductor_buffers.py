@@ -26,7 +26,9 @@ class Event:
 
     kind: str
     """``alloc`` (a new storage of ``nbytes``), ``alias`` (``name`` now refers to ``of``'s
-    storage) or ``free`` (``name`` is deleted; its storage goes when no name refers to it)."""
+    storage), ``free`` (``name`` is deleted; its storage goes when no name refers to it) or
+    ``pool`` (``name`` is dead and its storage waits in the reuse pool for the ``alias`` that
+    reuses it: live meanwhile)."""
     name: str
     nbytes: int = 0
     of: str | None = None
@@ -78,13 +80,16 @@ def replay(
     counted_inputs: Mapping[str, tuple[str, int]] | None = None,
     held: frozenset[str] = frozenset(),
     round_to: int = 1,
+    pooled: bool = True,
 ) -> Replay:
     """Live bytes over ``gb``'s plan. ``counted_inputs``: input name to (storage key, bytes)
     for inputs the graph's memory includes (inputs sharing a storage share a key); every other
     input is static (counted outside, never freed here). ``held``: storage keys something
     outside the graph keeps alive (a ``del`` frees nothing). The storage an allocation makes
     is keyed ``("buf", event index)``, made unique against the inputs' keys: a backward's saved
-    inputs carry their forward's keys, and a shared key would merge two storages' counts."""
+    inputs carry their forward's keys, and a shared key would merge two storages' counts.
+    ``pooled=False``: a storage waiting in the reuse pool is not counted until its reuse (what
+    the plan would hold if a dead buffer were freed at once and its reuser allocated anew)."""
     counted_inputs = counted_inputs or {}
     storage_of: dict[str, object] = {}
     size: dict[object, int] = {}
@@ -97,6 +102,7 @@ def replay(
         first.setdefault(key, name)
     live_keys = set(size)
     live = sum(size.values())
+    waiting: set[object] = set()  # pooled storages not counted (pooled=False)
 
     def top() -> tuple[str, ...]:
         keys = sorted(live_keys, key=lambda k: (-size[k], first[k]))[:12]
@@ -110,7 +116,7 @@ def replay(
         if key is None:
             return
         refs[key] -= 1
-        if refs[key] == 0 and key not in held:
+        if refs[key] == 0 and key not in held and key not in waiting:
             live -= size[key]
             live_keys.discard(key)
 
@@ -133,6 +139,18 @@ def replay(
             drop(ev.name)
             storage_of[ev.name] = key
             refs[key] += 1
+            if key in waiting:  # reused from the pool: counted again from here
+                waiting.discard(key)
+                live_keys.add(key)
+                live += size[key]
+                if live > peak:
+                    peak, peak_at, peak_names = live, i, top()
+        elif ev.kind == "pool":
+            key = storage_of.get(ev.name)
+            if not pooled and key is not None and key in live_keys and key not in held:
+                waiting.add(key)
+                live_keys.discard(key)
+                live -= size[key]
         elif ev.kind == "free":
             drop(ev.name)
     out_keys = {storage_of[o] for o in gb.outputs if o is not None and o in storage_of}
@@ -172,6 +190,7 @@ def step_peaks(
     *,
     tangents_held: bool,
     round_to: int = 1,
+    pooled: bool = True,
 ) -> StepPeaks:
     """The forward's and the backward's peaks of one region. ``static``: bytes live through
     the step outside the graphs' own buffers (parameters, the batch, earlier regions' saved
@@ -179,8 +198,8 @@ def step_peaks(
     (saved tensors) are counted with the forward's storage (views of one buffer share it) and
     freed at their ``del``; saved aliases of forward inputs are static; the other inputs
     (tangents: autograd's incoming gradients) are counted, and held to the end where autograd
-    holds them (``tangents_held``)."""
-    f = replay(fw, round_to=round_to)
+    holds them (``tangents_held``). ``pooled``: as :func:`replay`'s."""
+    f = replay(fw, round_to=round_to, pooled=pooled)
     made = {
         name: out
         for name, out in zip(fw.fx_outputs, f.outputs)
@@ -201,7 +220,7 @@ def step_peaks(
             counted[name] = (("input", name), nbytes)
             if tangents_held:
                 held.add(("input", name))
-    b = replay(bw, counted, frozenset(held), round_to=round_to)
+    b = replay(bw, counted, frozenset(held), round_to=round_to, pooled=pooled)
     return StepPeaks(static, f, b)
 
 
@@ -239,6 +258,10 @@ def section(
     round_to = CUDA_ROUND if fw.device == "cuda" else 1
     static = sum(_round(n, round_to) for n in fw.inputs.values())
     sp = step_peaks(fw, bw, static, tangents_held=tangents_held, round_to=round_to)
+    # what the reuse pool adds: dead buffers held until a later buffer of their size reuses them
+    unpooled = step_peaks(
+        fw, bw, static, tangents_held=tangents_held, round_to=round_to, pooled=False
+    )
     phase = "forward" if sp.fwd_peak >= sp.bwd_peak else "backward"
     text = (
         f"Inductor's buffer plan: peak {fmt_bytes(sp.peak)} in the {phase} (forward "
@@ -265,6 +288,7 @@ def section(
         "fwd_peak": sp.fwd_peak,
         "bwd_peak": sp.bwd_peak,
         "static": static,
+        "peak_unpooled": unpooled.peak,
         "model_peak": model_peak,
         "workspaces": ws,
         "fwd_at_peak": list(sp.fwd.peak_names),

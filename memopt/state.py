@@ -133,6 +133,7 @@ class MemoptState(RegionRegistry):
         return StepInfo(
             sequence=seq,
             complete=bool(self.last_step),
+            forward_known=bool(self.last_step) or self._backward_seen,
             offload_runs=tuple(sorted(off.positions)) if off else (),
             offloaded_bytes=off.stats.offloaded_bytes if off else 0,
             prefetched=off.stats.prefetched if off else 0,

@@ -24,6 +24,9 @@ class StepInfo:
     sequence: tuple[int, ...]
     complete: bool = True
     """False while the first step has not finished (the sequence so far)."""
+    forward_known: bool = True
+    """Every forward run of the step is in ``sequence`` (its backward has begun), finished or
+    not: what the forward saves per step is known."""
     peak: int | None = None
     peak_at: int | None = None
     """Position in ``sequence`` of the invocation that holds the predicted peak."""

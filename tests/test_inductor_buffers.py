@@ -24,6 +24,28 @@ def _gb(events, inputs=None, outputs=(), backward=False, fx_outputs=()):
     )
 
 
+def test_the_pool_hold_is_what_a_dead_buffer_waiting_for_its_reuse_adds():
+    """A dead buffer waits in the pool (``pool``) while buf1 peaks, then buf2 takes it: held,
+    the peak counts both; ``pooled=False`` frees it at its death and allocates it again at
+    its reuse (the section's ``peak_unpooled``)."""
+    g = _gb(
+        [
+            Event("alloc", "buf0", 100),
+            Event("pool", "buf0"),  # FreeIfNotReusedLine of a buffer reused later
+            Event("alloc", "buf1", 60),
+            Event("free", "buf1"),
+            Event("alias", "buf2", 0, "buf0"),
+            Event("free", "buf0"),
+            Event("alloc", "buf3", 30),
+            Event("free", "buf2"),
+        ],
+        outputs=("buf3",),
+    )
+    held, freed = replay(g), replay(g, pooled=False)
+    assert (held.peak, held.peak_event, held.end) == (160, 2, 30)
+    assert (freed.peak, freed.peak_event, freed.end) == (130, 6, 30)
+
+
 def test_a_reused_buffer_is_held_until_its_reuse():
     """Inductor's pool: buf0 dies, waits, and buf2 takes it; the bytes never drop between."""
     g = _gb(

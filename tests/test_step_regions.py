@@ -210,3 +210,16 @@ def test_offload_layers_that_cannot_apply_says_why():
         memopt.optimize(model, layers="nope")
     with pytest.raises(memopt.ConfigError, match=r"sync: layer\(s\) 5 outside 0..1"):
         memopt.optimize(model, sync={5: (True, 1, False, 1)})
+
+
+def test_saved_bytes_after_one_step_count_every_run():
+    # the zoo's check, and a user's first look: one step, then the report. The regions run
+    # once per block; what the forward saved is known once backward has begun, before a
+    # second step finishes the first
+    model = _model()
+    opt = memopt.optimize(model, level=0)
+    _, measured = _train(opt, model, steps=1)
+    rep = memopt.report(opt)
+    assert not rep.step.complete and rep.step.forward_known
+    assert rep.saved_bytes()[0] == measured == N * 2 * 32 * H * 4 + N * 32 * D * 4 + 32 * 8 * 4
+    assert "per step: 9 runs of" in rep.table()

@@ -66,8 +66,8 @@ def _events(lines: list[Any]) -> list[Event]:
         elif isinstance(line, w.ReinterpretLine):
             out.append(Event("alias", line.reused_as.get_name(), 0, line.node.get_name()))
         elif isinstance(line, w.FreeIfNotReusedLine):
-            if not line.is_reused:
-                out.append(Event("free", line.node.get_name()))
+            # a reused buffer's storage waits in the pool from here to its reuse
+            out.append(Event("pool" if line.is_reused else "free", line.node.get_name()))
         elif isinstance(line, w.FreeLine):
             out.append(Event("free", line.node.get_name()))
         elif isinstance(line, w.ExternKernelAllocLine):
