@@ -175,6 +175,11 @@ def _row(name: str, size: str, device: str, dtype_name: str, threads: int = 0) -
     if threads:
         torch.set_num_threads(threads)
     entry, dtype = BY_NAME[name], getattr(torch, dtype_name)
+    if dtype == torch.float32:
+        # the fp32 tolerance is for fp32 arithmetic: cuDNN's convolutions default to TF32
+        # (10-bit mantissas), which moves torch.compile's and memopt's gradients apart by 1e-3
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     if not available(entry):
         print(f"{name}: skipped (needs {entry.needs})", flush=True)
         return {"model": name, "kind": entry.kind, "skipped": f"needs {entry.needs}"}
