@@ -4,8 +4,10 @@ checked against torch 2.11 and 2.13 (see shared TORCH_NOTES)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -13,6 +15,8 @@ import torch
 import torch.fx
 from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: F401  (re-export)
 from torch.utils.checkpoint import CheckpointPolicy  # noqa: F401  (re-export)
+
+log = logging.getLogger("memopt")
 
 TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 
@@ -68,6 +72,64 @@ def inductor_channels_last_nodes(fw: torch.fx.GraphModule) -> set[torch.fx.Node]
             if conv or (n.target is not torch.ops.aten.bmm.default and found & set(n.users)):
                 found.add(n)
         return found
+
+
+@dataclass(frozen=True)
+class StridePadding:
+    """Inductor's comprehensive padding of a graph (GPU graphs; ``config.comprehensive_padding``,
+    ``ir.Layout._pad_strides``): a buffer whose layout Inductor chooses gets every stride
+    above ``threshold`` elements rounded up to a multiple of ``align_bytes``, except the
+    nodes in ``disliked`` (inputs of convolutions, user-visible outputs:
+    ``graph.mark_nodes_dislike_padding``)."""
+
+    align_bytes: int
+    threshold: int
+    disliked: frozenset
+
+
+def inductor_stride_padding(
+    fw: torch.fx.GraphModule, num_user_outputs: int
+) -> StridePadding | None:
+    """How Inductor will pad ``fw``'s buffers, or None where it pads none (a CPU graph,
+    padding turned off); planning for CUDA on fake CPU tensors pads as on CUDA."""
+    import torch._inductor.config as iconfig
+
+    cuda = _PLANNING_FOR_CUDA[0] or any(
+        isinstance(v := n.meta.get("val"), torch.Tensor) and v.device.type == "cuda"
+        for n in fw.graph.find_nodes(op="placeholder")
+    )
+    if not cuda or not getattr(iconfig, "comprehensive_padding", False):
+        return None
+    out = fw.graph.output_node().args[0]
+    visible = {
+        o: tuple(o.meta["val"].stride())
+        for o in out[:num_user_outputs]
+        if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
+    }
+    disliked: set = set()
+    try:  # Inductor's own marking, its meta keys put back as they were
+        from torch._inductor.graph import mark_nodes_dislike_padding
+
+        before = {n: n.meta.get("dislike_padding") for n in fw.graph.nodes}
+        try:
+            mark_nodes_dislike_padding(fw.graph, visible)
+            disliked = {n for n in fw.graph.nodes if n.meta.get("dislike_padding")}
+        finally:
+            for n, v in before.items():
+                if v is None:
+                    n.meta.pop("dislike_padding", None)
+                else:
+                    n.meta["dislike_padding"] = v
+    except Exception as e:  # a torch that moved it: user outputs and conv inputs by hand
+        log.debug("memopt: Inductor's padding marks unavailable (%s)", e)
+        conv = torch.ops.aten.convolution.default
+        disliked = set(visible) | {a for n in fw.graph.find_nodes(op="call_function", target=conv)
+                                   for a in n.all_input_nodes}  # fmt: skip
+    return StridePadding(
+        int(getattr(iconfig, "padding_alignment_bytes", 128)),
+        int(getattr(iconfig, "padding_stride_threshold", 1024)),
+        frozenset(disliked),
+    )
 
 
 def graph_break_reasons() -> list:
