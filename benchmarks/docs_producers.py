@@ -116,7 +116,8 @@ PRODUCERS: tuple[Producer, ...] = (
         f"{PY}diag_section_cpu.py --model $m --size tiny --batch 0 --budget 0.5 "
         f"--out docs/data/{{file}}; done",
         "cpu",
-        "~15 min on 2 cores (the wide zoo, one model per process)",
+        "~15 min on 2 cores (the wide zoo, one model per process; _s33 adds bert and t5 and "
+        "the peak without Inductor's reuse pool)",
     ),
     Producer(
         "section_cpu_zoo_s*.json",
@@ -509,6 +510,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "docs/zoo.md, twenty-fifth session (``_fix``: after the solver's fix)",
     ),
     Producer("diag_tangents*.json", f"{PY}diag_tangents.py --device cuda", "gpu"),
+    Producer(
+        "zoo_*cuda*_s33.json",
+        f"{PY}zoo.py [--wide] --device cuda --jobs 8 --out $OUT",
+        "gpu",
+        "docs/zoo.md, thirty-third session: tiny sizes on an H200, three runs merged by row "
+        "(each row's run and commit; the rows in docs/data/logs/zoo_cuda_tiny_s33_*.jsonl)",
+    ),
     Producer(
         "collective_pcie_w2*.json",
         f"torchrun --nproc-per-node 2 {PY[7:]}diag_collective_pcie.py --out {{file}}",
