@@ -30,6 +30,8 @@ from memopt.facts import (
     tensor_val,
 )
 
+aten = torch.ops.aten
+
 _FUSIBLE_NAMES = frozenset(
     {
         "_to_copy",
@@ -60,10 +62,47 @@ _FUSIBLE_NAMES = frozenset(
 )
 
 
+def addmm_parts(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """``(mm, inp)`` when Inductor's post-grad pass makes ``node``, an ``add`` of a matmul and
+    a tensor, one ``addmm`` (``fx_passes/post_grad.py: addmm``, ``is_valid_addmm_fusion``):
+    the matmul's only user, ``inp`` expandable to its output, one dtype, and on a GPU not
+    when every use of the sum is pointwise. The matmul then runs where the add does (its
+    operands live to there: the tied LM head's gradient, added to the embedding's, keeps
+    the logits' gradient to the end of backward) and its own output never exists."""
+    if node.op != "call_function" or node.target is not aten.add.Tensor or node.kwargs:
+        return None
+    if len(node.args) != 2 or not all(isinstance(a, torch.fx.Node) for a in node.args):
+        return None
+    for mm, inp in (node.args, node.args[::-1]):  # Inductor's two patterns, in its order
+        if mm.target is not aten.mm.default or len(mm.users) != 1 or len(mm.args) != 2:
+            continue
+        vi, va, vb = (tensor_val(x) for x in (inp, *mm.args))
+        if not all(isinstance(v, torch.Tensor) for v in (vi, va, vb)):
+            continue
+        if not vi.dtype == va.dtype == vb.dtype:
+            continue
+        if not compat.expandable_to(vi.shape, (va.shape[0], vb.shape[1])):
+            continue
+        if compat.is_gpu(vi.device) and all(compat.is_pointwise_use(u) for u in node.users):
+            continue  # should_prefer_unfused_addmm
+        return mm, inp
+    return None
+
+
+def deferred_mm(node: torch.fx.Node) -> bool:
+    """A matmul Inductor folds into its one user's ``addmm`` (:func:`addmm_parts`)."""
+    if node.op != "call_function" or node.target is not aten.mm.default or len(node.users) != 1:
+        return False
+    parts = addmm_parts(next(iter(node.users)))
+    return parts is not None and parts[0] is node
+
+
 def fusible(node: torch.fx.Node) -> bool:
     """Whether Inductor lowers the op into its own kernels (so temporaries may fuse away)."""
     if node.op != "call_function":
         return False
+    if node.target is aten.add.Tensor and addmm_parts(node) is not None:
+        return False  # an extern addmm
     if node.target is operator.getitem:
         src = node.args[0]
         return isinstance(src, torch.fx.Node) and fusible(src)
@@ -94,6 +133,8 @@ def _scatter_self(node: torch.fx.Node, user: torch.fx.Node) -> bool:
 
 
 def must_exist(node: torch.fx.Node, alias_users: list[torch.fx.Node]) -> bool:
+    if deferred_mm(node):
+        return False
     if not fusible(node):
         return True
     if any(
@@ -175,6 +216,8 @@ def materialized(n: torch.fx.Node) -> bool:
     """Whether ``n``'s value is written to memory by some kernel (placeholders, extern kernels
     and their inputs, reductions, graph outputs); otherwise Inductor fuses it into the kernels
     that consume it and it never exists."""
+    if deferred_mm(n):
+        return False  # computed by its user's addmm, read where that runs
     if n.op != "call_function" or not fusible(n):
         return True
     if torch.Tag.reduction in getattr(n.target, "tags", ()):

@@ -197,3 +197,54 @@ def test_tangents_live_to_their_last_read_or_to_the_end_of_the_backward(monkeypa
     assert [x for x in _bw_live(monkeypatch, held=False) if x[1] == "tangent"] == tangent
     held = [("tangents_1", "tangent", 0, 4, 256 * 256 * 2)]
     assert [x for x in _bw_live(monkeypatch, held=True) if x[1] == "tangent"] == held
+
+
+def _tied_head_backward(user_pointwise: bool = False) -> torch.fx.GraphModule:
+    """A tied LM head's weight gradient, FX order: the logits gradient's matmul right after it
+    is made, three more ops, then the sum with the embedding's gradient (Inductor's post-grad
+    pass makes the two one ``addmm`` where the add runs)."""
+    bw = torch.fx.Graph()
+    t, h, e = bw.placeholder("tangents_1"), bw.placeholder("h"), bw.placeholder("emb_grad")
+    g = bw.call_function(aten.mul.Tensor, (t, 2.0))  # the logits' gradient (1024 x 1024)
+    gt = bw.call_function(aten.t.default, (g,))
+    mm = bw.call_function(aten.mm.default, (gt, h))
+    other = bw.call_function(aten.mm.default, (h, h))  # unrelated work between
+    add = bw.call_function(aten.add.Tensor, (mm, e))
+    last = bw.call_function(aten.neg.default, (add,)) if user_pointwise else add
+    bw.output((last, other))
+    for node in (t, h, e, g, gt, mm, other, add, last):
+        node.meta["val"] = _val((1024, 1024), "meta")
+    return torch.fx.GraphModule({}, bw)
+
+
+def test_a_matmul_added_to_a_tensor_runs_as_addmm_where_the_add_is():
+    from memopt import _torch_compat as compat
+    from memopt import memory_rules as rules
+
+    bw = _tied_head_backward()
+    g, gt, mm, other, add = [n for n in bw.graph.nodes if n.op == "call_function"]
+    assert rules.addmm_parts(add) == (mm, bw.graph.find_nodes(op="placeholder")[2])
+    assert rules.deferred_mm(mm) and not rules.deferred_mm(other)
+    assert not rules.must_exist(mm, [add]) and not rules.fusible(add)
+    reads = rules.ReadPoints({n: i for i, n in enumerate((g, gt, mm, other, add))})
+    # the logits' gradient is read by the addmm at position 4, not by the mm at 2
+    assert reads.last(list(g.users), 0) == 4 and reads.at(mm) == 4
+    fw = torch.fx.Graph()
+    fw.output(())
+    _, _, _, items = base_items(torch.fx.GraphModule({}, fw), bw, [], Sizes(int))
+    live = sorted((it.name, it.start, it.end) for it in items if it.kind == "temporary")
+    assert live == [("mul_tensor", 0, 4)]  # no mm output; the sum is the graph's output
+    # on a GPU, a sum whose every use is pointwise stays a matmul and an add
+    pointwise = _tied_head_backward(user_pointwise=True)
+    add2 = [n for n in pointwise.graph.nodes if n.target is aten.add.Tensor][0]
+    assert rules.addmm_parts(add2) is not None  # the CPU always fuses
+    with compat.planning_for_cuda():
+        assert rules.addmm_parts(add2) is None and rules.fusible(add2)
+    # an operand of another dtype, or a second reader of the matmul: no addmm
+    gt.meta["val"] = _val((1024, 1024), "meta", torch.float32)
+    assert rules.addmm_parts(add) is None
+    gt.meta["val"] = _val((1024, 1024), "meta")
+    assert rules.addmm_parts(add) is not None
+    with bw.graph.inserting_after(add):
+        bw.graph.call_function(aten.neg.default, (mm,))
+    assert rules.addmm_parts(add) is None and not rules.deferred_mm(mm)

@@ -132,6 +132,31 @@ def inductor_stride_padding(
     )
 
 
+def expandable_to(shape: Sequence[Any], desired: Sequence[Any]) -> bool:
+    """``torch._prims_common.is_expandable_to`` (broadcasting ``shape`` to ``desired``)."""
+    try:
+        from torch._prims_common import is_expandable_to
+
+        return bool(is_expandable_to(shape, desired))
+    except Exception:  # a symbolic size it cannot decide: not fused, as Inductor's guard
+        return False
+
+
+def is_gpu(device: torch.device) -> bool:
+    """Inductor's GPU device types (CUDA, XPU, ...); planning for CUDA counts as one."""
+    from torch._inductor.utils import is_gpu as inductor_is_gpu
+
+    return bool(inductor_is_gpu(device.type)) or _PLANNING_FOR_CUDA[0]
+
+
+def is_pointwise_use(use: torch.fx.Node) -> bool:
+    """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view all of whose uses
+    are."""
+    from torch._inductor.utils import is_pointwise_use as rule
+
+    return bool(rule(use))
+
+
 def graph_break_reasons() -> list:
     """Dynamo's graph-break records since its last reset."""
     return list(torch._dynamo.utils.graph_break_reasons)
