@@ -214,6 +214,23 @@ def section_cpu_zoo(rows: list) -> str:
     return "\n".join(out) + "\n"
 
 
+def section_cpu_pool(rows: list) -> str:
+    """diag_section_cpu.py with the section's ``peak_unpooled``: per model, Inductor's peak of
+    the compiled plan against the planner's model, with and without the reuse pool's hold."""
+    out = [
+        "| model | model's peak B | Inductor's peak B | vs model | without the pool's hold B "
+        "| vs model |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        m, ind = r["model_peak"], r["inductor"]
+        out.append(
+            f"| {r['model']} | {m:,} | {ind['peak']:,} | {100 * (ind['peak'] / m - 1):+.1f}% "
+            f"| {ind['peak_unpooled']:,} | {100 * (ind['peak_unpooled'] / m - 1):+.1f}% |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def section_cpu_reorder(rows: list) -> str:
     """diag_section_cpu.py over the zoo with Inductor's ``reorder_for_peak_memory`` on (the
     default) and off: per model, the model's peak against Inductor's in each order."""
@@ -301,6 +318,8 @@ SECTIONS: dict[str, Section] = {
     "section_cuda_zoo_s28": Section(("section_cuda_zoo_s28.json",), section_cpu_zoo),
     "section_cpu_zoo_s28": Section(("section_cpu_zoo_s28.json",), section_cpu_zoo),
     "section_cpu_wide_s32": Section(("section_cpu_wide_s32.json",), section_cpu_zoo),
+    "section_cpu_wide_s33": Section(("section_cpu_wide_s33.json",), section_cpu_pool),
+    "section_cpu_wide_s33b": Section(("section_cpu_wide_s33b.json",), section_cpu_pool),
     "section_cpu_reorder_s31": Section(("section_cpu_reorder_s31.json",), section_cpu_reorder),
     "zoo_gpu_s26fg": Section(
         tuple(f"zoo_gpu_{m}_s26fg.json" for m in ZOO_GPU_S26FG), zoo_gpu_s26fg
