@@ -121,6 +121,8 @@ def optimize(
     compiled = torch.compile(model, backend=MemoptBackend(cfg, state), dynamic=dynamic, **kwargs)
     _errors_first(compiled, debug=cfg.debug)
     _keep_signature(compiled, model)
+    # eager, before the compiled code: what of the step is no activation (its batch, weights)
+    compiled.register_forward_pre_hook(state.note_step_inputs, with_kwargs=True)
     _STATES[compiled] = state
     _STATES[model] = state
     return compiled

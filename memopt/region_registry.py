@@ -13,10 +13,14 @@ from typing import Any
 import torch
 import torch.fx
 
+from memopt import _torch_compat as compat
 from memopt import report_cache
 from memopt.config import MemoptConfig
 from memopt.planner import progress as planner_progress
 from memopt.report import RegionReport
+
+#: :meth:`RegionRegistry.activation_input`'s kinds (the pipeline's ``activation_inputs``)
+PER_RUN, SHARED = 1, 2
 
 log = logging.getLogger("memopt")
 
@@ -32,6 +36,9 @@ class RegionRegistry:
         self._pending: tuple[str, int | None] | None = None  # (persist key, index to replace)
         self.last_key: str | None = None  # the persist key of the graph compiled last
         self._ran = False
+        # storages of the optimized model's parameters, buffers and the latest call's tensors
+        # (note_step_inputs); None where no such call is seen (blocks compiled alone)
+        self.step_inputs: set | None = None
 
     def begin_region(
         self,
@@ -87,9 +94,43 @@ class RegionRegistry:
         self._pending = None
         return region.index
 
+    def note_step_inputs(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        """Forward pre-hook of the optimized model (run eagerly, before its compiled code): the
+        storages that are no activation when a region reads them, as the saved-bytes measure
+        leaves them out (memopt.measure): the call's tensors, the parameters and buffers."""
+        tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs))]
+        tensors += [*module.parameters(), *module.buffers()]
+        self.step_inputs = {k for k in map(_real_storage, tensors) if k is not None}
+
+    def activation_input(self, x: Any) -> int:
+        """Whether a region's input is an activation of the step (held for this region's
+        backward when saved, like its own): :data:`PER_RUN`, a tensor autograd made; or, once
+        the step's inputs are known, :data:`SHARED`, any other tensor the step made (an
+        attention mask or position ids an earlier region or eager code built, which every run
+        of a layer's region may read) that is no parameter, buffer or input of the call; else
+        0."""
+        if not isinstance(x, torch.Tensor):
+            return 0
+        if x.grad_fn is not None:
+            return PER_RUN
+        if self.step_inputs is None or isinstance(x, torch.nn.Parameter) or x.requires_grad:
+            return 0
+        key = _real_storage(x)
+        return SHARED if key is not None and key not in self.step_inputs else 0
+
 
 def _trains(example_inputs: Sequence[Any]) -> bool:
     """Whether a graph has a backward (some input needs a gradient, grad mode on)."""
     return torch.is_grad_enabled() and any(
         isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
     )
+
+
+def _real_storage(t: Any) -> Any:
+    """A real tensor's storage identity, None for anything else (fake, DTensor, not a tensor)."""
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or compat.is_fake(t):
+        return None
+    try:
+        return compat.storage_key(t)
+    except Exception:  # a tensor without a storage
+        return None

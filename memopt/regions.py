@@ -49,11 +49,9 @@ class RegionProgram:
         self._gm = copy.deepcopy(gm) if replannable else None
         self._ctx = compat.tracing_context() if replannable else None
         self.index: int | None = None
-        # inputs that are activations of earlier regions (non-leaf tensors): saved, they are
-        # held for the backward like the region's own activations
-        self._activation_inputs = tuple(
-            isinstance(x, torch.Tensor) and x.grad_fn is not None for x in example_inputs
-        )
+        # inputs that are activations of earlier regions (what autograd or the step made):
+        # saved, they are held for the backward like the region's own activations
+        self._activation_inputs = tuple(state.activation_input(x) for x in example_inputs)
         self._device = next(
             (x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.is_cuda), None
         )

@@ -69,6 +69,12 @@ class RegionReport:
         for c in clusters:
             used |= {str(x) for x in sympy.sympify(c["saving_symbolic"]).free_symbols}
         extra: dict[str, Any] = {}
+        shared = [
+            [[dtype, sym.evaluate(e)] for dtype, e in inputs]
+            for inputs in getattr(result, "shared_saved", ((), ()))
+        ]
+        if any(shared):  # saved inputs the step's runs share: once per step (saved_bytes)
+            extra["shared_saved"] = shared
         if getattr(result, "layers", None):
             extra["layers"] = {"names": list(result.layers)}
         off = getattr(result, "offload", None)
@@ -193,11 +199,23 @@ class Report:
     def saved_bytes(self) -> tuple[int | None, int | None]:
         """Predicted activation bytes saved for backward (before, after), summed over regions."""
 
-        def total(key: str) -> int | None:
+        def total(key: str, i: int) -> int | None:
             vals = [(getattr(r, key), self.runs(r)) for r in self.regions]
-            return None if any(v is None for v, _ in vals) else sum(v * n for v, n in vals)
+            if any(v is None for v, _ in vals):
+                return None
+            # a saved input the step made once and its runs read (an attention mask, position
+            # ids) is one storage per step: one of each dtype and size, whichever runs save it
+            once = {
+                (dtype, nbytes)
+                for r in self.regions
+                if self.runs(r)
+                for dtype, nbytes in (r.extra.get("shared_saved") or ((), ()))[i]
+            }
+            if any(b is None for _, b in once):
+                return None
+            return sum(v * n for v, n in vals) + sum(b for _, b in once)
 
-        return total("baseline_saved_bytes"), total("final_saved_bytes")
+        return total("baseline_saved_bytes", 0), total("final_saved_bytes", 1)
 
     def frozen_plan(self) -> dict[str, Any]:
         """The plan file that re-applies this step's plan without planning again

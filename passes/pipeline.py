@@ -55,6 +55,7 @@ from memopt.passes.offload_step import offload_step
 from memopt.passes.plan_budget import _device, assigned_result, measure_room, plan_budget
 from memopt.plan import PlanSpec, Strategy, localize
 from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, planner_depth
+from memopt.region_registry import PER_RUN, SHARED
 from memopt.symbolic import SymbolTable, build_symbol_table
 
 log = logging.getLogger("memopt")
@@ -71,7 +72,9 @@ class Region:
     symbols: SymbolTable
     known_elsewhere: Collection[str] = ()
     held_bytes: int = 0  # activation bytes earlier regions of the step hold (byte budgets)
-    activation_inputs: Sequence[bool] = ()  # per primal: an activation of an earlier region
+    activation_inputs: Sequence[int] = ()  # per primal: PER_RUN, SHARED or 0 (no activation)
+    # saved SHARED inputs (before, after the plan), each (dtype, bytes): once per step
+    shared_saved: tuple[tuple, tuple] = ((), ())
     assigned: Any = None  # memopt.step.Option: the step plan's choice for this region
     # occurrences of each counted plan's cluster in the step's earlier runs (None: plans
     # without a Count); a Count counts over the step (memopt.plan.localize)
@@ -110,13 +113,18 @@ class Region:
 
 
 def saved_input_bytes(
-    fw: torch.fx.GraphModule, num_fwd_outputs: int, flags: Sequence[bool], symbols: SymbolTable
+    fw: torch.fx.GraphModule,
+    num_fwd_outputs: int,
+    flags: Sequence[int],
+    symbols: SymbolTable,
+    kinds: Collection[int] = (PER_RUN,),
 ) -> sympy.Expr:
     """Bytes of the graph inputs the forward saves that are activations of earlier regions of
-    the step (``flags`` per input, from the backend: a non-leaf tensor). They are held for this
-    region's backward like its own activations; parameters and the user's batch are not."""
+    the step (``flags`` per input, from the backend: :data:`PER_RUN` or :data:`SHARED`, of
+    ``kinds``). They are held for this region's backward like its own activations; parameters
+    and the user's batch are not. A shared one is counted once per step, not once per run."""
     inputs = [n for n in fw.graph.find_nodes(op="placeholder")]
-    act = {n for n, f in zip(inputs, flags) if f}
+    act = {n for n, f in zip(inputs, flags) if int(f) in kinds}
     roots = {}
     for n in fw.graph.output_node().args[0][num_fwd_outputs:]:
         if isinstance(n, torch.fx.Node):
@@ -151,7 +159,22 @@ def partition(r: Region) -> Region:
     r.layout = facts.layout_copies(r.fw, r.num_fwd_outputs)
     r.baseline_saved = saved_activation_bytes(r.fw, r.num_fwd_outputs, r.symbols, r.layout.saved)
     r.baseline_saved += saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
+    r.shared_saved = (shared_inputs(r), r.shared_saved[1])
     return r
+
+
+def shared_inputs(r: Region) -> tuple[tuple[str, sympy.Expr], ...]:
+    """The :data:`SHARED` inputs the forward saves, each as (dtype, bytes): one storage a step
+    makes once and its regions' runs read (a mask), which the report counts once per step."""
+    inputs = list(r.fw.graph.find_nodes(op="placeholder"))
+    shared = {n for n, f in zip(inputs, r.activation_inputs) if int(f) == SHARED}
+    out = {}
+    for n in facts.saved_outputs(r.fw, r.num_fwd_outputs):
+        root = facts.storage_root(n)
+        if root in shared:
+            v = facts.tensor_val(root)
+            out[root] = (str(v.dtype).removeprefix("torch."), facts.nbytes_expr(v))
+    return tuple(out.values())
 
 
 def find_saved_activations(r: Region) -> Region:
@@ -218,7 +241,9 @@ def plan_budget_pass(r: Region) -> Region:
             kernels=r.kernels,
             max_depth=r.planner_depth,
         )
-        ins = saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
+        ins = saved_input_bytes(
+            r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols, (PER_RUN, SHARED)
+        )
         r.budget.problem = replace(r.budget.problem, saved_input_bytes=r.symbols.evaluate(ins) or 0)
     return r
 
@@ -441,7 +466,7 @@ def run_pipeline(
     known_elsewhere: Collection[str] = (),
     held_bytes: int = 0,
     assigned: Any = None,
-    activation_inputs: Sequence[bool] = (),
+    activation_inputs: Sequence[int] = (),
     count_offsets: Mapping[str, int] | None = None,
 ) -> Region:
     """Run every pass on one joint graph; the returned Region holds the final forward and
@@ -466,6 +491,7 @@ def run_pipeline(
     region.final_saved += saved_input_bytes(
         region.fw, region.num_fwd_outputs, region.activation_inputs, region.symbols
     )
+    region.shared_saved = (region.shared_saved[0], shared_inputs(region))
     region.num_joint_nodes = len(gm.graph.nodes)
     region.plan_seconds = time.perf_counter() - t0
     return region

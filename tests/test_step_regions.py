@@ -223,3 +223,48 @@ def test_saved_bytes_after_one_step_count_every_run():
     assert not rep.step.complete and rep.step.forward_known
     assert rep.saved_bytes()[0] == measured == N * 2 * 32 * H * 4 + N * 32 * D * 4 + 32 * 8 * 4
     assert "per step: 9 runs of" in rep.table()
+
+
+class MaskBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(D, D)
+
+    def forward(self, x, mask):
+        y = torch.where(mask, self.lin(x).relu(), 0.0)  # its backward reads the mask
+        torch._dynamo.graph_break()
+        return y * 1.0
+
+
+class Masked(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(MaskBlock() for _ in range(N))
+
+    def forward(self, x):
+        mask = x.detach().sum(-1, keepdim=True) > 0  # made by the step, no autograd history
+        b = self.blocks
+        x = b[3](b[2](b[1](b[0](x, mask), mask), mask), mask)
+        return x.float().pow(2).mean()
+
+
+def test_a_mask_every_layer_saves_is_counted_once_per_step():
+    # the CUDA zoo's OPT (transformers 5.17: three regions, the decoder layer's run twice):
+    # the attention mask, made once without autograd and read by every layer's region, is
+    # one storage the step saves, counted neither per run nor left out as no activation
+    torch.manual_seed(0)
+    model = Masked()
+    opt = memopt.optimize(model, level=0)
+    model.zero_grad()
+    loss, measured = measure_saved_activation_bytes(
+        lambda: opt(X), exclude=[*model.parameters(), X]
+    )
+    loss.backward()
+    rep = memopt.report(opt)
+    mask = 32 * 1  # (32, 1) bools
+    # per block its relu's (32, D) bool mask and, but for the first (the batch), its (32, D)
+    # float input; the loss its input
+    assert rep.saved_bytes()[0] == measured == N * 32 * D * 4 + N * 32 * D + mask
+    # two regions save it (the first block's and the repeated one's): still one storage
+    shared = [r.extra.get("shared_saved") for r in rep.regions if r.extra.get("shared_saved")]
+    assert shared == [[[["bool", mask]], [["bool", mask]]]] * 2
