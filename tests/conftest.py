@@ -47,6 +47,7 @@ SLOW = (
     "test_recompute_attention.py::test_attention_recompute_with_offload_keeps_the_rng_state_in_its_slot",
     "test_inductor_buffers.py::test_a_compiled_plan_above_its_byte_budget_is_replanned_before_any_measurement",
     "test_inductor_buffers.py::test_a_tied_lm_heads_addmm_is_in_the_planners_peak",
+    "test_step_regions.py::test_a_mask_every_layer_saves_is_counted_once_per_step",
     "test_plan_applied.py",
     "test_cli_rng_state.py",
 )
