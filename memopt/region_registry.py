@@ -5,8 +5,10 @@ the report cache on a compile-cache hit (the partitioner did not run). :class:`M
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +21,7 @@ from memopt.config import MemoptConfig
 from memopt.planner import progress as planner_progress
 from memopt.report import RegionReport
 
-#: :meth:`RegionRegistry.activation_input`'s kinds (the pipeline's ``activation_inputs``)
+#: :meth:`RegionRegistry.activation_inputs`' kinds (the pipeline's ``activation_inputs``)
 PER_RUN, SHARED = 1, 2
 
 log = logging.getLogger("memopt")
@@ -36,9 +38,10 @@ class RegionRegistry:
         self._pending: tuple[str, int | None] | None = None  # (persist key, index to replace)
         self.last_key: str | None = None  # the persist key of the graph compiled last
         self._ran = False
-        # storages of the optimized model's parameters, buffers and the latest call's tensors
+        # storages of the optimized model's latest call's tensors, and the model
         # (note_step_inputs); None where no such call is seen (blocks compiled alone)
         self.step_inputs: set | None = None
+        self._model: weakref.ref | None = None
 
     def begin_region(
         self,
@@ -96,27 +99,26 @@ class RegionRegistry:
 
     def note_step_inputs(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
         """Forward pre-hook of the optimized model (run eagerly, before its compiled code): the
-        storages that are no activation when a region reads them, as the saved-bytes measure
-        leaves them out (memopt.measure): the call's tensors, the parameters and buffers."""
-        tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs))]
-        tensors += [*module.parameters(), *module.buffers()]
-        self.step_inputs = {k for k in map(_real_storage, tensors) if k is not None}
+        call's tensors, which are no activation when a region reads them, as the saved-bytes
+        measure leaves them out (memopt.measure). Only the call's few tensors per step; the
+        weights' storages are read when a region compiles (:meth:`activation_inputs`)."""
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+        self.step_inputs = {k for k in map(_real_storage, leaves) if k is not None}
+        self._model = weakref.ref(module)
 
-    def activation_input(self, x: Any) -> int:
-        """Whether a region's input is an activation of the step (held for this region's
-        backward when saved, like its own): :data:`PER_RUN`, a tensor autograd made; or, once
-        the step's inputs are known, :data:`SHARED`, any other tensor the step made (an
-        attention mask or position ids an earlier region or eager code built, which every run
-        of a layer's region may read) that is no parameter, buffer or input of the call; else
-        0."""
-        if not isinstance(x, torch.Tensor):
-            return 0
-        if x.grad_fn is not None:
-            return PER_RUN
-        if self.step_inputs is None or isinstance(x, torch.nn.Parameter) or x.requires_grad:
-            return 0
-        key = _real_storage(x)
-        return SHARED if key is not None and key not in self.step_inputs else 0
+    def activation_inputs(self, example_inputs: Sequence[Any]) -> tuple[int, ...]:
+        """Per input of a region being compiled, whether it is an activation of the step (held
+        for this region's backward when saved, like its own): :data:`PER_RUN`, a tensor
+        autograd made; or, once the step's call is seen, :data:`SHARED`, any other tensor the
+        step made (an attention mask or position ids an earlier region or eager code built,
+        which every run of a layer's region may read) that is no parameter, buffer or input
+        of the call; else 0."""
+        model = self._model() if self._model is not None else None
+        known = None
+        if self.step_inputs is not None and model is not None:
+            weights = itertools.chain(model.parameters(), model.buffers())
+            known = self.step_inputs | {k for k in map(_real_storage, weights) if k is not None}
+        return tuple(_activation_kind(x, known) for x in example_inputs)
 
 
 def _trains(example_inputs: Sequence[Any]) -> bool:
@@ -127,10 +129,24 @@ def _trains(example_inputs: Sequence[Any]) -> bool:
 
 
 def _real_storage(t: Any) -> Any:
-    """A real tensor's storage identity, None for anything else (fake, DTensor, not a tensor)."""
-    if type(t) not in (torch.Tensor, torch.nn.Parameter) or compat.is_fake(t):
+    """A real tensor's storage identity, None for anything else (a fake tensor, a DTensor:
+    subclasses)."""
+    if type(t) not in (torch.Tensor, torch.nn.Parameter):
         return None
     try:
         return compat.storage_key(t)
     except Exception:  # a tensor without a storage
         return None
+
+
+def _activation_kind(x: Any, known: set | None) -> int:
+    """:meth:`RegionRegistry.activation_inputs` for one input (``known``: the storages of the
+    call's tensors and the model's weights, None when not seen)."""
+    if not isinstance(x, torch.Tensor):
+        return 0
+    if x.grad_fn is not None:
+        return PER_RUN
+    if known is None or isinstance(x, torch.nn.Parameter) or x.requires_grad:
+        return 0
+    key = _real_storage(x)
+    return SHARED if key is not None and key not in known else 0

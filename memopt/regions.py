@@ -51,7 +51,7 @@ class RegionProgram:
         self.index: int | None = None
         # inputs that are activations of earlier regions (what autograd or the step made):
         # saved, they are held for the backward like the region's own activations
-        self._activation_inputs = tuple(state.activation_input(x) for x in example_inputs)
+        self._activation_inputs = state.activation_inputs(example_inputs)
         self._device = next(
             (x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.is_cuda), None
         )

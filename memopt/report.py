@@ -158,7 +158,7 @@ class Report:
     def runs(self, region: RegionReport) -> int:
         """How many times the region runs per step (1 when the step's forward is not known:
         before the first backward)."""
-        if self.step is None or not (self.step.complete or self.step.forward_known):
+        if self.step is None or not self.step.forward_known:
             return 1
         return self.step.sequence.count(region.index)
 
@@ -361,8 +361,7 @@ class Report:
 
     def _regions_text(self) -> str:
         n = len(self.regions)
-        step = self.step
-        if step is None or not (step.complete or step.forward_known) or len(step.sequence) == n:
+        if self.step is None or not self.step.forward_known or len(self.step.sequence) == n:
             return f"{n} compiled region(s)"
         return f"per step: {len(self.step.sequence)} runs of {n} compiled region(s)"
 

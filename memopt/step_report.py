@@ -26,7 +26,7 @@ class StepInfo:
     """False while the first step has not finished (the sequence so far)."""
     forward_known: bool = True
     """Every forward run of the step is in ``sequence`` (its backward has begun), finished or
-    not: what the forward saves per step is known."""
+    not: what the forward saves per step is known (always so when ``complete``)."""
     peak: int | None = None
     peak_at: int | None = None
     """Position in ``sequence`` of the invocation that holds the predicted peak."""

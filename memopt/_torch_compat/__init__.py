@@ -290,13 +290,6 @@ def storage_key(t: torch.Tensor) -> Any:
     return StorageWeakRef(t.untyped_storage())
 
 
-def is_fake(t: Any) -> bool:
-    """Whether ``t`` is a fake tensor (a compile's stand-in, no real storage)."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    return isinstance(t, FakeTensor)
-
-
 def int_hint(value: Any) -> int:
     """An int for an int or SymInt: the backed value of the compile that traced it."""
     if isinstance(value, torch.SymInt):
