@@ -279,6 +279,15 @@ def nbytes_expr(val: object) -> sympy.Expr:
     return sympy.Integer(0)
 
 
+def storage_nbytes_expr(val: torch.Tensor) -> sympy.Expr:
+    """Symbolic bytes of a graph input's whole storage: an expanded mask (stride 0) holds
+    far fewer bytes than its elements, a slice's base more (what one storage costs)."""
+    try:
+        return compat.sym_expr(val.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError, TypeError):  # a tensor without a storage
+        return nbytes_expr(val)
+
+
 def nbytes(val: object, value: Callable[[sympy.Expr], int | None]) -> int | None:
     """Bytes at the compile's sizes (``value`` evaluates an expression), or None when a size
     cannot be evaluated (data-dependent shapes): unknown, never 0."""

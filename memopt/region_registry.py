@@ -20,9 +20,7 @@ from memopt import report_cache
 from memopt.config import MemoptConfig
 from memopt.planner import progress as planner_progress
 from memopt.report import RegionReport
-
-#: :meth:`RegionRegistry.activation_inputs`' kinds (the pipeline's ``activation_inputs``)
-PER_RUN, SHARED = 1, 2
+from memopt.step_report import OUTPUT, PER_RUN, SHARED
 
 log = logging.getLogger("memopt")
 
@@ -42,6 +40,7 @@ class RegionRegistry:
         # (note_step_inputs); None where no such call is seen (blocks compiled alone)
         self.step_inputs: set | None = None
         self._model: weakref.ref | None = None
+        self._input_ids: dict[Any, int] = {}  # storage -> its number in the step (run_input_keys)
 
     def begin_region(
         self,
@@ -119,6 +118,37 @@ class RegionRegistry:
             weights = itertools.chain(model.parameters(), model.buffers())
             known = self.step_inputs | {k for k in map(_real_storage, weights) if k is not None}
         return tuple(_activation_kind(x, known) for x in example_inputs)
+
+    def run_input_keys(
+        self, report: int, args: Sequence[Any], outputs: Any = None
+    ) -> tuple[tuple[int, int], ...]:
+        """(argument, storage number in the step) of each saved activation input (the report's
+        ``extra["saved_inputs"]``) a run of region report ``report`` is called with, or with
+        ``outputs`` of each saved output it returned (argument ``-1 - j`` for output ``j``;
+        only where the outputs are the forward graph's, one to one): runs that save one
+        storage share its number (the step forgets the storages: :meth:`new_step_inputs`)."""
+        rows = (
+            self.regions[report].extra.get("saved_inputs") if report < len(self.regions) else None
+        )
+        if outputs is not None:
+            outs = outputs if isinstance(outputs, list | tuple) else (outputs,)
+            n = self.regions[report].extra.get("fwd_outputs")
+        out = []
+        for e in rows or ():
+            if (e["kind"] == OUTPUT) != (outputs is not None):
+                continue
+            a = e["arg"]
+            if outputs is None:
+                t = args[a] if a < len(args) else None
+            else:
+                t, a = (outs[a] if len(outs) == n else None), -1 - a
+            key = _real_storage(t)
+            if key is not None and str(t.dtype).removeprefix("torch.") == e["dtype"]:
+                out.append((a, self._input_ids.setdefault(key, len(self._input_ids))))
+        return tuple(out)
+
+    def new_step_inputs(self) -> None:
+        self._input_ids = {}
 
 
 def _trains(example_inputs: Sequence[Any]) -> bool:

@@ -123,12 +123,13 @@ class RegionProgram:
             st.latest_sizes.update({k: _size(args, i, d) for k, (i, d) in self._sizes.items()})
         pos = st.enter(self.index, self._device)
         fn, report = self._variant(st.run_option(pos, self.index), self._before())
-        st.record_run(report)
+        st.record_run(report, args)
         if st.offload is not None and pos in st.offload.positions:
             with st.offload.run(pos, args):
                 out = fn(*args)
         else:
             out = fn(*args)
+        st.record_outputs(report, out)
         _on_backward(out, functools.partial(st.backward_started, pos))
         if st.offload is not None:
             # copy-backs start after the hooks other engines put on the outputs: FSDP2's

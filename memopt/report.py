@@ -18,7 +18,7 @@ from memopt.config import MemoptConfig
 from memopt.decide import saved_id
 from memopt.format import fold_kept_lines, ranges
 from memopt.plan import Strategy
-from memopt.step_report import StepInfo, step_section
+from memopt.step_report import OUTPUT, StepInfo, step_input_bytes, step_section
 from memopt.symbolic import SymbolTable, fmt_bytes
 
 #: Cluster ids longer than this are shortened in the table (with a legend); JSON keeps them.
@@ -68,13 +68,13 @@ class RegionReport:
             used |= {str(x) for x in sympy.sympify(e).free_symbols}
         for c in clusters:
             used |= {str(x) for x in sympy.sympify(c["saving_symbolic"]).free_symbols}
+        inputs = _saved_inputs(getattr(result, "saved_inputs", ((), ())), sym)
+        for e in inputs:
+            used |= {str(x) for x in sympy.sympify(e["symbolic"]).free_symbols}
         extra: dict[str, Any] = {}
-        shared = [
-            [[dtype, sym.evaluate(e)] for dtype, e in inputs]
-            for inputs in getattr(result, "shared_saved", ((), ()))
-        ]
-        if any(shared):  # saved inputs the step's runs share: once per step (saved_bytes)
-            extra["shared_saved"] = shared
+        if inputs:  # runs may save one storage: counted once per step (step_report)
+            extra["saved_inputs"] = inputs
+            extra["fwd_outputs"] = result.num_fwd_outputs
         if getattr(result, "layers", None):
             extra["layers"] = {"names": list(result.layers)}
         off = getattr(result, "offload", None)
@@ -201,19 +201,10 @@ class Report:
 
         def total(key: str, i: int) -> int | None:
             vals = [(getattr(r, key), self.runs(r)) for r in self.regions]
-            if any(v is None for v, _ in vals):
+            inputs = step_input_bytes(self, i)  # one storage several runs save: once
+            if inputs is None or any(v is None for v, _ in vals):
                 return None
-            # a saved input the step made once and its runs read (an attention mask, position
-            # ids) is one storage per step: one of each dtype and size, whichever runs save it
-            once = {
-                (dtype, nbytes)
-                for r in self.regions
-                if self.runs(r)
-                for dtype, nbytes in (r.extra.get("shared_saved") or ((), ()))[i]
-            }
-            if any(b is None for _, b in once):
-                return None
-            return sum(v * n for v, n in vals) + sum(b for _, b in once)
+            return sum(v * n for v, n in vals) + inputs
 
         return total("baseline_saved_bytes", 0), total("final_saved_bytes", 1)
 
@@ -490,7 +481,30 @@ def _region_at(r: RegionReport, values: Mapping[str, int]) -> RegionReport:
         excluded=excluded,
         baseline_saved_bytes=_value(r.baseline_saved_symbolic, mine),
         final_saved_bytes=_value(r.final_saved_symbolic, mine),
+        extra=_extra_at(r.extra, mine),
     )
+
+
+def _extra_at(extra: dict[str, Any], values: Mapping[str, int]) -> dict[str, Any]:
+    if not extra.get("saved_inputs"):
+        return extra
+    rows = [{**e, "bytes": _value(e["symbolic"], values)} for e in extra["saved_inputs"]]
+    return {**extra, "saved_inputs": rows}
+
+
+def _saved_inputs(pair: Sequence[Sequence[tuple]], sym: SymbolTable) -> list[dict[str, Any]]:
+    """A region's saved activation inputs (``passes.pipeline.saved_inputs`` before and after
+    the plan) as report rows, one per argument or output: its kind, dtype, bytes and where
+    (before, after the plan) it is saved."""
+    rows: dict[tuple[bool, int], dict[str, Any]] = {}
+    for i, entries in enumerate(pair):
+        for arg, kind, dtype, expr in entries:
+            row = rows.setdefault((kind == OUTPUT, arg), {
+                "arg": arg, "kind": kind, "dtype": dtype, "bytes": sym.evaluate(expr),
+                "symbolic": _expr_str(expr), "saved": [False, False],
+            })  # fmt: skip
+            row["saved"][i] = True
+    return [rows[k] for k in sorted(rows)]
 
 
 def _times(c: Mapping[str, Any], n: int) -> dict[str, Any]:

@@ -55,7 +55,7 @@ from memopt.passes.offload_step import offload_step
 from memopt.passes.plan_budget import _device, assigned_result, measure_room, plan_budget
 from memopt.plan import PlanSpec, Strategy, localize
 from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, planner_depth
-from memopt.region_registry import PER_RUN, SHARED
+from memopt.step_report import OUTPUT, PER_RUN, SHARED
 from memopt.symbolic import SymbolTable, build_symbol_table
 
 log = logging.getLogger("memopt")
@@ -73,8 +73,8 @@ class Region:
     known_elsewhere: Collection[str] = ()
     held_bytes: int = 0  # activation bytes earlier regions of the step hold (byte budgets)
     activation_inputs: Sequence[int] = ()  # per primal: PER_RUN, SHARED or 0 (no activation)
-    # saved SHARED inputs (before, after the plan), each (dtype, bytes): once per step
-    shared_saved: tuple[tuple, tuple] = ((), ())
+    # saved activation inputs (before, after the plan): pipeline.saved_inputs
+    saved_inputs: tuple[tuple, tuple] = ((), ())
     assigned: Any = None  # memopt.step.Option: the step plan's choice for this region
     # occurrences of each counted plan's cluster in the step's earlier runs (None: plans
     # without a Count); a Count counts over the step (memopt.plan.localize)
@@ -130,7 +130,7 @@ def saved_input_bytes(
         if isinstance(n, torch.fx.Node):
             r = facts.storage_root(n)
             if r in act and facts.tensor_val(r) is not None:
-                roots[r] = facts.nbytes_expr(facts.tensor_val(r))
+                roots[r] = facts.storage_nbytes_expr(facts.tensor_val(r))
     return symbols.readable(sum(roots.values(), sympy.Integer(0)))
 
 
@@ -159,22 +159,32 @@ def partition(r: Region) -> Region:
     r.layout = facts.layout_copies(r.fw, r.num_fwd_outputs)
     r.baseline_saved = saved_activation_bytes(r.fw, r.num_fwd_outputs, r.symbols, r.layout.saved)
     r.baseline_saved += saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
-    r.shared_saved = (shared_inputs(r), r.shared_saved[1])
+    r.saved_inputs = (saved_inputs(r), r.saved_inputs[1])
     return r
 
 
-def shared_inputs(r: Region) -> tuple[tuple[str, sympy.Expr], ...]:
-    """The :data:`SHARED` inputs the forward saves, each as (dtype, bytes): one storage a step
-    makes once and its regions' runs read (a mask), which the report counts once per step."""
+def saved_inputs(r: Region) -> tuple[tuple[int, int, str, sympy.Expr], ...]:
+    """The inputs the forward saves that are activations of the step, each (argument index,
+    :data:`PER_RUN` or :data:`SHARED`, dtype, bytes), and the outputs it saves (output index,
+    :data:`OUTPUT`, dtype, bytes): what the report needs to count once per step one storage
+    that several runs save (the runs' storages, memopt.state; an encoder output every decoder
+    layer's run saves, which the encoder's run may save too)."""
     inputs = list(r.fw.graph.find_nodes(op="placeholder"))
-    shared = {n for n, f in zip(inputs, r.activation_inputs) if int(f) == SHARED}
+    kinds = {n: (i, int(f)) for i, (n, f) in enumerate(zip(inputs, r.activation_inputs)) if f}
+    saved = {facts.storage_root(n) for n in facts.saved_outputs(r.fw, r.num_fwd_outputs)}
+    outs = r.fw.graph.output_node().args[0][: r.num_fwd_outputs]
+    for j, n in enumerate(outs):
+        root = facts.storage_root(n) if isinstance(n, torch.fx.Node) else None
+        if root in saved and root.op != "placeholder" and root not in kinds:
+            kinds[root] = (j, OUTPUT)
     out = {}
-    for n in facts.saved_outputs(r.fw, r.num_fwd_outputs):
-        root = facts.storage_root(n)
-        if root in shared:
+    for root in saved:
+        if root in kinds:
             v = facts.tensor_val(root)
-            out[root] = (str(v.dtype).removeprefix("torch."), facts.nbytes_expr(v))
-    return tuple(out.values())
+            dtype = str(v.dtype).removeprefix("torch.")
+            whole = facts.storage_nbytes_expr if root.op == "placeholder" else facts.nbytes_expr
+            out[root] = (*kinds[root], dtype, r.symbols.readable(whole(v)))
+    return tuple(sorted(out.values(), key=lambda e: (e[1] == OUTPUT, e[0])))
 
 
 def find_saved_activations(r: Region) -> Region:
@@ -491,7 +501,7 @@ def run_pipeline(
     region.final_saved += saved_input_bytes(
         region.fw, region.num_fwd_outputs, region.activation_inputs, region.symbols
     )
-    region.shared_saved = (region.shared_saved[0], shared_inputs(region))
+    region.saved_inputs = (region.saved_inputs[0], saved_inputs(region))
     region.num_joint_nodes = len(gm.graph.nodes)
     region.plan_seconds = time.perf_counter() - t0
     return region

@@ -266,5 +266,54 @@ def test_a_mask_every_layer_saves_is_counted_once_per_step():
     # float input; the loss its input
     assert rep.saved_bytes()[0] == measured == N * 32 * D * 4 + N * 32 * D + mask
     # two regions save it (the first block's and the repeated one's): still one storage
-    shared = [r.extra.get("shared_saved") for r in rep.regions if r.extra.get("shared_saved")]
-    assert shared == [[[["bool", mask]], [["bool", mask]]]] * 2
+    rows = [e for r in rep.regions for e in r.extra.get("saved_inputs", ()) if e["kind"] == 2]
+    row = {"kind": 2, "dtype": "bool", "bytes": mask, "symbolic": str(mask), "saved": [True] * 2}
+    assert [{k: v for k, v in e.items() if k != "arg"} for e in rows] == [row] * 2
+    # each block's run was called with the one mask: one storage numbered once, N - 1 repeats
+    keys = [k for run in rep.step.input_keys for _, k in run]
+    assert len(keys) - len(set(keys)) == N - 1
+
+
+class CrossBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(D, D)
+
+    def forward(self, x, ctx):
+        y = self.lin(x) * ctx  # its backward reads ctx: every layer's run saves it
+        torch._dynamo.graph_break()
+        return y * 1.0
+
+
+class CrossAttending(nn.Module):
+    """A decoder whose every layer reads the encoder's output (Whisper's and BART's
+    cross-attention, under the device's transformers 5.17.0: a region per decoder layer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = nn.Linear(D, D)
+        self.blocks = nn.ModuleList(CrossBlock() for _ in range(N))
+
+    def forward(self, x):
+        ctx = self.enc(x).tanh()  # made by autograd, saved by tanh's backward too
+        b = self.blocks
+        x = b[3](b[2](b[1](b[0](x, ctx), ctx), ctx), ctx)
+        return x.float().pow(2).mean()
+
+
+def test_an_encoder_output_every_layer_saves_is_counted_once_per_step():
+    torch.manual_seed(0)
+    model = CrossAttending()
+    opt = memopt.optimize(model, level=0)
+    model.zero_grad()
+    loss, measured = measure_saved_activation_bytes(
+        lambda: opt(X), exclude=[*model.parameters(), X]
+    )
+    loss.backward()
+    rep = memopt.report(opt)
+    act = 32 * D * 4
+    # the encoder's tanh output (once, though it and every layer save it), per layer its
+    # input (but the first layer's: the batch) and its linear's output; the loss its input
+    assert rep.saved_bytes()[0] == measured == act + (N - 1) * act + N * act + act
+    keys = [k for run in rep.step.input_keys for _, k in run]
+    assert len(keys) - len(set(keys)) == N  # the encoder's output, repeated
