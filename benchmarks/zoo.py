@@ -219,6 +219,11 @@ def _grads(row: dict[str, Any]) -> str:
     return _mark(row["grads_match"]) + ("" if ref == "torch.compile" else f" ({ref})")
 
 
+def _n(value: int | None) -> str:
+    """A byte count, or "unknown" where the report could not evaluate one."""
+    return "unknown" if value is None else f"{value:,}"
+
+
 def markdown(rows: list[dict[str, Any]], device: str, size: str) -> str:
     head = (
         f"| model | kind | regions | grads = torch.compile (or eager) | measured | predicted | exact "
@@ -235,7 +240,7 @@ def markdown(rows: list[dict[str, Any]], device: str, size: str) -> str:
         cut = r["budget_measured"] / r["measured"] if r["measured"] else 0.0
         lines.append(
             f"| {r['model']} | {r['kind']} | {r['regions']} | {_grads(r)} "
-            f"| {r['measured']:,} | {r['predicted']:,} | {_mark(r['exact'])} "
+            f"| {r['measured']:,} | {_n(r['predicted'])} | {_mark(r['exact'])} "
             f"| {r['measured_eager']:,} | {r['level1_measured']:,} | {plan} "
             f"| {r['budget_measured']:,} ({cut:.0%}) |"
         )
