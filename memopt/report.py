@@ -219,7 +219,7 @@ class Report:
         _check_one_plan_per_cluster(running)
         for r in running:
             frozen = r.extra.get("frozen") or {}
-            config += [p for p in _frozen_config(r) if p not in config]
+            config += [p for p in dict.fromkeys(_frozen_config(r)) if p not in config]
             if frozen.get("sync"):
                 syncs.append(frozen["sync"])
         if any(s != syncs[0] for s in syncs[1:]):

@@ -127,16 +127,20 @@ class MemoptState(RegionRegistry):
         return rep.at(latest, source="the latest call") if latest else rep
 
     def step_info(self) -> StepInfo | None:
-        seq = self.last_report_step or tuple(self._report_seq)
+        # the step under way once its backward has begun (its forward is known), else the
+        # last one finished
+        now = self._backward_seen and bool(self._report_seq) or not self.last_report_step
+        seq = tuple(self._report_seq) if now else self.last_report_step
         if not seq:
             return None
-        c = self.step_choice if self._planned_for == (self.last_step or tuple(self._seq)) else None
+        ran = tuple(self._seq) if now else self.last_step
+        c = self.step_choice if self._planned_for == ran else None
         off = self.offload
         return StepInfo(
             sequence=seq,
             complete=bool(self.last_step),
             forward_known=bool(self.last_step) or self._backward_seen,
-            input_keys=self._last_run_inputs if self.last_report_step else tuple(self._run_inputs),
+            input_keys=tuple(self._run_inputs) if now else self._last_run_inputs,
             offload_runs=tuple(sorted(off.positions)) if off else (),
             offloaded_bytes=off.stats.offloaded_bytes if off else 0,
             prefetched=off.stats.prefetched if off else 0,
