@@ -97,10 +97,11 @@ def _agree(l0, g0, l1, g1, dtype) -> tuple[bool, float]:
     return ok and torch.allclose(l0.float(), l1.float(), *TOLERANCE.get(dtype, (1e-4, 1e-5))), err
 
 
-def _within_spread(g0: dict, ge: dict, g1: dict, dtype=torch.float32) -> bool:
+def _within_spread(g0: dict, refs: list[dict], g1: dict, dtype=torch.float32) -> bool:
     """Whether every gradient of ``g1`` agrees with torch.compile's (``g0``) within the
-    tolerance or is as close to it or to eager's (``ge``) as those two are to each other
-    (largest absolute difference)."""
+    tolerance or is as close to it or to another reference (``refs``: eager's, and
+    torch.compile's own second step, whose nondeterministic kernels differ run to run) as
+    the farthest of those is from ``g0`` (largest absolute difference)."""
     rtol, atol = TOLERANCE.get(dtype, TOLERANCE[torch.float32])
 
     def dist(a, b):
@@ -108,10 +109,11 @@ def _within_spread(g0: dict, ge: dict, g1: dict, dtype=torch.float32) -> bool:
 
     def ok(k):
         a, b = g1[k].float(), g0[k].float()
-        near = min(dist(g1[k], g0[k]), dist(g1[k], ge[k])) <= dist(g0[k], ge[k])
+        spread = max(dist(g[k], g0[k]) for g in refs)
+        near = min(dist(g1[k], g[k]) for g in (g0, *refs)) <= spread
         return near or torch.allclose(a, b, rtol=rtol, atol=atol)
 
-    return g0.keys() == ge.keys() == g1.keys() and all(ok(k) for k in g0)
+    return all(g.keys() == g0.keys() for g in (*refs, g1)) and all(ok(k) for k in g0)
 
 
 def _compiled(model, **kwargs):
@@ -139,20 +141,29 @@ def check_model(entry: ZooModel, size: str = "tiny", device: str = "cpu", dtype=
     """The zoo's three checks on one model; a JSON-ready dict."""
     t0 = time.perf_counter()
     model, inputs = build(entry, size, device, dtype)
-    l0, g0, base = one_step(model, _compiled(model), inputs)
+    compiled = _compiled(model)
+    l0, g0, base = one_step(model, compiled, inputs)
+    refs: list[dict] = []  # eager's and torch.compile's second step, when needed
+
+    def matches(loss, grads) -> bool:
+        if _agree(l0, g0, loss, grads, dtype)[0]:
+            return True
+        # torch.compile's own gradients can differ from eager's (Falcon's fp32 CPU graph by
+        # 3e-4, MobileNetV2's by 2e-3) and, on a GPU, from run to run (atomics in LeViT's
+        # attention-bias backward): then memopt's may be no farther from one of them than
+        # they are from each other
+        if not refs:
+            refs.append(one_step(model, model, inputs)[1])
+            refs.append(one_step(model, compiled, inputs)[1])
+        return _within_spread(g0, refs, grads, dtype)
+
     opt = _compiled(model, level=1)
     l1, g1, lvl1 = one_step(model, opt, inputs)
     rep = memopt.report(opt)
     predicted, predicted_l1 = rep.saved_bytes()
-    ok, err, ref = *_agree(l0, g0, l1, g1, dtype), "torch.compile"
-    ge = None
-    if not ok:
-        # torch.compile's own gradients can differ from eager's (Falcon's fp32 CPU graph by
-        # 3e-4, MobileNetV2's by 2e-3): then memopt's may be no farther from one of the two
-        # than they are from each other
-        le, ge, _ = one_step(model, model, inputs)
-        if not _agree(le, ge, l0, g0, dtype)[0]:
-            ok, ref = _within_spread(g0, ge, g1, dtype), "torch.compile or eager"
+    ok, err = _agree(l0, g0, l1, g1, dtype)
+    ok = ok or matches(l1, g1)
+    ref = "torch.compile or eager" if refs else "torch.compile"
     budget = _compiled(model, budget=BUDGET)
     lb, gb, cut = one_step(model, budget, inputs)
     brep = memopt.report(budget)
@@ -160,9 +171,7 @@ def check_model(entry: ZooModel, size: str = "tiny", device: str = "cpu", dtype=
     if len(brep.regions) > 1:  # a step of several regions is planned as a whole after its
         lb, gb, cut = one_step(model, budget, inputs)  # first run: measure the planned step
         brep, steps = memopt.report(budget), 2
-    budget_ok = _agree(l0, g0, lb, gb, dtype)[0]
-    if not budget_ok and ge is not None:
-        budget_ok = _within_spread(g0, ge, gb, dtype)
+    budget_ok = matches(lb, gb)
     return {
         "model": entry.name,
         "kind": entry.kind,

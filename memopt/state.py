@@ -85,6 +85,7 @@ class MemoptState(RegionRegistry):
         self._away: dict[int, frozenset[int]] = {}  # run -> offloaded runs on the host then
         self._away_last: dict[int, frozenset[int]] = {}  # ... in the step just done
         self.notes: list[str] = []  # what the step could not apply, and why
+        self._reached: set[int] = set()  # step positions backward has reached
         self.latest_sizes: dict[str, int] = {}  # dynamic sizes of the latest call, by name
         self._entry: list[int] = []  # CUDA bytes allocated as each run of this step began
         self._bwd_entry: dict[int, int] = {}  # ... and as its backward began
@@ -221,6 +222,7 @@ class MemoptState(RegionRegistry):
     def backward_started(self, pos: int) -> None:
         """Backward reaches the run at step position ``pos``."""
         self._backward_seen = True
+        self._reached.add(pos)
         if self._probe is not None:
             self._probe.mark((BACKWARD, pos))
         if self._entry and pos < len(self._entry):
@@ -228,6 +230,7 @@ class MemoptState(RegionRegistry):
             self._bwd_entry[pos] = allocated(dev)[0]
 
     def _finish_step(self) -> None:
+        self._check_forwards_without_backward()
         probed = self._probe.finish() if self._probe is not None else None
         runs = run_peaks(self._probe.places, len(self._seq)) if probed is not None else None
         dev = self._entry_device
@@ -263,6 +266,23 @@ class MemoptState(RegionRegistry):
         self._decide()
         news = self._step_plans != plans or self._probed is not None  # a plan or a measurement
         self._settled = 0 if news else self._settled + 1
+
+    def _check_forwards_without_backward(self) -> None:
+        """Warn once when half the step's runs or more had no backward: forwards run with
+        grad mode on whose outputs were dropped (an evaluation outside ``torch.no_grad()``)
+        join the training step, which is then planned with their saved tensors held."""
+        n, missed = len(self._seq), len(self._seq) - len(self._reached)
+        self._reached = set()
+        if n < 2 or 2 * missed < n or any("without a backward" in s for s in self.notes):
+            return
+        note = (
+            f"{missed} of the step's {n} compiled-region runs without a backward: forwards "
+            "run with grad mode on whose outputs were dropped (an evaluation without "
+            "torch.no_grad()?) count as part of the training step, and a budget plans for "
+            "their saved tensors too; run them under torch.no_grad() or torch.inference_mode()"
+        )
+        log.warning("memopt: %s", note)
+        self.notes.append(note)
 
     def _must_read(self) -> bool:
         """Whether the step now starting reads the allocator at each run: until the plan has

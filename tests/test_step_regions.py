@@ -317,3 +317,18 @@ def test_an_encoder_output_every_layer_saves_is_counted_once_per_step():
     assert rep.saved_bytes()[0] == measured == act + (N - 1) * act + N * act + act
     keys = [k for run in rep.step.input_keys for _, k in run]
     assert len(keys) - len(set(keys)) == N  # the encoder's output, repeated
+
+
+def test_forwards_without_a_backward_in_the_step_are_named(caplog):
+    # an evaluation run with grad mode on between training steps joins the next step: the
+    # user is told, once, instead of a step plan silently made for three forwards
+    torch.manual_seed(0)
+    model = Masked()
+    opt = memopt.optimize(model, level=0)
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        for _ in range(3):
+            opt(X).backward()
+            opt(X)  # evaluation without torch.no_grad()
+    said = [r.getMessage() for r in caplog.records if "without a backward" in r.getMessage()]
+    assert len(said) == 1 and "9 of the step's 18 compiled-region runs" in said[0]
+    assert "torch.no_grad()" in memopt.report(opt).table()

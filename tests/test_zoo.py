@@ -159,18 +159,22 @@ def test_channels_last_rule_falls_back_to_its_own_pass_when_inductors_changes(mo
 
 
 def test_gradients_within_torchs_own_spread_pass_and_others_fail():
-    # where torch.compile's gradients differ from eager's, memopt's may be no farther from
-    # either than the two are from each other
+    # where torch.compile's gradients differ from eager's, or from its own second run,
+    # memopt's may be no farther from any of them than the farthest is from torch.compile's
     from benchmarks.zoo import _within_spread
 
     compiled, eager = {"w": torch.tensor([1.0, 2.0])}, {"w": torch.tensor([1.0, 2.004])}
-    assert _within_spread(compiled, eager, {"w": torch.tensor([1.0, 2.001])})
-    assert _within_spread(compiled, eager, {"w": torch.tensor([1.0, 2.007])})  # 0.003 off eager
-    assert not _within_spread(compiled, eager, {"w": torch.tensor([1.0, 2.01])})
-    assert not _within_spread(compiled, eager, {"v": torch.tensor([1.0, 2.0])})
-    # a gradient the two references agree on exactly still passes within the tolerance
+    assert _within_spread(compiled, [eager], {"w": torch.tensor([1.0, 2.001])})
+    assert _within_spread(compiled, [eager], {"w": torch.tensor([1.0, 2.007])})  # 0.003 off
+    assert not _within_spread(compiled, [eager], {"w": torch.tensor([1.0, 2.01])})
+    assert not _within_spread(compiled, [eager], {"v": torch.tensor([1.0, 2.0])})
+    # a second torch.compile step 0.008 off its first (nondeterministic kernels) widens it
+    again = {"w": torch.tensor([1.0, 1.992])}
+    assert _within_spread(compiled, [eager, again], {"w": torch.tensor([1.0, 2.01])})
+    assert not _within_spread(compiled, [eager, again], {"w": torch.tensor([1.0, 2.02])})
+    # a gradient the references agree on exactly still passes within the tolerance
     assert _within_spread(
-        {"b": torch.tensor([0.0])}, {"b": torch.tensor([0.0])}, {"b": torch.tensor([3e-6])}
+        {"b": torch.tensor([0.0])}, [{"b": torch.tensor([0.0])}], {"b": torch.tensor([3e-6])}
     )
 
 
