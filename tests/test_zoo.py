@@ -178,6 +178,20 @@ def test_gradients_within_torchs_own_spread_pass_and_others_fail():
     )
 
 
+def test_gradients_as_near_the_float64_truth_as_torchs_pass():
+    # rounding leaves memopt as near a float64 step's gradients as torch.compile's and
+    # eager's float32 ones are (up to TRUTH_FACTOR); a wrong gradient is off by its own size
+    from benchmarks.zoo import TRUTH_FACTOR, _within_truth
+
+    truth = {"w": torch.tensor([1.0, -2.0], dtype=torch.float64), "b": torch.zeros(1)}
+    refs = [{"w": torch.tensor([1.0, -2.0001]), "b": torch.tensor([3e-5])}]
+    near = 0.9e-4 * TRUTH_FACTOR  # the references are off by 1e-4 at most
+    assert _within_truth(truth, refs, {"w": torch.tensor([1.0, -2.0]), "b": torch.tensor([-1e-4])})
+    assert _within_truth(truth, refs, {"w": torch.tensor([1.0, -2.0 + near]), "b": torch.zeros(1)})
+    assert not _within_truth(truth, refs, {"w": torch.tensor([1.0, -1.0]), "b": torch.zeros(1)})
+    assert not _within_truth(truth, refs, {"w": torch.tensor([1.0, -2.0])})
+
+
 def _check_in_worker(name: str) -> dict:
     """check_model in a fresh process, with the suite's compile settings (tests/conftest.py:
     no warm FX graph or AOTAutograd caches; the environment is inherited)."""
