@@ -518,6 +518,19 @@ PRODUCERS: tuple[Producer, ...] = (
         "(each row's run and commit; the rows in docs/data/logs/zoo_cuda_tiny_s33_*.jsonl)",
     ),
     Producer(
+        "zoo_*cuda*_s34.json",
+        f"{PY}zoo.py [--wide] --device cuda --jobs 6..8 --out $OUT",
+        "gpu",
+        "docs/zoo.md, thirty-fourth session: tiny sizes on an H200, LeViT and MobileNetV2 "
+        "re-run with the widened gradient check (each row's run and commit; the rows in "
+        "docs/data/logs/zoo_cuda_tiny_s34_*.jsonl)",
+    ),
+    Producer(
+        "grads_*_s34.json",
+        f"{PY}diag_grads.py --model MODEL --device cuda --out docs/data/{{file}}",
+        "gpu",
+    ),
+    Producer(
         "collective_pcie_w2*.json",
         f"torchrun --nproc-per-node 2 {PY[7:]}diag_collective_pcie.py --out {{file}}",
         "gpu",
