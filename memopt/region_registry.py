@@ -20,7 +20,7 @@ from memopt import report_cache
 from memopt.config import MemoptConfig
 from memopt.planner import progress as planner_progress
 from memopt.report import RegionReport
-from memopt.step_report import OUTPUT, PER_RUN, SHARED
+from memopt.step_report import CALL_TENSOR, OUTPUT, PER_RUN, SHARED
 
 log = logging.getLogger("memopt")
 
@@ -41,6 +41,10 @@ class RegionRegistry:
         self.step_inputs: set | None = None
         self._model: weakref.ref | None = None
         self._input_ids: dict[Any, int] = {}  # storage -> its number in the step (run_input_keys)
+        # per run of the step under way and of the last one: its saved inputs' storages
+        # (run_input_keys) and its symbols' sizes (dynamic regions)
+        self.run_inputs: tuple[list[tuple], list[tuple]] = ([], [])
+        self.run_sizes: tuple[list[tuple], list[tuple]] = ([], [])
 
     def begin_region(
         self,
@@ -126,7 +130,9 @@ class RegionRegistry:
         ``extra["saved_inputs"]``) a run of region report ``report`` is called with, or with
         ``outputs`` of each saved output it returned (argument ``-1 - j`` for output ``j``;
         only where the outputs are the forward graph's, one to one): runs that save one
-        storage share its number (the step forgets the storages: :meth:`new_step_inputs`)."""
+        storage share its number (the step forgets the storages: :meth:`new_step_inputs`);
+        :data:`CALL_TENSOR` for a tensor of the optimized model's call (a graph compiled for
+        the decoder's ids, reused by dynamo for the encoder's input ids)."""
         rows = (
             self.regions[report].extra.get("saved_inputs") if report < len(self.regions) else None
         )
@@ -143,12 +149,30 @@ class RegionRegistry:
             else:
                 t, a = (outs[a] if len(outs) == n else None), -1 - a
             key = _real_storage(t)
-            if key is not None and str(t.dtype).removeprefix("torch.") == e["dtype"]:
+            if key is None or str(t.dtype).removeprefix("torch.") != e["dtype"]:
+                continue
+            if outputs is None and self.step_inputs is not None and key in self.step_inputs:
+                out.append((a, CALL_TENSOR))  # the graph compiled for another call's input
+            else:
                 out.append((a, self._input_ids.setdefault(key, len(self._input_ids))))
         return tuple(out)
 
+    def note_run_inputs(self, report: int, args: Sequence[Any], sizes: dict | None) -> None:
+        """A run of region report ``report`` begins (memopt.state.record_run)."""
+        self.run_inputs[0].append(self.run_input_keys(report, args))
+        self.run_sizes[0].append(tuple(sorted(sizes.items())) if sizes else ())
+
+    def record_outputs(self, report: int, outputs: Any) -> None:
+        """What the run just begun returned."""
+        keys = self.run_input_keys(report, (), outputs)
+        if keys and self.run_inputs[0]:
+            self.run_inputs[0][-1] += keys
+
     def new_step_inputs(self) -> None:
+        """The step under way has finished: it becomes the last one."""
         self._input_ids = {}
+        self.run_inputs = ([], self.run_inputs[0])
+        self.run_sizes = ([], self.run_sizes[0])
 
 
 def _trains(example_inputs: Sequence[Any]) -> bool:

@@ -119,11 +119,11 @@ class RegionProgram:
         if self.index is None or not torch.is_grad_enabled():
             return self._fn(*args)
         st = self.state
-        if self._sizes:
-            st.latest_sizes.update({k: _size(args, i, d) for k, (i, d) in self._sizes.items()})
+        sizes = {k: _size(args, i, d) for k, (i, d) in self._sizes.items()}
+        st.latest_sizes.update(sizes)
         pos = st.enter(self.index, self._device)
         fn, report = self._variant(st.run_option(pos, self.index), self._before())
-        st.record_run(report, args)
+        st.record_run(report, args, sizes)
         if st.offload is not None and pos in st.offload.positions:
             with st.offload.run(pos, args):
                 out = fn(*args)

@@ -153,7 +153,10 @@ class Report:
                 f"sizes are {', '.join(sorted(known))}"
             )
         regions = [_region_at(r, values) for r in self.regions]
-        return replace(self, regions=regions, sizes_from=source)
+        step = self.step
+        if step is not None and step.run_sizes and source != "the latest call":
+            step = replace(step, run_sizes=())  # chosen sizes hold for every run
+        return replace(self, regions=regions, sizes_from=source, step=step)
 
     def runs(self, region: RegionReport) -> int:
         """How many times the region runs per step (1 when the step's forward is not known:
@@ -196,15 +199,35 @@ class Report:
     def enabled(self) -> bool:
         return any(c["enabled"] for r in self.regions for c in r.clusters)
 
+    def step_runs(self) -> list[tuple[RegionReport, tuple]]:
+        """Per run of the step: its region's report at the run's own sizes, and the storages
+        of its saved inputs (``StepInfo.input_keys``); each region once per run where the
+        step's runs are not known."""
+        s = self.step
+        if s is None or not s.forward_known or len(s.input_keys) != len(s.sequence):
+            return [(r, ()) for r in self.regions for _ in range(self.runs(r))]
+        by_index = {r.index: r for r in self.regions}
+        sizes = s.run_sizes if len(s.run_sizes) == len(s.sequence) else ((),) * len(s.sequence)
+        at: dict[tuple, RegionReport] = {}
+        out = []
+        for index, keys, mine in zip(s.sequence, s.input_keys, sizes):
+            if index in by_index:
+                if (index, mine) not in at:
+                    at[index, mine] = _region_at(by_index[index], dict(mine))
+                out.append((at[index, mine], keys))
+        return out
+
     def saved_bytes(self) -> tuple[int | None, int | None]:
         """Predicted activation bytes saved for backward (before, after), summed over regions."""
 
+        runs = self.step_runs()
+
         def total(key: str, i: int) -> int | None:
-            vals = [(getattr(r, key), self.runs(r)) for r in self.regions]
-            inputs = step_input_bytes(self, i)  # one storage several runs save: once
-            if inputs is None or any(v is None for v, _ in vals):
+            inputs = step_input_bytes(runs, i)  # one storage several runs save: once
+            vals = [getattr(r, key) for r, _ in runs]
+            if inputs is None or any(v is None for v in vals):
                 return None
-            return sum(v * n for v, n in vals) + inputs
+            return sum(vals) + inputs
 
         return total("baseline_saved_bytes", 0), total("final_saved_bytes", 1)
 

@@ -74,8 +74,6 @@ class MemoptState(RegionRegistry):
         self.run_plan: dict[int, Option] = {}  # step position -> the plan that run compiles with
         self._report_seq: list[int] = []  # per run: the report (plan variant) it ran
         self.last_report_step: tuple[int, ...] = ()
-        self._run_inputs: list[tuple] = []  # per run: its saved inputs' storages (run_input_keys)
-        self._last_run_inputs: tuple[tuple, ...] = ()
         self._step_plans = 0
         self._planned_for: tuple[int, ...] | None = None
         self.graph_keys: dict[int, str] = {}  # region index -> its graph's code hash
@@ -141,7 +139,8 @@ class MemoptState(RegionRegistry):
             sequence=seq,
             complete=bool(self.last_step),
             forward_known=bool(self.last_step) or self._backward_seen,
-            input_keys=tuple(self._run_inputs) if now else self._last_run_inputs,
+            input_keys=tuple(self.run_inputs[not now]),
+            run_sizes=tuple(self.run_sizes[not now]),
             offload_runs=tuple(sorted(off.positions)) if off else (),
             offloaded_bytes=off.stats.offloaded_bytes if off else 0,
             prefetched=off.stats.prefetched if off else 0,
@@ -208,16 +207,13 @@ class MemoptState(RegionRegistry):
             return self.run_plan.get(pos)
         return None
 
-    def record_run(self, report_index: int, args: Sequence[Any] = ()) -> None:
-        """Which compiled plan (its report) the run just entered used, and its arguments."""
+    def record_run(
+        self, report_index: int, args: Sequence[Any] = (), sizes: dict[str, int] | None = None
+    ) -> None:
+        """Which compiled plan (its report) the run just entered used, its arguments and its
+        region's symbols' sizes."""
         self._report_seq.append(report_index)
-        self._run_inputs.append(self.run_input_keys(report_index, args))
-
-    def record_outputs(self, report_index: int, outputs: Any) -> None:
-        """What the run just recorded (:meth:`record_run`) returned."""
-        keys = self.run_input_keys(report_index, (), outputs)
-        if keys and self._run_inputs:
-            self._run_inputs[-1] += keys
+        self.note_run_inputs(report_index, args, sizes)
 
     def backward_started(self, pos: int) -> None:
         """Backward reaches the run at step position ``pos``."""
@@ -241,7 +237,6 @@ class MemoptState(RegionRegistry):
         start = reading[0] if reading is not None else None
         self.last_step, self._seq, self._backward_seen = tuple(self._seq), [], False
         self.last_report_step, self._report_seq = tuple(self._report_seq), []
-        self._last_run_inputs, self._run_inputs = tuple(self._run_inputs), []
         self.new_step_inputs()
         self._entry_last, self._entry = tuple(self._entry), []
         self._bwd_entry_last, self._bwd_entry = self._bwd_entry, {}

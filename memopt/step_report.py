@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 #: without autograd (a mask), which every run of a layer's region may read; and, in the
 #: report's ``saved_inputs`` rows, an output the region saves (a later run may save it too)
 PER_RUN, SHARED, OUTPUT = 1, 2, 3
+#: ``StepInfo.input_keys``' storage number of a tensor of the optimized model's call: no
+#: activation in that run, whatever the row's kind
+CALL_TENSOR = -1
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,9 @@ class StepInfo:
     """Layers the step plan chose to offload (0: none, or the user's setting did)."""
     """What set the step offload: the user's setting (``offload_layers=2``, ``sync``) or the
     step plan (``chosen by the step plan: 2 layer(s)``)."""
+    run_sizes: tuple[tuple[tuple[str, int], ...], ...] = ()
+    """Per run: the sizes its region's symbols had (dynamic regions; one region may run at
+    several sizes in a step: an encoder's and a decoder's embedding)."""
     input_keys: tuple[tuple[tuple[int, int], ...], ...] = ()
     """Per run: (argument, storage number in the step) of each saved activation input it was
     called with; runs that save one storage (an encoder output every decoder layer reads)
@@ -65,29 +71,26 @@ class StepInfo:
         return asdict(self)
 
 
-def step_input_bytes(report: Report, i: int) -> int | None:
+def step_input_bytes(runs: Sequence[tuple[RegionReport, Sequence]], i: int) -> int | None:
     """Bytes of the regions' saved activation inputs (``extra["saved_inputs"]``) the step
-    holds beyond what each run's own bytes count (``i``: 0 before the plan, 1 after): a
-    :data:`SHARED` one once per storage, a :data:`PER_RUN` one (in each run's bytes) less
-    each repeat of a storage an earlier run saved, as an input or as an :data:`OUTPUT` of
-    its own. Storages are the runs' own where the step recorded them
-    (``StepInfo.input_keys``; an output ``j`` as argument ``-1 - j``); else a shared input is
-    one per dtype and size and autograd's are distinct. None when a size is unknown."""
-    step = report.step
-    by_index = {r.index: r for r in report.regions}
-    runs: Sequence[tuple[int, Sequence]]
-    if step is not None and step.forward_known and len(step.input_keys) == len(step.sequence):
-        runs = list(zip(step.sequence, step.input_keys))
-    else:
-        runs = [(r.index, ()) for r in report.regions for _ in range(report.runs(r))]
+    holds beyond what each run's own bytes count (``runs``: per run, its region's report and
+    ``StepInfo.input_keys``; ``i``: 0 before the plan, 1 after): a :data:`SHARED` one once
+    per storage, a :data:`PER_RUN` one (in each run's bytes) less each repeat of a storage an
+    earlier run saved, as an input or as an :data:`OUTPUT` of its own (output ``j`` is
+    argument ``-1 - j``). Where a run's storages are not known a shared input is one per
+    dtype and size and autograd's are distinct. None when a size is unknown."""
     seen: set = set()
     total = 0
-    for pos, (index, keys) in enumerate(runs):
-        r, ids = by_index.get(index), dict(keys)
-        for e in (r.extra.get("saved_inputs") or ()) if r is not None else ():
+    for pos, (r, keys) in enumerate(runs):
+        ids = dict(keys)
+        for e in r.extra.get("saved_inputs") or ():
             arg = -1 - e["arg"] if e["kind"] == OUTPUT else e["arg"]
             key = ids.get(arg)
             if not e["saved"][i]:
+                continue
+            if key == CALL_TENSOR:  # in the region's own bytes when autograd's, else not
+                if e["kind"] == PER_RUN:
+                    total -= e["bytes"] or 0
                 continue
             if key is None:
                 key = ("dtype", e["dtype"], e["bytes"]) if e["kind"] == SHARED else (pos, arg)

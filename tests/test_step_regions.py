@@ -332,3 +332,48 @@ def test_forwards_without_a_backward_in_the_step_are_named(caplog):
     said = [r.getMessage() for r in caplog.records if "without a backward" in r.getMessage()]
     assert len(said) == 1 and "9 of the step's 18 compiled-region runs" in said[0]
     assert "torch.no_grad()" in memopt.report(opt).table()
+
+
+class Embed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(16, D)
+
+    def forward(self, ids):
+        torch._dynamo.graph_break()  # the rest is a frame of its own, called at two lengths
+        pos = torch.arange(ids.shape[1], dtype=torch.float32).unsqueeze(-1)
+        return self.emb(ids) * (pos + 1)  # the embedding's backward saves the ids
+
+
+class TwoLengths(nn.Module):
+    """An encoder's and a decoder's embedding, one module at two lengths (BART's, under the
+    device's transformers: dynamo compiles it again with a dynamic length and runs that graph
+    for the encoder's call too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = Embed()
+        self.lin = nn.Linear(D, D)
+
+    def forward(self, ids):
+        a = self.embed(ids)
+        torch._dynamo.graph_break()
+        b = self.embed(ids[:, : ids.shape[1] // 2].flip(0))  # a step-made tensor, shorter
+        torch._dynamo.graph_break()
+        return self.lin(a).pow(2).mean() + self.lin(b).pow(2).mean()
+
+
+def test_a_region_run_at_two_sizes_and_on_the_calls_own_ids_is_counted_per_run():
+    torch.manual_seed(0)
+    model = TwoLengths()
+    opt = memopt.optimize(model, level=0)
+    ids = torch.randint(0, 16, (4, 8))
+    for _ in range(2):
+        model.zero_grad()
+        loss, measured = measure_saved_activation_bytes(
+            lambda: opt(ids), exclude=[*model.parameters(), ids]
+        )
+        loss.backward()
+        assert memopt.report(opt).saved_bytes()[0] == measured
+    sizes = [dict(s) for s in memopt.report(opt).step.run_sizes if s]
+    assert {v for s in sizes for v in s.values()} == {4, 8}  # one graph, two lengths
