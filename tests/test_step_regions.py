@@ -248,19 +248,24 @@ class Masked(nn.Module):
         return x.float().pow(2).mean()
 
 
-def test_a_mask_every_layer_saves_is_counted_once_per_step():
-    # the CUDA zoo's OPT (transformers 5.17: three regions, the decoder layer's run twice):
-    # the attention mask, made once without autograd and read by every layer's region, is
-    # one storage the step saves, counted neither per run nor left out as no activation
+def _level0_step(cls) -> tuple:
+    """One step of ``cls()`` optimized at level 0: its report and the bytes measured saved."""
     torch.manual_seed(0)
-    model = Masked()
+    model = cls()
     opt = memopt.optimize(model, level=0)
     model.zero_grad()
     loss, measured = measure_saved_activation_bytes(
         lambda: opt(X), exclude=[*model.parameters(), X]
     )
     loss.backward()
-    rep = memopt.report(opt)
+    return memopt.report(opt), measured
+
+
+def test_a_mask_every_layer_saves_is_counted_once_per_step():
+    # the CUDA zoo's OPT (transformers 5.17: three regions, the decoder layer's run twice):
+    # the attention mask, made once without autograd and read by every layer's region, is
+    # one storage the step saves, counted neither per run nor left out as no activation
+    rep, measured = _level0_step(Masked)
     mask = 32 * 1  # (32, 1) bools
     # per block its relu's (32, D) bool mask and, but for the first (the batch), its (32, D)
     # float input; the loss its input
@@ -302,15 +307,7 @@ class CrossAttending(nn.Module):
 
 
 def test_an_encoder_output_every_layer_saves_is_counted_once_per_step():
-    torch.manual_seed(0)
-    model = CrossAttending()
-    opt = memopt.optimize(model, level=0)
-    model.zero_grad()
-    loss, measured = measure_saved_activation_bytes(
-        lambda: opt(X), exclude=[*model.parameters(), X]
-    )
-    loss.backward()
-    rep = memopt.report(opt)
+    rep, measured = _level0_step(CrossAttending)
     act = 32 * D * 4
     # the encoder's tanh output (once, though it and every layer save it), per layer its
     # input (but the first layer's: the batch) and its linear's output; the loss its input
