@@ -123,39 +123,51 @@ class RegionRegistry:
             known = self.step_inputs | {k for k in map(_real_storage, weights) if k is not None}
         return tuple(_activation_kind(x, known) for x in example_inputs)
 
-    def run_input_keys(
-        self, report: int, args: Sequence[Any], outputs: Any = None
-    ) -> tuple[tuple[int, int], ...]:
+    def run_input_keys(self, report: int, args: Sequence[Any]) -> tuple[tuple[int, int], ...]:
         """(argument, storage number in the step) of each saved activation input (the report's
-        ``extra["saved_inputs"]``) a run of region report ``report`` is called with, or with
-        ``outputs`` of each saved output it returned (argument ``-1 - j`` for output ``j``;
-        only where the outputs are the forward graph's, one to one): runs that save one
-        storage share its number (the step forgets the storages: :meth:`new_step_inputs`);
-        :data:`CALL_TENSOR` for a tensor of the optimized model's call (a graph compiled for
-        the decoder's ids, reused by dynamo for the encoder's input ids)."""
-        rows = (
-            self.regions[report].extra.get("saved_inputs") if report < len(self.regions) else None
-        )
-        if outputs is not None:
-            outs = outputs if isinstance(outputs, list | tuple) else (outputs,)
-            n = self.regions[report].extra.get("fwd_outputs")
+        ``extra["saved_inputs"]``) a run of region report ``report`` is called with: runs that
+        save one storage share its number (the step forgets the storages:
+        :meth:`new_step_inputs`); :data:`CALL_TENSOR` for a tensor of the optimized model's
+        call (a graph compiled for the decoder's ids, reused by dynamo for the encoder's)."""
         out = []
-        for e in rows or ():
-            if (e["kind"] == OUTPUT) != (outputs is not None):
-                continue
+        for e in self._rows(report):
             a = e["arg"]
-            if outputs is None:
-                t = args[a] if a < len(args) else None
-            else:
-                t, a = (outs[a] if len(outs) == n else None), -1 - a
-            key = _real_storage(t)
-            if key is None or str(t.dtype).removeprefix("torch.") != e["dtype"]:
-                continue
-            if outputs is None and self.step_inputs is not None and key in self.step_inputs:
-                out.append((a, CALL_TENSOR))  # the graph compiled for another call's input
-            else:
-                out.append((a, self._input_ids.setdefault(key, len(self._input_ids))))
+            if e["kind"] != OUTPUT and a < len(args):
+                key = self._number(args[a], e["dtype"], call=True)
+                if key is not None:
+                    out.append((a, key))
         return tuple(out)
+
+    def run_output_keys(self, report: int, outputs: Any) -> tuple[tuple[int, int], ...]:
+        """The same for the outputs a run returned that its region saves (output ``j`` as
+        argument ``-1 - j``), where they are the forward graph's outputs one to one."""
+        outs = outputs if isinstance(outputs, list | tuple) else (outputs,)
+        rows = self._rows(report)
+        if not rows or len(outs) != self.regions[report].extra.get("fwd_outputs"):
+            return ()
+        out = []
+        for e in rows:
+            if e["kind"] == OUTPUT:
+                key = self._number(outs[e["arg"]], e["dtype"], call=False)
+                if key is not None:
+                    out.append((-1 - e["arg"], key))
+        return tuple(out)
+
+    def _rows(self, report: int) -> list[dict[str, Any]]:
+        return (
+            self.regions[report].extra.get("saved_inputs") or []
+            if report < len(self.regions)
+            else []
+        )
+
+    def _number(self, t: Any, dtype: str, *, call: bool) -> int | None:
+        """``t``'s storage number in the step (None: no real tensor of ``dtype``)."""
+        key = _real_storage(t)
+        if key is None or str(t.dtype).removeprefix("torch.") != dtype:
+            return None
+        if call and self.step_inputs is not None and key in self.step_inputs:
+            return CALL_TENSOR
+        return self._input_ids.setdefault(key, len(self._input_ids))
 
     def note_run_inputs(self, report: int, args: Sequence[Any], sizes: dict | None) -> None:
         """A run of region report ``report`` begins (memopt.state.record_run)."""
@@ -164,7 +176,7 @@ class RegionRegistry:
 
     def record_outputs(self, report: int, outputs: Any) -> None:
         """What the run just begun returned."""
-        keys = self.run_input_keys(report, (), outputs)
+        keys = self.run_output_keys(report, outputs)
         if keys and self.run_inputs[0]:
             self.run_inputs[0][-1] += keys
 

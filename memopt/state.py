@@ -84,6 +84,7 @@ class MemoptState(RegionRegistry):
         self._away_last: dict[int, frozenset[int]] = {}  # ... in the step just done
         self.notes: list[str] = []  # what the step could not apply, and why
         self._reached: set[int] = set()  # step positions backward has reached
+        self._said_no_backward = False  # _check_forwards_without_backward warned
         self.latest_sizes: dict[str, int] = {}  # dynamic sizes of the latest call, by name
         self._entry: list[int] = []  # CUDA bytes allocated as each run of this step began
         self._bwd_entry: dict[int, int] = {}  # ... and as its backward began
@@ -126,8 +127,7 @@ class MemoptState(RegionRegistry):
         return rep.at(latest, source="the latest call") if latest else rep
 
     def step_info(self) -> StepInfo | None:
-        # the step under way once its backward has begun (its forward is known), else the
-        # last one finished
+        # the step under way once its backward has begun, else the last one finished
         now = self._backward_seen and bool(self._report_seq) or not self.last_report_step
         seq = tuple(self._report_seq) if now else self.last_report_step
         if not seq:
@@ -268,8 +268,9 @@ class MemoptState(RegionRegistry):
         join the training step, which is then planned with their saved tensors held."""
         n, missed = len(self._seq), len(self._seq) - len(self._reached)
         self._reached = set()
-        if n < 2 or 2 * missed < n or any("without a backward" in s for s in self.notes):
+        if n < 2 or 2 * missed < n or self._said_no_backward:
             return
+        self._said_no_backward = True
         note = (
             f"{missed} of the step's {n} compiled-region runs without a backward: forwards "
             "run with grad mode on whose outputs were dropped (an evaluation without "
