@@ -67,7 +67,7 @@ def _capture(regions: list | None = None):
     return seen
 
 
-def _prediction(seen: dict[str, Any], top: int) -> dict[str, Any]:
+def _prediction(seen: dict[str, Any], top: int, around_n: int = 0) -> dict[str, Any]:
     """The planner's curve for the decisions the region applied (its Plan), split at the
     peak."""
     from memopt.passes.build_planning_problem import Sizes, base_items
@@ -105,7 +105,24 @@ def _prediction(seen: dict[str, Any], top: int) -> dict[str, Any]:
         [(it.nbytes, it.kind, it.name) for it in live] + [(b, "candidate", n) for n, b in cand_at],
         reverse=True,
     )[:top]
+    bw_nodes = bw_ops
+    names = {it.name: it for it in bw_items}
+    spans_c = []
+    for c in problem.candidates:
+        if any(c.name == n for n, _ in cand_at):
+            q = lambda i: bw_nodes[i].name if 0 <= i < len(bw_nodes) else None  # noqa: E731
+            spans_c.append([c.name, c.nbytes, c.first_bwd_use_pos, q(c.first_bwd_use_pos),
+                            c.bwd_last, q(c.bwd_last), bool(c.reused_when_kept)])
+    around = []
+    if t >= nf:
+        for i in range(max(0, t - nf - around_n), min(len(bw_nodes), t - nf + around_n + 1)):
+            n = bw_nodes[i]
+            it = names.get(n.name)
+            around.append([i, n.name, str(n.target), [str(a) for a in n.all_input_nodes],
+                           it.nbytes if it else None, [it.start, it.end] if it else None])
     return {
+        "candidate_spans": spans_c,
+        "around_peak": around,
         "peak": prof.peak,
         "peak_phase": prof.peak_phase,
         "peak_pos": t,
@@ -326,7 +343,7 @@ def worker(a: argparse.Namespace) -> None:
             if label == "compile":  # plain torch.compile: measured only
                 out[label] = {"measured": measured}
                 continue
-            pred = _prediction(seen, top)
+            pred = _prediction(seen, top, a.around)
             ind = _inductor(compiled)
             mpeak = measured.get("peak")
             out[label] = {
@@ -356,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="keep,level1", help="keep,level1,budget=N (bytes)")
     ap.add_argument("--warmup", type=int, default=0, help="steps before measuring (re-plans)")
     ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--around", type=int, default=0, help="backward nodes each side of the peak")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
@@ -364,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [m for m in a.model.split(",") if m]
     common = ["--size", a.size, "--device", a.device, "--dtype", a.dtype]
     common += ["--steps", str(a.steps), "--top", str(a.top), "--variants", a.variants]
+    common += ["--around", str(a.around)]
     common += ["--warmup", str(a.warmup)]
     pending, running, rc = list(names), [], 0
     while pending or running:

@@ -280,27 +280,65 @@ def padded_operands(node: torch.fx.Node) -> list[tuple[torch.fx.Node, sympy.Rati
     return out
 
 
+def _is_pad(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and packet(node.target) == "constant_pad_nd"
+        and bool(node.args)
+        and isinstance(node.args[0], torch.fx.Node)
+    )
+
+
+def _numel(node: torch.fx.Node) -> sympy.Expr | None:
+    """Elements of a node's value, a sympy expression (symbolic sizes compare without guards)."""
+    v = tensor_val(node)
+    return None if v is None else compat.sym_expr(v.numel())
+
+
 def start(node: torch.fx.Node, pos: dict[torch.fx.Node, int]) -> int:
     """Where a temporary begins. A padded copy (``constant_pad_nd``, what Inductor's ``pad_mm``
-    inserts before a matmul) is computed by the kernel that makes its input, not next to its
-    matmul: it is live from there (the two padded copies of the LM head's gradient coexist)."""
-    if getattr(node.target, "__name__", "").split(".")[0] == "constant_pad_nd" and node.args:
-        src = node.args[0]
-        if isinstance(src, torch.fx.Node) and storage_root(src) in pos:
-            return min(pos[storage_root(src)], pos[node])
-    return pos[node]
+    inserts before a matmul) is its own kernel, run where it stands (next to its matmul), after
+    the kernel that made its input has freed what only it read (BERT's tied MLM head on an
+    H100: the saved logits are gone when the logits gradient's padded copy is allocated).
+    Padded copies of one storage with as many elements are one kernel (Inductor fuses them
+    horizontally: they read the same input), run where the first of them stands: the two
+    padded copies of GPT-2's LM-head gradient (one for each matmul of its backward) coexist."""
+    if not _is_pad(node):
+        return pos[node]
+    root, numel = storage_root(node.args[0]), _numel(node)
+    group = [
+        pos[u]
+        for u in alias_users(root)
+        if u in pos
+        and _is_pad(u)
+        and storage_root(u.args[0]) is root
+        and numel is not None
+        and _numel(u) == numel
+    ]
+    return min([pos[node], *group])
 
 
 def padded_copies(
     ops: list[torch.fx.Node], pos: dict[torch.fx.Node, int]
 ) -> list[tuple[torch.fx.Node, sympy.Rational, int, int]]:
-    """``(operand, size factor, start, end)`` of each padded matmul operand copy among ``ops``:
-    live from the kernel that makes the operand (see :func:`start`) to its matmul."""
-    out = []
-    for n in ops:
-        for operand, factor in padded_operands(n):
-            out.append((operand, factor, pos.get(storage_root(operand), pos[n]), pos[n]))
-    return out
+    """``(operand, size factor, start, end)`` of each padded matmul operand copy among ``ops``
+    (a graph traced where Inductor does not pad: the copies ``pad_mm`` would make on CUDA),
+    live from its kernel to its matmul. As in :func:`start`, a copy runs next to its matmul,
+    and copies of one storage of one padded size are one kernel at the first of them."""
+    copies = [(n, operand, factor) for n in ops for operand, factor in padded_operands(n)]
+    first: dict[tuple[torch.fx.Node, object], int] = {}
+    for n, operand, factor in copies:
+        key = (storage_root(operand), _padded_numel(operand, factor))
+        first[key] = min(first.get(key, pos[n]), pos[n])
+    return [
+        (operand, factor, first[(storage_root(operand), _padded_numel(operand, factor))], pos[n])
+        for n, operand, factor in copies
+    ]
+
+
+def _padded_numel(operand: torch.fx.Node, factor: sympy.Rational) -> sympy.Expr | None:
+    numel = _numel(operand)
+    return None if numel is None else sympy.expand(numel * factor)
 
 
 # --- Inductor's in-place reuse of a buffer by the kernel that reads it last ----------------

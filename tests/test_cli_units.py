@@ -202,20 +202,57 @@ def test_padded_operands_follow_inductors_pad_mm_rule():
     assert [f for _, f in padded_operands(fp32)] == [sympy.Rational(1028, 1026)] * 2
 
 
-def test_padded_copy_is_live_from_the_kernel_that_makes_its_input():
+def test_padded_copy_runs_next_to_its_matmul_and_copies_of_one_input_run_together():
+    """A lone padded copy is its own kernel where it stands (BERT's MLM head on an H100: the
+    saved logits are freed before the logits gradient's copy is made); two copies of one
+    storage with as many elements are one kernel, at the first of them (GPT-2's LM head);
+    a copy of another size is not part of that kernel."""
     from memopt.cli.liveness import _start
 
+    aten = torch.ops.aten
     g = torch.fx.Graph()
     x = g.placeholder("x")
-    y = g.call_function(torch.ops.aten.relu.default, (x,))
-    v = g.call_function(torch.ops.aten.view.default, (y, [4, 8]))
-    other = g.call_function(torch.ops.aten.neg.default, (x,))
-    pad = g.call_function(torch.ops.aten.constant_pad_nd.default, (v, [0, 0, 0, 4]))
-    for node, shape in ((x, (32,)), (y, (32,)), (v, (4, 8)), (other, (32,)), (pad, (8, 8))):
+    y = g.call_function(aten.relu.default, (x,))
+    v = g.call_function(aten.view.default, (y, [4, 8]))
+    other = g.call_function(aten.neg.default, (x,))
+    pad = g.call_function(aten.constant_pad_nd.default, (v, [0, 0, 0, 4]))
+    t = g.call_function(aten.permute.default, (v, [1, 0]))
+    pad_t = g.call_function(aten.constant_pad_nd.default, (t, [0, 4]))
+    pad_small = g.call_function(aten.constant_pad_nd.default, (v, [0, 0, 0, 1]))
+    shapes = ((x, (32,)), (y, (32,)), (v, (4, 8)), (other, (32,)), (pad, (8, 8)))
+    shapes += ((t, (8, 4)), (pad_t, (8, 8)), (pad_small, (5, 8)))
+    for node, shape in shapes:
         node.meta["val"] = torch.empty(shape, device="meta")
     pos = {y: 0, v: 1, other: 2, pad: 3}
-    assert _start(pad, pos) == 0  # from relu, the root of the view it pads
+    assert _start(pad, pos) == 3  # alone: where it stands, not at relu
     assert _start(other, pos) == 2
+    pos = {y: 0, v: 1, other: 2, pad: 3, t: 4, pad_t: 6, pad_small: 5}
+    assert _start(pad_t, pos) == 3  # with the copy of the same size: at the first of them
+    assert _start(pad, pos) == 3
+    assert _start(pad_small, pos) == 5  # another size: its own kernel
+
+
+def test_rule_made_padded_copies_of_one_gradient_start_at_its_first_matmul():
+    """Traced where Inductor does not pad (memopt plan emulating a GPU): the LM head's
+    gradient (8192, 50257) is padded for both matmuls of its backward, one kernel at the
+    first matmul; the weight's copy starts at its own matmul."""
+    from memopt.memory_rules import padded_copies
+
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    grad, w, h = g.placeholder("grad"), g.placeholder("w"), g.placeholder("h")
+    neg = g.call_function(aten.neg.default, (h,))
+    mm1 = g.call_function(aten.mm.default, (grad, w))
+    t = g.call_function(aten.permute.default, (grad, [1, 0]))
+    mm2 = g.call_function(aten.mm.default, (t, h))
+    vals = ((grad, (8192, 50257)), (w, (50257, 1024)), (h, (8192, 1024)), (neg, (8192, 1024)))
+    vals += ((mm1, (8192, 1024)), (t, (50257, 8192)), (mm2, (50257, 1024)))
+    for node, shape in vals:
+        node.meta["val"] = torch.empty(shape, dtype=torch.bfloat16, device="meta")
+    ops = [neg, mm1, t, mm2]
+    pos = {n: i for i, n in enumerate(ops)}
+    f = sympy.Rational(50264, 50257)
+    assert padded_copies(ops, pos) == [(grad, f, 1, 1), (w, f, 1, 1), (t, f, 1, 3)]
 
 
 def test_value_copied_into_two_padded_operands_is_materialized():
