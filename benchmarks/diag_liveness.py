@@ -111,15 +111,32 @@ def _prediction(seen: dict[str, Any], top: int, around_n: int = 0) -> dict[str, 
     for c in problem.candidates:
         if any(c.name == n for n, _ in cand_at):
             q = lambda i: bw_nodes[i].name if 0 <= i < len(bw_nodes) else None  # noqa: E731
-            spans_c.append([c.name, c.nbytes, c.first_bwd_use_pos, q(c.first_bwd_use_pos),
-                            c.bwd_last, q(c.bwd_last), bool(c.reused_when_kept)])
+            spans_c.append(
+                [
+                    c.name,
+                    c.nbytes,
+                    c.first_bwd_use_pos,
+                    q(c.first_bwd_use_pos),
+                    c.bwd_last,
+                    q(c.bwd_last),
+                    bool(c.reused_when_kept),
+                ]
+            )
     around = []
     if t >= nf:
         for i in range(max(0, t - nf - around_n), min(len(bw_nodes), t - nf + around_n + 1)):
             n = bw_nodes[i]
             it = names.get(n.name)
-            around.append([i, n.name, str(n.target), [str(a) for a in n.all_input_nodes],
-                           it.nbytes if it else None, [it.start, it.end] if it else None])
+            around.append(
+                [
+                    i,
+                    n.name,
+                    str(n.target),
+                    [str(a) for a in n.all_input_nodes],
+                    it.nbytes if it else None,
+                    [it.start, it.end] if it else None,
+                ]
+            )
     return {
         "candidate_spans": spans_c,
         "around_peak": around,

@@ -299,14 +299,16 @@ def measure(
     value: Value,
     where: str,
     room: int | Callable[[], int] | None = None,
+    deferred: dict[str, torch.fx.Node] | None = None,
 ) -> dict[str, float]:
     """Seconds per timed kernel of ``graphs`` (by signature): read from the cache under
     ``where``, the missing ones timed on ``device`` and added to it. Kernels that cannot run
     alone are left out (the roofline prices them). ``room``: the device bytes a timing may
     allocate (:func:`memopt.passes.plan_budget.measure_room`, or a function asked only when
-    something is timed); a kernel needing more is left
-    to the roofline here and timed by a later process, as one that ran out of memory. At world
-    size > 1 see the module docstring."""
+    something is timed); a kernel needing more is left to the roofline here, as one that ran
+    out of memory, and put in ``deferred`` (signature -> node), to be timed when there is room
+    (:func:`measure_nodes`: between steps) or by a later process. At world size > 1 see the
+    module docstring."""
     from memopt import ranks
 
     nodes = signatures(graphs, value)
@@ -331,39 +333,79 @@ def measure(
     table = read_cache(path)
     missing = {s: n for s, n in nodes.items() if s not in table}
     if missing:
-        got: dict[str, float | None] = {}
-        no_memory: set[str] = set()
-        if callable(room):
-            room = room()
-        if room is not None:  # a matmul on a stream without one allocates a cuBLAS workspace
-            from memopt._torch_compat.allocator import cublas_workspace_bytes
-
-            room -= cublas_workspace_bytes(device)
-        for s, n in missing.items():
-            try:
-                if room is not None and device_bytes(n, value, device) > room:
-                    raise NoMemory(f"needs more than the {room} bytes of room")
-                got[s] = time_kernel(n, device, value)
-            except NoMemory:
-                got[s] = None  # the roofline for this process; timed again by a later one
-                no_memory.add(s)
-        # what cannot run alone is written as such (None); what ran out of memory under a
-        # cap is not written (a later process times it)
-        write_cache(path, {s: t for s, t in got.items() if s not in no_memory})
-        table.update(got)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()  # the inputs made for timing go back to the device
-        log.info(
-            "memopt kernel times: %d kernel(s) timed on %s, %d from the cache, %d not "
-            "runnable alone (roofline)",
-            sum(t is not None for t in got.values()),
-            device,
-            len(nodes) - len(missing),
-            sum(t is None for t in got.values()),
-        )
+        table.update(_time_missing(missing, device, value, path, room, len(nodes), deferred))
     if ranks.world_size() > 1:  # rank 0: every time the graphs need, for the other ranks
         ranks.publish({_key(s): table.get(s) for s in nodes})
     return {s: t for s in nodes if (t := table.get(s)) is not None}
+
+
+def measure_nodes(
+    nodes: dict[str, torch.fx.Node],
+    device: torch.device,
+    value: Value,
+    where: str,
+    room: int | Callable[[], int] | None = None,
+) -> dict[str, float]:
+    """Time kernels left out for lack of room (``measure``'s ``deferred``) now: the cache's or
+    a new time for each that fits ``room`` and runs alone. Those that still do not fit stay
+    in ``nodes``; the others are removed from it."""
+    path = cache_path(device, where)
+    table = read_cache(path)
+    missing = {s: n for s, n in nodes.items() if s not in table}
+    still: dict[str, torch.fx.Node] = {}
+    if missing:
+        table.update(_time_missing(missing, device, value, path, room, len(nodes), still))
+    asked = list(nodes)
+    for s in asked:
+        if s not in still:
+            del nodes[s]
+    return {s: t for s in asked if (t := table.get(s)) is not None}
+
+
+def _time_missing(
+    missing: Mapping[str, torch.fx.Node],
+    device: torch.device,
+    value: Value,
+    path: str,
+    room: int | Callable[[], int] | None,
+    n_nodes: int,
+    deferred: dict[str, torch.fx.Node] | None,
+) -> dict[str, float | None]:
+    """Time ``missing`` on ``device`` under ``room``, write what ran (or cannot run alone) to
+    the cache at ``path``, and put those that did not fit in ``deferred``."""
+    got: dict[str, float | None] = {}
+    no_memory: set[str] = set()
+    if callable(room):
+        room = room()
+    if room is not None:  # a matmul on a stream without one allocates a cuBLAS workspace
+        from memopt._torch_compat.allocator import cublas_workspace_bytes
+
+        room -= cublas_workspace_bytes(device)
+    for s, n in missing.items():
+        try:
+            if room is not None and device_bytes(n, value, device) > room:
+                raise NoMemory(f"needs more than the {room} bytes of room")
+            got[s] = time_kernel(n, device, value)
+        except NoMemory:
+            got[s] = None  # the roofline for now; timed again when there is room
+            no_memory.add(s)
+            if deferred is not None:
+                deferred[s] = n
+    # what cannot run alone is written as such (None); what ran out of memory under a cap
+    # is not written (timed when there is room, or by a later process)
+    write_cache(path, {s: t for s, t in got.items() if s not in no_memory})
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the inputs made for timing go back to the device
+    log.info(
+        "memopt kernel times: %d kernel(s) timed on %s, %d from the cache, %d not runnable "
+        "alone (roofline), %d without room for now (roofline)",
+        sum(t is not None for t in got.values()),
+        device,
+        n_nodes - len(missing),
+        sum(t is None for s, t in got.items() if s not in no_memory),
+        len(no_memory),
+    )
+    return {s: t for s, t in got.items() if s not in no_memory}
 
 
 def _key(signature: str) -> str:

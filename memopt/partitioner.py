@@ -81,7 +81,9 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
         for w in region.warnings:
             log.warning("memopt: %s", w)
         b = result.budget
-        self.state.add_region(region, b.problem if b is not None else None)
+        self.state.add_region(
+            region, b.problem if b is not None else None, b.retime if b is not None else None
+        )
         if log.isEnabledFor(logging.INFO):
             log.info("memopt plan (region %d):\n%s", region.index, self.state.report().table())
         return result.fw, result.bw

@@ -9,14 +9,14 @@ import itertools
 import logging
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
 import torch.fx
 
 from memopt import _torch_compat as compat
-from memopt import report_cache
+from memopt import ranks, report_cache
 from memopt.config import MemoptConfig
 from memopt.planner import progress as planner_progress
 from memopt.report import RegionReport
@@ -32,6 +32,7 @@ class RegionRegistry:
         self.config = config
         self.regions: list[RegionReport] = []
         self.problems: dict[int, Any] = {}  # region index -> plan_budget.RegionProblem
+        self._retimers: dict[int, Callable] = {}  # region index -> its BudgetResult.retime
         self._lock = threading.Lock()
         self._pending: tuple[str, int | None] | None = None  # (persist key, index to replace)
         self.last_key: str | None = None  # the persist key of the graph compiled last
@@ -59,8 +60,11 @@ class RegionRegistry:
         self._pending = (key, index)
         self._ran = False
 
-    def add_region(self, region: RegionReport, problem: Any = None) -> None:
-        """The partitioner planned a region (``problem``: its plan_budget.RegionProblem)."""
+    def add_region(
+        self, region: RegionReport, problem: Any = None, retime: Callable | None = None
+    ) -> None:
+        """The partitioner planned a region (``problem``: its plan_budget.RegionProblem;
+        ``retime``: its kernels without room to be timed yet, see :meth:`retime`)."""
         index = self._pending[1] if self._pending else None
         with self._lock:
             if index is None:
@@ -71,10 +75,31 @@ class RegionRegistry:
                 self.regions[index] = region
             if problem is not None:
                 self.problems[region.index] = problem
+                self._retimers.pop(region.index, None)
+            if retime is not None:
+                self._retimers[region.index] = retime
             self._ran = True
         planner_progress.traced()
         if self._pending is not None:
             report_cache.store(self._pending[0], region, problem)
+
+    def retime(self, indices: Collection[int]) -> list[int]:
+        """Between steps: time the kernels that had no room as these regions compiled, and
+        price their problems with them (the step plan's menus). At world size 1 only: ranks
+        must plan from the same times. The regions whose problems changed."""
+        if ranks.world_size() > 1:
+            return []
+        done = []
+        for i in sorted(indices):
+            f, rp = self._retimers.get(i), self.problems.get(i)
+            new = f(rp) if f is not None and rp is not None else None
+            if new is not None:
+                self.problems[i] = new
+                done.append(i)
+        if done:
+            log.info("memopt kernel times: region(s) %s re-priced with kernels timed after "
+                     "the step (no room while it ran)", done)  # fmt: skip
+        return done
 
     def end_region(self, example_inputs: Sequence[Any]) -> int | None:
         """After compile_fx returned: the region's index, or None for a graph without a

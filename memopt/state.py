@@ -159,11 +159,8 @@ class MemoptState(RegionRegistry):
     # --- the step ------------------------------------------------------------------------------
     def held_bytes(self) -> int:
         """Activation bytes the invocations run so far in this step keep for their backward."""
-        total = 0
-        for i in self._report_seq:
-            b = self.regions[i].final_saved_bytes if i < len(self.regions) else None
-            total += b or 0
-        return total
+        regions = [self.regions[i] for i in self._report_seq if i < len(self.regions)]
+        return sum(r.final_saved_bytes or 0 for r in regions)
 
     def occurrences_before(self, ids: Collection[str]) -> dict[str, int]:
         """Occurrences of the clusters ``ids`` in this step's runs so far (none when the next
@@ -586,6 +583,7 @@ class MemoptState(RegionRegistry):
         return step_bytes(b, self.problems[sequence[0]].device_type)
 
     def _menu(self, index: int) -> list[Option]:
+        self.retime((index,))  # kernels that had no room as it compiled are timed now
         rp = self.problems[index]
         return region_menu(rp.problem, rp.rates, rp.saved_input_bytes, rp.max_depth)
 

@@ -93,6 +93,8 @@ class Region:
     num_joint_nodes: int = 0
     plan_seconds: float = 0.0
     kernels: dict[str, float] = field(default_factory=dict)  # memopt.kernel_times.measure
+    # kernels without room to be timed as the region compiled (mid-step, under a byte budget)
+    deferred_kernels: dict[str, torch.fx.Node] = field(default_factory=dict)
     # the baseline forward's channels-last input copies, decided once after the partition
     layout: facts.LayoutCopies = field(default_factory=facts.LayoutCopies)
 
@@ -211,6 +213,10 @@ def cluster_subgraphs(r: Region) -> Region:
     return r
 
 
+#: devices whose kernels are timed (CPU plans use round rates: memopt.planner.CPU_DEFAULTS)
+TIMED_DEVICES = frozenset({"cuda"})
+
+
 def time_kernels(r: Region) -> Region:
     """The graph's matmuls, attention, convolutions and reductions timed on the device (once
     per signature, cached: memopt.kernel_times), where a plan is priced: a budget, or offload's
@@ -219,12 +225,14 @@ def time_kernels(r: Region) -> Region:
     if r.assigned is not None or (c.budget is None and not c.offload_layers and not c.sync):
         return r
     device = _device(r.joint_inputs)
-    if device.type != "cuda":
-        return r  # CPU plans use round rates (memopt.planner.CPU_DEFAULTS), not timings
+    if device.type not in TIMED_DEVICES:
+        return r
     value = _value(r)
     where = os.path.join(cache_dir(), "rates")
     room = functools.partial(measure_room, device, c.budget)  # asked only when timing
-    r.kernels = kernel_times.measure((r.joint, r.fw, r.bw), device, value, where, room=room)
+    r.kernels = kernel_times.measure(
+        (r.joint, r.fw, r.bw), device, value, where, room=room, deferred=r.deferred_kernels
+    )
     return r
 
 
@@ -250,6 +258,7 @@ def plan_budget_pass(r: Region) -> Region:
             layout_copies=r.layout.saved,
             kernels=r.kernels,
             max_depth=r.planner_depth,
+            deferred=r.deferred_kernels,
         )
         ins = saved_input_bytes(
             r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols, (PER_RUN, SHARED)

@@ -12,7 +12,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -42,6 +42,10 @@ class BudgetResult:
     problem: RegionProblem | None = None
     """The region's planning problem, kept for the step plan (memopt.step)."""
     text: str = ""
+    retime: Callable[[RegionProblem], RegionProblem | None] | None = None
+    """Where kernels had no room to be timed as the region compiled: times them when called
+    (between steps) and returns the region's problem priced with them, or None while none
+    could be timed (:func:`_retimer`; not persisted)."""
 
 
 @dataclass(frozen=True)
@@ -200,13 +204,16 @@ def plan_budget(
     layout_copies: Sequence[torch.fx.Node] = (),
     kernels: Mapping[str, float] | None = None,
     max_depth: int = 2,
+    deferred: dict[str, torch.fx.Node] | None = None,
 ) -> BudgetResult:
     """Solve the region's plan. ``held_bytes``: activation bytes that regions run earlier in
     the step keep while this one runs (a byte budget is for the step: this region gets what
     they leave). ``plans``: the user's plans as this run applies them (default
     ``config.plans``). ``kernels``: kernel times measured on the device by signature
     (memopt.kernel_times); the ops without one are priced by the roofline. ``max_depth``: the
-    chain rule (:func:`memopt.planner.chains.planner_depth` of the region's layers)."""
+    chain rule (:func:`memopt.planner.chains.planner_depth` of the region's layers).
+    ``deferred``: kernels that had no room to be timed now (``kernel_times.measure``), for the
+    result's ``retime``."""
     fixed = list(config.plans if plans is None else plans)
     if config.level >= 1:
         named = {p.cluster_id for p in fixed}
@@ -219,21 +226,28 @@ def plan_budget(
     device = _device(joint_inputs)
     rates = device_rates(device, config.budget)
     value = lambda e: symbols.evaluate(symbols.readable(e))  # noqa: E731
+
+    def build(times: Mapping[str, float], sizes: Sizes | None = None):
+        sizes = sizes or Sizes(value, kernel_s=kernel_times.lookup(times, value))
+        return build_planning_problem(
+            joint,
+            fw,
+            bw,
+            candidates,
+            value=value,
+            fixed=fixed,
+            rates_op_s=lambda op: op_s(op, rates),
+            # the offload pass switched off: budget plans recompute only
+            min_offload_bytes=2**62
+            if "offload" in config.disable_passes
+            else config.offload_min_bytes,
+            pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),
+            sizes=sizes,
+            layout_copies=layout_copies,
+        )
+
     sizes = Sizes(value, kernel_s=kernel_times.lookup(kernels or {}, value))
-    problem = build_planning_problem(
-        joint,
-        fw,
-        bw,
-        candidates,
-        value=value,
-        fixed=fixed,
-        rates_op_s=lambda op: op_s(op, rates),
-        # the offload pass switched off: budget plans recompute only
-        min_offload_bytes=2**62 if "offload" in config.disable_passes else config.offload_min_bytes,
-        pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),
-        sizes=sizes,
-        layout_copies=layout_copies,
-    )
+    problem = build(kernels or {}, sizes)
     if sizes.unknown:
         log.warning(
             "memopt budget: %d tensor(s) of unknown size (data-dependent shapes: %s) are kept "
@@ -268,10 +282,43 @@ def plan_budget(
         tuple(sorted(sizes.unknown)),
         sync=dict(solution.sync) or None,
         problem=RegionProblem(problem, rates, device.type, max_depth=max_depth),
+        retime=_retimer(deferred, dict(kernels or {}), build, device, value, config.budget),
         text="Budget planner: "
         + (f"{fmt_bytes(held_bytes)} held by earlier regions; " if held_bytes else "")
         + solution.summary(),
     )
+
+
+def _retimer(
+    deferred: dict[str, torch.fx.Node] | None,
+    times: dict[str, float],
+    build: Callable[[Mapping[str, float]], Any],
+    device: torch.device,
+    value: Callable,
+    budget: object,
+) -> Callable[[RegionProblem], RegionProblem | None] | None:
+    """A region compiled mid-step under a byte budget may find no room to time its kernels
+    (the step's earlier activations fill the budget): those are priced by the roofline, which
+    is off by several times for short kernels (Whisper's decoder regions on an H200, thirty-
+    second session). The step planner calls this between steps, when the room is back: the
+    deferred kernels are timed and the region's problem is built again with their times.
+    None when nothing was deferred."""
+    if not deferred:
+        return None
+    where = os.path.join(cache_dir(), "rates")
+
+    def retime(rp: RegionProblem) -> RegionProblem | None:
+        if not deferred:
+            return None
+        room = functools.partial(measure_room, device, budget)
+        got = kernel_times.measure_nodes(deferred, device, value, where, room=room)
+        new = {s: t for s, t in got.items() if s not in times}
+        if not new:
+            return None
+        times.update(new)
+        return replace(rp, problem=build(times))
+
+    return retime
 
 
 def step_bytes(budget: int, device_type: str) -> int:

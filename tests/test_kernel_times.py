@@ -354,7 +354,7 @@ def test_a_planning_problem_prices_reductions_by_their_measured_time(monkeypatch
 
     seen = {}
 
-    def measure(graphs, device, value, where, room=None):
+    def measure(graphs, device, value, where, room=None, deferred=None):
         graphs = list(graphs)
         seen["joint"] = graphs[0]
         return {s: 1e-3 for s, n in kt.signatures(graphs, value).items() if facts.is_reduction(n)}
