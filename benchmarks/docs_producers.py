@@ -40,6 +40,15 @@ PRODUCERS: tuple[Producer, ...] = (
         "cpu",
     ),
     Producer(
+        "section_cpu_all_s35.json",
+        "for m in <the zoo's and the wide zoo's models but timm_vit and mamba>; do "
+        "TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) PYTHONPATH=<transformers 5.17.0>:. "
+        f"{PY}diag_section_cpu.py --model $m --size tiny --batch 0 --budget 0.5 "
+        "--out docs/data/{file}; done",
+        "cpu",
+        "~30 min on 2 cores (two lists at once)",
+    ),
+    Producer(
         "kernel_signatures_tiny.json",
         f"{PY}diag_kernel_signatures.py --out docs/data/{{file}}",
         "cpu",

@@ -166,6 +166,7 @@ zoo_gpu_s29 = _zoo_gpu_of("_s29", "The twenty-ninth session's BERT (H200).")
 zoo_gpu_s32 = _zoo_gpu_of("_s32", "The thirty-second session's Whisper and ResNet-50 (H200).")
 zoo_gpu_s34 = _zoo_gpu_of("_s34", "The thirty-fourth session's BERT (H200).")
 zoo_gpu_s35 = _zoo_gpu_of("_s35", "The thirty-fifth session's BERT and Qwen2 (H200).")
+zoo_gpu_s35w = _zoo_gpu_of("_s35", "The thirty-fifth session's Whisper at 0.5 and 0.3 (H200).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -319,11 +320,13 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s32": Section(tuple(f"zoo_gpu_{m}_s32.json" for m in ZOO_GPU_S32), zoo_gpu_s32),
     "zoo_gpu_s34": Section(("zoo_gpu_bert_s34.json",), zoo_gpu_s34),
     "zoo_gpu_s35": Section(("zoo_gpu_bert_s35.json", "zoo_gpu_qwen2_s35.json"), zoo_gpu_s35),
+    "zoo_gpu_s35w": Section(("zoo_gpu_whisper_s35.json",), zoo_gpu_s35w),
     "section_cuda_zoo_s28": Section(("section_cuda_zoo_s28.json",), section_cpu_zoo),
     "section_cpu_zoo_s28": Section(("section_cpu_zoo_s28.json",), section_cpu_zoo),
     "section_cpu_wide_s32": Section(("section_cpu_wide_s32.json",), section_cpu_zoo),
     "section_cpu_wide_s33": Section(("section_cpu_wide_s33.json",), section_cpu_pool),
     "section_cpu_wide_s33b": Section(("section_cpu_wide_s33b.json",), section_cpu_pool),
+    "section_cpu_all_s35": Section(("section_cpu_all_s35.json",), section_cpu_pool),
     "section_cpu_reorder_s31": Section(("section_cpu_reorder_s31.json",), section_cpu_reorder),
     "zoo_gpu_s26fg": Section(
         tuple(f"zoo_gpu_{m}_s26fg.json" for m in ZOO_GPU_S26FG), zoo_gpu_s26fg
