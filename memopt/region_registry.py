@@ -33,6 +33,8 @@ class RegionRegistry:
         self.regions: list[RegionReport] = []
         self.problems: dict[int, Any] = {}  # region index -> plan_budget.RegionProblem
         self._retimers: dict[int, Callable] = {}  # region index -> its BudgetResult.retime
+        # (index, id(report), id(option)) -> (report, option, compiled_as): asked every run
+        self._compiled: dict[tuple[int, int, int], tuple[Any, Any, bool]] = {}
         self._lock = threading.Lock()
         self._pending: tuple[str, int | None] | None = None  # (persist key, index to replace)
         self.last_key: str | None = None  # the persist key of the graph compiled last
@@ -82,6 +84,23 @@ class RegionRegistry:
         planner_progress.traced()
         if self._pending is not None:
             report_cache.store(self._pending[0], region, problem)
+
+    def compiled_as(self, index: int, option: Any) -> bool:
+        """Whether region ``index``'s compiled plan (its report's frozen plan) is the step
+        option ``option`` (a ``memopt.step.Option``): its run needs no variant. Asked at every
+        run, so remembered per report and option (held here, so their ids stay theirs)."""
+        rep = self.regions[index]
+        key = (index, id(rep), id(option))
+        hit = self._compiled.get(key)
+        if hit is None:
+            frozen = rep.extra.get("frozen") or {}
+            sync = {int(k): tuple(v) for k, v in (frozen.get("sync") or {}).items()}
+            same_sync = sync == {int(k): tuple(v) for k, v in option.sync.items()}
+            same = set(frozen.get("config", ())) == set(option.plans) and same_sync
+            if len(self._compiled) > 4096:
+                self._compiled.clear()
+            hit = self._compiled[key] = (rep, option, same)
+        return hit[2]
 
     def retime(self, indices: Collection[int]) -> list[int]:
         """Between steps: time the kernels that had no room as these regions compiled, and

@@ -160,7 +160,7 @@ class RegionProgram:
         context); the first compile's when both are as it had them."""
         if self._gm is None:
             return self._fn, self.index
-        if option is not None and self.state._compiled_as(self.index, option):
+        if option is not None and self.state.compiled_as(self.index, option):
             option = None
         key = (None if option is None else option.key(), self._count_key(before))
         if key == self._base_key:

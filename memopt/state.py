@@ -331,7 +331,7 @@ class MemoptState(RegionRegistry):
             region, option = self.regions[ri], self.run_plan.get(pos)
             sec, plan = region.extra.get("inductor") or {}, region.extra.get("planner") or {}
             own = plan.get("budget_bytes") if self.step_choice is None else None
-            if option is not None and self._compiled_as(ri, option):
+            if option is not None and self.compiled_as(ri, option):
                 runs.append((r, sec, option.peak, None))
             else:
                 runs.append((r, sec, sec.get("model_peak"), own))
@@ -590,9 +590,3 @@ class MemoptState(RegionRegistry):
     def _solve_at(self, index: int, budget: int) -> Option | None:
         rp = self.problems[index]
         return exact_option(rp.problem, rp.rates, budget, rp.saved_input_bytes, rp.max_depth)
-
-    def _compiled_as(self, index: int, option: Option) -> bool:
-        frozen = self.regions[index].extra.get("frozen") or {}
-        sync = {int(k): tuple(v) for k, v in (frozen.get("sync") or {}).items()}
-        same_sync = sync == {int(k): tuple(v) for k, v in option.sync.items()}
-        return set(frozen.get("config", ())) == set(option.plans) and same_sync

@@ -282,7 +282,7 @@ def test_a_run_on_another_compiled_variant_is_judged_by_the_step_target_not_its_
     choice = state.step_choice
     assert choice is not None and choice.feasible and choice.peak < choice.target == pair
     region = state.regions[0]
-    assert not state._compiled_as(0, state.run_plan[0])  # the runs' report is another variant
+    assert not state.compiled_as(0, state.run_plan[0])  # the runs' report is another variant
     model = region.extra["inductor"]["model_peak"]
     region.extra["planner"]["budget_bytes"] = -1000
     state.last_report_step = (0, 0)
