@@ -33,6 +33,7 @@ class RegionRegistry:
         self.regions: list[RegionReport] = []
         self.problems: dict[int, Any] = {}  # region index -> plan_budget.RegionProblem
         self._retimers: dict[int, Callable] = {}  # region index -> its BudgetResult.retime
+        self._keys: dict[int, str] = {}  # region index -> its persist key (report_cache)
         # (index, id(report), id(option)) -> (report, option, compiled_as): asked every run
         self._compiled: dict[tuple[int, int, int], tuple[Any, Any, bool]] = {}
         self._lock = threading.Lock()
@@ -83,6 +84,7 @@ class RegionRegistry:
             self._ran = True
         planner_progress.traced()
         if self._pending is not None:
+            self._keys[region.index] = self._pending[0]
             report_cache.store(self._pending[0], region, problem)
 
     def compiled_as(self, index: int, option: Any) -> bool:
@@ -115,6 +117,8 @@ class RegionRegistry:
             if new is not None:
                 self.problems[i] = new
                 done.append(i)
+                if i in self._keys:  # a warm cache plans the step from these prices too
+                    report_cache.store_problem(self._keys[i], new)
         if done:
             log.info("memopt kernel times: region(s) %s re-priced with kernels timed after "
                      "the step (no room while it ran)", done)  # fmt: skip

@@ -47,6 +47,15 @@ def store(key: str, region: RegionReport, problem: Any = None) -> None:
         log.debug("memopt: could not persist the region report: %s", e)  # break training
 
 
+def store_problem(key: str, problem: Any) -> None:
+    """Replace the planner's problem kept under ``key`` (a region re-priced after its compile:
+    a warm cache then plans the step from the same prices)."""
+    try:
+        write_atomic(_path(key, "problem.pkl"), pickle.dumps(problem))
+    except (OSError, pickle.PicklingError, TypeError) as e:
+        log.debug("memopt: could not persist the region's problem: %s", e)
+
+
 def load(key: str) -> tuple[RegionReport | None, Any]:
     """The report and problem kept under ``key`` (None for what is not there)."""
     try:

@@ -66,6 +66,11 @@ def test_a_region_compiled_without_room_is_priced_with_its_kernels_after_the_ste
     assert said, "no region was re-priced"
     changed = [i for i, p in state.problems.items() if _ops(p) != before[i]]
     assert changed and all(i in state._retimers for i in changed)
+    # what a warm compile cache restores is the re-priced problem: the same step plan
+    from memopt import report_cache
+
+    for i in changed:
+        assert _ops(report_cache.load(state._keys[i])[1]) == _ops(state.problems[i])
     # their kernels' times are in the cache now (none were written while there was no room)
     import os
 
