@@ -232,27 +232,27 @@ def test_padded_copy_runs_next_to_its_matmul_and_copies_of_one_input_run_togethe
     assert _start(pad_small, pos) == 5  # another size: its own kernel
 
 
-def test_rule_made_padded_copies_of_one_gradient_start_at_its_first_matmul():
-    """Traced where Inductor does not pad (memopt plan emulating a GPU): the LM head's
-    gradient (8192, 50257) is padded for both matmuls of its backward, one kernel at the
-    first matmul; the weight's copy starts at its own matmul."""
+def test_rule_made_padded_copies_start_at_the_kernel_that_makes_their_operand():
+    """Traced where Inductor does not pad (memopt plan emulating a GPU): a copy is live from
+    the kernel that makes its operand (an over-estimate kept on purpose: memory_rules.
+    padded_copies), here the LM head's gradient made at position 0, to its matmul."""
     from memopt.memory_rules import padded_copies
 
     aten = torch.ops.aten
     g = torch.fx.Graph()
-    grad, w, h = g.placeholder("grad"), g.placeholder("w"), g.placeholder("h")
-    neg = g.call_function(aten.neg.default, (h,))
+    a, w, h = g.placeholder("a"), g.placeholder("w"), g.placeholder("h")
+    grad = g.call_function(aten.neg.default, (a,))
     mm1 = g.call_function(aten.mm.default, (grad, w))
     t = g.call_function(aten.permute.default, (grad, [1, 0]))
     mm2 = g.call_function(aten.mm.default, (t, h))
-    vals = ((grad, (8192, 50257)), (w, (50257, 1024)), (h, (8192, 1024)), (neg, (8192, 1024)))
+    vals = ((a, (8192, 50257)), (grad, (8192, 50257)), (w, (50257, 1024)), (h, (8192, 1024)))
     vals += ((mm1, (8192, 1024)), (t, (50257, 8192)), (mm2, (50257, 1024)))
     for node, shape in vals:
         node.meta["val"] = torch.empty(shape, dtype=torch.bfloat16, device="meta")
-    ops = [neg, mm1, t, mm2]
+    ops = [grad, mm1, t, mm2]
     pos = {n: i for i, n in enumerate(ops)}
     f = sympy.Rational(50264, 50257)
-    assert padded_copies(ops, pos) == [(grad, f, 1, 1), (w, f, 1, 1), (t, f, 1, 3)]
+    assert padded_copies(ops, pos) == [(grad, f, 0, 1), (w, f, 1, 1), (t, f, 0, 3)]
 
 
 def test_value_copied_into_two_padded_operands_is_materialized():

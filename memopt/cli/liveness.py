@@ -25,12 +25,10 @@ value read by a temporary that Inductor fuses away is read where that temporary'
   buffer reuse decide the real working memory;
 * on CUDA (``pad_matmuls``) Inductor pads a compute-bound matmul whose sizes are not a multiple
   of 8 (16-bit) or 4 (fp32) elements (``shape_padding``, ``fx_passes/pad_mm.py``): each padded
-  operand is a copy, made by its own kernel next to its matmul and live to it; copies of one
-  tensor with as many elements are one kernel at the first of their matmuls. A 50,257-token
-  vocabulary makes two logits-sized copies in the backward of the LM head (measured on an
-  H100: the backward allocates the logits gradient and both padded copies at once; on an
-  H200 in the thirty-fifth session GPT-2-medium's step was predicted +0.3%, +6.1% when the
-  copies began at the logits gradient's kernel, over the saved logits). Traced
+  operand is a copy, live from the op that makes the operand to the matmul (an over-estimate
+  kept on purpose: ``memory_rules.padded_copies``). A 50,257-token vocabulary makes two
+  logits-sized copies in the backward of the LM head (measured on an H100: the backward
+  allocates the logits gradient and both padded copies at once). Traced
   on CUDA tensors the graph holds them already (Inductor's ``pad_mm`` runs among the
   joint-graph passes, before the partitioner), and nothing is added.
 
