@@ -329,11 +329,7 @@ def measure(
                 "ranks)"
             )
         return {s: t for s in nodes if (t := table.get(s)) is not None}
-    path = cache_path(device, where)
-    table = read_cache(path)
-    missing = {s: n for s, n in nodes.items() if s not in table}
-    if missing:
-        table.update(_time_missing(missing, device, value, path, room, len(nodes), deferred))
+    table = _cached_times(nodes, device, value, where, room, deferred)
     if ranks.world_size() > 1:  # rank 0: every time the graphs need, for the other ranks
         ranks.publish({_key(s): table.get(s) for s in nodes})
     return {s: t for s in nodes if (t := table.get(s)) is not None}
@@ -349,17 +345,30 @@ def measure_nodes(
     """Time kernels left out for lack of room (``measure``'s ``deferred``) now: the cache's or
     a new time for each that fits ``room`` and runs alone. Those that still do not fit stay
     in ``nodes``; the others are removed from it."""
-    path = cache_path(device, where)
-    table = read_cache(path)
-    missing = {s: n for s, n in nodes.items() if s not in table}
     still: dict[str, torch.fx.Node] = {}
-    if missing:
-        table.update(_time_missing(missing, device, value, path, room, len(nodes), still))
+    table = _cached_times(nodes, device, value, where, room, still)
     asked = list(nodes)
     for s in asked:
         if s not in still:
             del nodes[s]
     return {s: t for s in asked if (t := table.get(s)) is not None}
+
+
+def _cached_times(
+    nodes: Mapping[str, torch.fx.Node],
+    device: torch.device,
+    value: Value,
+    where: str,
+    room: int | Callable[[], int] | None,
+    deferred: dict[str, torch.fx.Node] | None,
+) -> dict[str, float | None]:
+    """The cache's times under ``where``, with the ``nodes`` it lacks timed and added."""
+    path = cache_path(device, where)
+    table = read_cache(path)
+    missing = {s: n for s, n in nodes.items() if s not in table}
+    if missing:
+        table.update(_time_missing(missing, device, value, path, room, len(nodes), deferred))
+    return table
 
 
 def _time_missing(

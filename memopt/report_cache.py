@@ -41,15 +41,16 @@ def store(key: str, region: RegionReport, problem: Any = None) -> None:
     """Keep ``region`` (and the planner's ``problem`` when given) under ``key``."""
     try:
         write_atomic(_path(key), json.dumps(region.to_dict()))
-        if problem is not None:
-            write_atomic(_path(key, "problem.pkl"), pickle.dumps(problem))
-    except (OSError, pickle.PicklingError, TypeError) as e:  # a read-only home must not
-        log.debug("memopt: could not persist the region report: %s", e)  # break training
+    except (OSError, TypeError) as e:  # a read-only home must not break training
+        log.debug("memopt: could not persist the region report: %s", e)
+        return
+    if problem is not None:
+        store_problem(key, problem)
 
 
 def store_problem(key: str, problem: Any) -> None:
-    """Replace the planner's problem kept under ``key`` (a region re-priced after its compile:
-    a warm cache then plans the step from the same prices)."""
+    """Keep the planner's problem under ``key`` (again for a region re-priced after its
+    compile: a warm cache then plans the step from the same prices)."""
     try:
         write_atomic(_path(key, "problem.pkl"), pickle.dumps(problem))
     except (OSError, pickle.PicklingError, TypeError) as e:

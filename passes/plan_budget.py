@@ -312,10 +312,9 @@ def _retimer(
             return None
         room = functools.partial(measure_room, device, budget)
         got = kernel_times.measure_nodes(deferred, device, value, where, room=room)
-        new = {s: t for s, t in got.items() if s not in times}
-        if not new:
+        if not got:  # none fitted yet (deferred held only kernels that ``times`` lacks)
             return None
-        times.update(new)
+        times.update(got)
         return replace(rp, problem=build(times))
 
     return retime
