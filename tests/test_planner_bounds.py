@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -16,8 +17,10 @@ from memopt.plan import Strategy
 from memopt.planner import H100_DEFAULTS, resolve_budget, solve
 from memopt.planner import solver as solver_module
 from memopt.planner.bounds import most_saved, peak_floor
+from memopt.planner.greedy import descend, lowest_peak
+from memopt.planner.problem import OpCost
 from memopt.planner.space import Space
-from memopt.planner.synthetic import MiB, layered_problem, random_layer_tensors
+from memopt.planner.synthetic import LayerTensor, MiB, layered_problem, random_layer_tensors
 from tests.test_planner_solver import ALL, RATES, four_layers
 
 KEEP = [0, 4, 6, 10, 12, 16, 18, 22, 24, 24, 24, 24, 22, 18, 16, 12, 10, 6, 4, 0]
@@ -76,3 +79,37 @@ def test_two_thousand_candidates_infeasible_in_a_second() -> None:
     assert not sol.feasible
     # The plan found reaches the floor: it is the smallest peak there is.
     assert sol.predicted_peak == sol.peak_lower_bound == 3722444800
+
+
+def test_smallest_peak_lowers_its_target_step_by_step() -> None:
+    """Taking every move at the peak at once can put a higher peak elsewhere: B_0's recompute
+    holds 15 MiB of intermediates at its first backward use (position 8, otherwise at 10
+    MiB), above the unplanned 12 MiB. From there no move saves, and the smallest peak found
+    was the unplanned one ("keep everything"; a tiny Llama under CPU autocast got that answer
+    for every budget below 2.9 of its 3.2 MiB). Lowered step by step, the descent recomputes
+    the A tensors only: 6 MiB."""
+    p = layered_problem(
+        [
+            LayerTensor("A+", 4 * MiB, 0, (OpCost(flops=1e9, bytes=2 * MiB),)),
+            LayerTensor("B+", 2 * MiB, 1, (OpCost(flops=8e9, bytes=MiB),)),
+        ],
+        n_layers=2,
+        ops_per_layer=2,
+        fwd_op_s=1e-3,
+    )
+    p = replace(
+        p,
+        candidates=tuple(
+            replace(c, recompute_temp_bytes=15 * MiB) if c.name == "B_0" else c
+            for c in p.candidates
+        ),
+    )
+    rec = {Strategy.KEEP, Strategy.RECOMPUTE}
+    space = Space(p, RATES, None, strategies=rec)
+    assert max(space.base) == 12 * MiB
+    assert descend(space, 0).peak == 12 * MiB  # every move at once: stuck at the start
+    low = lowest_peak(space, peak_floor(space)[0])
+    assert low.peak == 6 * MiB and low.state == [(Strategy.RECOMPUTE, 2), (Strategy.KEEP, 0)]
+    sol = solve(p, 5 * MiB, RATES, strategies=rec, exact_work=0)
+    assert not sol.feasible and sol.predicted_peak == 6 * MiB
+    assert sol.plan_strings == ("A+:1:-1",)

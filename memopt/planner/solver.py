@@ -79,7 +79,7 @@ def _search(space: Space, budget: int, floor: int) -> tuple[_Result | None, _Res
         if d.reached:
             r = _evaluate(space, tighten(space, d.state, budget))
             return r, r
-    low = lowest_peak(space)
+    low = lowest_peak(space, floor)
     if low.peak <= budget:
         r = _evaluate(space, tighten(space, low.state, budget))
         return r, r
@@ -212,7 +212,10 @@ def _solve_chains(
         rebuilt = {index[n]: s for n, s in sol.covered.items() if s in REBUILT}
         new = {problem.candidates[i].name for i in refused(chains, problem.candidates, rebuilt)}
         if not new and not kept:
-            return sol
+            if sol.feasible:
+                return sol
+            # nothing fits: the smallest peak of either way is the answer
+            return _better(_solve_once(problem, budget_bytes, rates, max_depth, **kw), sol)
         rounds.append(_as_applied(problem, sol, new, rates))
         if not new - kept:
             break
