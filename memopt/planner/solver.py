@@ -70,9 +70,7 @@ def _enumerate(space: Space, budget: int) -> tuple[_Result | None, _Result]:
     return best, smallest
 
 
-def _search(
-    space: Space, budget: int, floor: int, gradual: bool
-) -> tuple[_Result | None, _Result]:
+def _search(space: Space, budget: int, floor: int, gradual: bool) -> tuple[_Result | None, _Result]:
     """Descend and tighten. If the descent misses the budget (or ``floor``, a proven floor on
     the peak, is above it), the plan of the smallest peak found is tightened to that peak,
     or to the budget when it fits after all."""
