@@ -167,6 +167,8 @@ zoo_gpu_s32 = _zoo_gpu_of("_s32", "The thirty-second session's Whisper and ResNe
 zoo_gpu_s34 = _zoo_gpu_of("_s34", "The thirty-fourth session's BERT (H200).")
 zoo_gpu_s35 = _zoo_gpu_of("_s35", "The thirty-fifth session's BERT and Qwen2 (H200).")
 zoo_gpu_s35w = _zoo_gpu_of("_s35", "The thirty-fifth session's Whisper at 0.5 and 0.3 (H200).")
+zoo_gpu_s36 = _zoo_gpu_of("_s36", "The thirty-sixth session's T5, Swin and Qwen2 (H200).")
+zoo_gpu_s36c = _zoo_gpu_of("_s36_concurrent", "... and its rows timed beside another run.")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -321,6 +323,12 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s34": Section(("zoo_gpu_bert_s34.json",), zoo_gpu_s34),
     "zoo_gpu_s35": Section(("zoo_gpu_bert_s35.json", "zoo_gpu_qwen2_s35.json"), zoo_gpu_s35),
     "zoo_gpu_s35w": Section(("zoo_gpu_whisper_s35.json",), zoo_gpu_s35w),
+    "zoo_gpu_s36": Section(
+        ("zoo_gpu_t5_s36.json", "zoo_gpu_swin_s36.json", "zoo_gpu_qwen2_s36.json"), zoo_gpu_s36
+    ),
+    "zoo_gpu_s36c": Section(
+        tuple(f"zoo_gpu_{m}_s36_concurrent.json" for m in ("t5", "swin", "qwen2")), zoo_gpu_s36c
+    ),
     "section_cuda_zoo_s28": Section(("section_cuda_zoo_s28.json",), section_cpu_zoo),
     "section_cpu_zoo_s28": Section(("section_cpu_zoo_s28.json",), section_cpu_zoo),
     "section_cpu_wide_s32": Section(("section_cpu_wide_s32.json",), section_cpu_zoo),
