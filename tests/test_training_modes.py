@@ -1,6 +1,6 @@
-"""Two ways users train that no other test covered: mixed precision by ``torch.autocast`` (fp32
-weights, bf16 matmuls) and frozen parameters (a LoRA-like step: two thirds of the weights take
-no gradient). memopt's level-0 estimate equals the measured saved bytes exactly, level 1 and a
+"""Ways users train that no other test covered: mixed precision by ``torch.autocast`` (fp32
+weights, bf16 matmuls), frozen parameters (a LoRA-like step: two thirds of the weights take
+no gradient), and evaluation under ``no_grad`` / ``inference_mode`` between training steps. memopt's level-0 estimate equals the measured saved bytes exactly, level 1 and a
 budget give torch.compile's loss and gradients, and what they save is what the report says.
 The thirty-sixth session's sweep (12 zoo models under autocast, 8 with frozen weights) found
 every estimate exact; before its planner fix, the autocast Llama got no plan at all from a
@@ -64,3 +64,33 @@ def test_level_1_and_a_budget_are_exact_under_autocast_and_with_frozen_weights(m
         assert after == b1 < b0, kwargs  # and what the plan keeps is what it said
         if "budget" in kwargs:
             assert rep.regions[0].extra["planner"]["plan_strings"], kwargs
+
+
+@pytest.mark.parametrize("kwargs", [dict(level=1), dict(budget=0.5)], ids=["level1", "budget"])
+def test_evaluation_between_training_steps_is_not_a_region_and_changes_nothing(kwargs):
+    # An evaluation loop between steps compiles an inference graph (no backward, nothing
+    # saved): it is no region of the step, and the next training step is planned as before.
+    model, inputs = _setup("fp32")
+    torch._dynamo.reset()
+    ref = torch.compile(model)
+    _step("fp32", model, ref, inputs)
+    with torch.no_grad():
+        e0 = ref(**inputs).loss
+    l0, g0, b0 = _step("fp32", model, ref, inputs)
+    torch._dynamo.reset()
+    opt = memopt.optimize(model, **kwargs)
+    _, _, b1 = _step("fp32", model, opt, inputs)
+    model.eval()
+    with torch.no_grad():
+        e1 = opt(**inputs).loss
+    with torch.inference_mode():
+        e2 = opt(**inputs).loss
+    model.train()
+    l1, g1, b2 = _step("fp32", model, opt, inputs)
+    assert torch.equal(e1, e0) and torch.equal(e2, e0)
+    torch.testing.assert_close(l1, l0)
+    for k in g0:
+        torch.testing.assert_close(g1[k], g0[k], msg=lambda m, k=k: f"grad {k}: {m}")
+    rep = memopt.report(opt)
+    assert len(rep.regions) == 1
+    assert rep.saved_bytes() == (b0, b1) and b2 == b1 < b0
