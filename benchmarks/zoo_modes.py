@@ -5,7 +5,8 @@ weights, ``torch.autocast("cpu", torch.bfloat16)`` around the forward) and ``--m
 Per model, one JSON line: level 1's loss and gradients against torch.compile's (``grads``,
 ``err``: the largest relative gradient error; bf16 tolerances under autocast), the level-0
 estimate against the measured bytes of the compiled regions (``predicted``, ``measured``,
-``exact``), level 1's and ``budget=0.5``'s measured and predicted bytes after their plans.
+``exact``), level 1's and ``budget=0.5``'s measured and predicted bytes after their plans, and whether
+every region's planner called the budget feasible (``budget_feasible``).
 
     python benchmarks/zoo_modes.py --mode autocast --models llama,vit,bert > out.jsonl
 """
@@ -62,7 +63,11 @@ def run(mode: str, name: str) -> dict:
         opt = memopt.optimize(model, **kwargs)
         _step(mode, model, opt, inputs)  # a budget's first step may re-plan
         l1, g1, s1 = _step(mode, model, opt, inputs)
-        pred0, pred1 = memopt.report(opt).saved_bytes()
+        rep = memopt.report(opt)
+        pred0, pred1 = rep.saved_bytes()
+        if key == "budget":  # every region's planner found a plan within the budget
+            plans = [r.extra["planner"] for r in rep.regions if "planner" in r.extra]
+            row["budget_feasible"] = bool(plans) and all(p["feasible"] for p in plans)
         ok, err = _agree(l0, g0, l1, g1, dtype)
         row.update({f"{key}_grads": ok, f"{key}_err": err, f"{key}_meas": s1.compiled})
         row[f"{key}_pred"] = pred1
