@@ -178,8 +178,8 @@ def solve(
         # Nothing fits: search the smallest peak again with the gradual descent as well
         # (:func:`~memopt.planner.greedy.lowest_peak`). Its smaller peak in one round can end
         # the chain rounds with a larger one: a 4-layer tiny Llama at half its peak got
-        # 1.81 MiB that way, 1.62 without it; under CPU autocast the same model got only the
-        # gradual descent's plans (2.59 MiB where at once gave nothing below 3.16).
+        # 1.81 MiB that way, 1.62 without it; under CPU autocast the zoo's 2-layer tiny Llama
+        # got only the gradual descent's plans (2.59 MiB where at once gave none below 3.16).
         gradual = _solve_chains(problem, budget_bytes, rates, max_recompute_depth, kw, True)
         sol = min((sol, gradual), key=_preference)
     if max_recompute_depth > MAX_RECOMPUTE_DEPTH and not sol.feasible:
