@@ -2,11 +2,12 @@
 weights, ``torch.autocast("cpu", torch.bfloat16)`` around the forward) and ``--mode frozen``
 (the first two thirds of the parameters take no gradient, as in LoRA-like fine-tuning).
 
-Per model, one JSON line: level 1's loss and gradients against torch.compile's (``grads``,
-``err``: the largest relative gradient error; bf16 tolerances under autocast), the level-0
-estimate against the measured bytes of the compiled regions (``predicted``, ``measured``,
-``exact``), level 1's and ``budget=0.5``'s measured and predicted bytes after their plans, and whether
-every region's planner called the budget feasible (``budget_feasible``).
+Per model, one JSON line: the level-0 estimate against the measured bytes of the compiled
+regions (``predicted``, ``measured``, ``exact``; ``eager``: what eager code saves); for level 1
+(``l1_*``) and ``budget=0.5`` (``budget_*``) the loss and gradients against torch.compile's
+(``*_grads``; ``*_err``: the largest relative gradient error, bf16 tolerances under autocast)
+and the measured and predicted bytes after the plan (``*_meas``, ``*_pred``); whether every
+region's planner called the budget feasible (``budget_feasible``).
 
     python benchmarks/zoo_modes.py --mode autocast --models llama,vit,bert > out.jsonl
 """

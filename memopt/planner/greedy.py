@@ -149,10 +149,11 @@ def lowest_peak(space: Space, floor: int = 0, *, gradual: bool = True) -> Descen
     floor and ``gradual``, also a descent whose target is lowered step by step (an eighth of
     the gap to the floor, at least ``1/_LOWER_MIN`` of the peak), each continuing from the
     last state, and the lower of the two wins (:func:`memopt.planner.solver.solve` asks for
-    it only in a second solve, when the first finds nothing within the budget). Taking every move at once can raise another position above the
-    unplanned peak, from which no move saves: a tiny Llama under CPU autocast took all 21
-    moves at its backward's peak, which put a higher peak 25 positions later, and the
-    planner answered "keep everything" to every budget below what its descent reached."""
+    it only in a second solve, when the first finds nothing within the budget). Taking every
+    move at once can raise another position above the unplanned peak, from which no move
+    saves: a tiny Llama under CPU autocast took all 21 moves at its backward's peak, which put
+    a higher peak 25 positions later, and the planner answered "keep everything" to every
+    budget below what its descent reached."""
     at_once = descend(space, 0)
     if at_once.peak <= floor or not gradual:
         return at_once

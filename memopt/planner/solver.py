@@ -180,7 +180,9 @@ def solve(
         # the chain rounds with a larger one: a 4-layer tiny Llama at half its peak got
         # 1.81 MiB that way, 1.62 without it; under CPU autocast the zoo's 2-layer tiny Llama
         # got only the gradual descent's plans (2.59 MiB where at once gave none below 3.16).
-        gradual = _solve_chains(problem, budget_bytes, rates, max_recompute_depth, kw, True)
+        gradual = _solve_chains(
+            problem, budget_bytes, rates, max_recompute_depth, dict(kw, gradual=True)
+        )
         sol = min((sol, gradual), key=_preference)
     if max_recompute_depth > MAX_RECOMPUTE_DEPTH and not sol.feasible:
         shallow = _solve_chains(problem, budget_bytes, rates, MAX_RECOMPUTE_DEPTH, kw)
@@ -196,14 +198,8 @@ def solve(
 
 
 def _solve_chains(
-    problem: PlanningProblem,
-    budget_bytes: int,
-    rates: DeviceRates,
-    max_depth: int,
-    kw: dict,
-    gradual: bool = False,
+    problem: PlanningProblem, budget_bytes: int, rates: DeviceRates, max_depth: int, kw: dict
 ) -> Solution:
-    kw = dict(kw, gradual=gradual)
     chains = Chains(problem.candidates, max_depth)
     if not chains.active:
         return _solve_once(problem, budget_bytes, rates, None, **kw)
