@@ -544,4 +544,15 @@ PRODUCERS: tuple[Producer, ...] = (
         f"torchrun --nproc-per-node 2 {PY[7:]}diag_collective_pcie.py --out {{file}}",
         "gpu",
     ),
+    Producer(
+        "diag_steps_*.json",
+        f"{PY}diag_step_times.py --model MODEL --variants compile,budget:BYTES --json {{file}}",
+        "gpu",
+    ),
+    Producer(
+        "guard_tight_*.json",
+        f"{PY}diag_peak_gap.py --model MODEL --budget B --json ... (MEMOPT_FUSION_GUARD=0/1)",
+        "cpu",
+        "docs/zoo.md, thirty-seventh session: the fusion guard at tight budgets, tiny sizes",
+    ),
 )

@@ -169,6 +169,7 @@ zoo_gpu_s35 = _zoo_gpu_of("_s35", "The thirty-fifth session's BERT and Qwen2 (H2
 zoo_gpu_s35w = _zoo_gpu_of("_s35", "The thirty-fifth session's Whisper at 0.5 and 0.3 (H200).")
 zoo_gpu_s36 = _zoo_gpu_of("_s36", "The thirty-sixth session's T5, Swin and Qwen2 (H200).")
 zoo_gpu_s36c = _zoo_gpu_of("_s36_concurrent", "... and its rows timed beside another run.")
+zoo_gpu_s37 = _zoo_gpu_of("_s37", "The thirty-seventh session's ConvNeXt and Mistral (H200).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -326,6 +327,7 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s36": Section(
         ("zoo_gpu_t5_s36.json", "zoo_gpu_swin_s36.json", "zoo_gpu_qwen2_s36.json"), zoo_gpu_s36
     ),
+    "zoo_gpu_s37": Section(("zoo_gpu_convnext_s37.json", "zoo_gpu_mistral_s37.json"), zoo_gpu_s37),
     "zoo_gpu_s36c": Section(
         tuple(f"zoo_gpu_{m}_s36_concurrent.json" for m in ("t5", "swin", "qwen2")), zoo_gpu_s36c
     ),
