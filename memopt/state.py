@@ -22,7 +22,7 @@ import torch
 import torch.fx
 
 from memopt import inductor_buffers as buffers
-from memopt import ranks
+from memopt import ranks, step_notes
 from memopt.config import MemoptConfig
 from memopt.offload.step_offload import StepOffload, user_step_offload
 from memopt.peak_probe import PeakProbe, allocated
@@ -84,7 +84,7 @@ class MemoptState(RegionRegistry):
         self._away_last: dict[int, frozenset[int]] = {}  # ... in the step just done
         self.notes: list[str] = []  # what the step could not apply, and why
         self._reached: set[int] = set()  # step positions backward has reached
-        self._said_no_backward = False  # _check_forwards_without_backward warned
+        self._said: set[str] = set()  # the notes said (_say)
         self.latest_sizes: dict[str, int] = {}  # dynamic sizes of the latest call, by name
         self._entry: list[int] = []  # CUDA bytes allocated as each run of this step began
         self._bwd_entry: dict[int, int] = {}  # ... and as its backward began
@@ -223,7 +223,10 @@ class MemoptState(RegionRegistry):
             self._bwd_entry[pos] = allocated(dev)[0]
 
     def _finish_step(self) -> None:
-        self._check_forwards_without_backward()
+        self._say(
+            "no backward", step_notes.forwards_without_backward(len(self._seq), len(self._reached))
+        )
+        self._reached = set()
         probed = self._probe.finish() if self._probe is not None else None
         runs = run_peaks(self._probe.places, len(self._seq)) if probed is not None else None
         dev = self._entry_device
@@ -259,23 +262,13 @@ class MemoptState(RegionRegistry):
         news = self._step_plans != plans or self._probed is not None  # a plan or a measurement
         self._settled = 0 if news else self._settled + 1
 
-    def _check_forwards_without_backward(self) -> None:
-        """Warn once when half the step's runs or more had no backward: forwards run with
-        grad mode on whose outputs were dropped (an evaluation outside ``torch.no_grad()``)
-        join the training step, which is then planned with their saved tensors held."""
-        n, missed = len(self._seq), len(self._seq) - len(self._reached)
-        self._reached = set()
-        if n < 2 or 2 * missed < n or self._said_no_backward:
-            return
-        self._said_no_backward = True
-        note = (
-            f"{missed} of the step's {n} compiled-region runs without a backward: forwards "
-            "run with grad mode on whose outputs were dropped (an evaluation without "
-            "torch.no_grad()?) count as part of the training step, and a budget plans for "
-            "their saved tensors too; run them under torch.no_grad() or torch.inference_mode()"
-        )
-        log.warning("memopt: %s", note)
-        self.notes.append(note)
+    def _say(self, what: str, note: str | None) -> None:
+        """A note for the user (memopt.step_notes), once for ``what``: a warning and a line in
+        the step report."""
+        if note is not None and what not in self._said:
+            self._said.add(what)
+            log.warning("memopt: %s", note)
+            self.notes.append(note)
 
     def _must_read(self) -> bool:
         """Whether the step now starting reads the allocator at each run: until the plan has
@@ -291,6 +284,7 @@ class MemoptState(RegionRegistry):
     def _decide(self) -> None:
         """A step plan for the step just done, when it is new or outgrew its plan."""
         if self._step_plans >= MAX_STEP_PLANS:
+            self._note_last_plan_measured()
             return
         if self.last_step == self._planned_for:
             if self.step_choice is None and self._probed is not None and self._off_target():
@@ -317,6 +311,17 @@ class MemoptState(RegionRegistry):
             self.plan_step(self.last_step)
         elif self._entry_last and isinstance(self.config.budget, int):
             self._probe_next = True  # one region on CUDA: measure what its own plan holds
+
+    def _note_last_plan_measured(self) -> None:
+        """No step plan left: the last plan's measured peak still reaches the report."""
+        measured = self._probed if self._probed is not None else self._record
+        c, budget = self.step_choice, self.config.budget
+        if measured is not None and c is not None and self.last_step == self._planned_for:
+            self.measured_peak = measured
+            if isinstance(budget, int):
+                plans = self._step_plans
+                note = step_notes.last_plan_over_budget(plans, c.peak, measured, budget)
+                self._say("last plan", note)
 
     def _compiled_excess(self) -> bool:
         """Per region, the most a compiled plan's Inductor buffer plan (the report's

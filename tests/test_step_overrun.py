@@ -324,3 +324,32 @@ def test_a_plan_over_its_blind_target_but_inside_the_measured_one_stays_without_
             continue
         _two_run_step(state, entry)  # unmeasured: the corrected prediction is over its target
         assert state._step_plans == MAX_STEP_PLANS - 1 and state.step_choice is blind
+
+
+def test_the_last_step_plans_measurement_reaches_the_report_and_an_overrun_is_said(caplog):
+    """With every step plan spent, the last plan is still measured: the report's measured
+    peak is its own (not an earlier plan's), and a peak over the budget is said once, as a
+    warning and a note of the step report. On an H200 the report of Mistral at torch's 0.1
+    point showed the first plan's measurement (6.74 GB) while the last plan ran at 7.03 GB."""
+    import logging
+
+    from memopt.state import MAX_STEP_PLANS
+
+    pair = 450_000
+    state = _state(pair)
+    entry = _static(state) + 1000
+    _two_run_step(state, entry)
+    _two_run_step(state, entry, probed=pair + 5000)  # a step plan, measured over: re-planned
+    assert state.measured_peak == pair + 5000
+    state._step_plans = MAX_STEP_PLANS
+    choice = state.step_choice
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        _two_run_step(state, entry, probed=pair - 100)  # under: said nothing
+        assert state.measured_peak == pair - 100 and state.step_choice is choice
+        for _ in range(2):
+            _two_run_step(state, entry, probed=pair + 7000)
+    assert state.measured_peak == pair + 7000 and state.step_choice is choice  # not re-planned
+    said = [r.getMessage() for r in caplog.records if "no step plan left" in r.getMessage()]
+    assert len(said) == 1
+    assert f"predicted at {choice.peak:,} bytes, measured {pair + 7000:,}: 7,000 over" in said[0]
+    assert said[0].removeprefix("memopt: ") in state.notes  # the step report's notes

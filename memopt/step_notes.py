@@ -1,0 +1,34 @@
+"""What the training step tells the user once, as a warning and a note in the step report
+(:attr:`memopt.report.StepInfo.notes`): each function here takes the step's facts as plain
+values and returns the note's text, or None when there is nothing to say."""
+
+from __future__ import annotations
+
+
+def forwards_without_backward(runs: int, reached: int) -> str | None:
+    """Half the step's runs or more had no backward: forwards run with grad mode on whose
+    outputs were dropped (an evaluation outside ``torch.no_grad()``) join the training step,
+    which is then planned with their saved tensors held."""
+    missed = runs - reached
+    if runs < 2 or 2 * missed < runs:
+        return None
+    return (
+        f"{missed} of the step's {runs} compiled-region runs without a backward: forwards "
+        "run with grad mode on whose outputs were dropped (an evaluation without "
+        "torch.no_grad()?) count as part of the training step, and a budget plans for "
+        "their saved tensors too; run them under torch.no_grad() or torch.inference_mode()"
+    )
+
+
+def last_plan_over_budget(plans: int, predicted: int, measured: int, budget: int) -> str | None:
+    """With no step plan left (``plans`` made, the most allowed), the last plan measured over
+    the byte budget: nothing corrects it, so the report says so. On an H200 (thirty-seventh
+    session) Mistral's last plan at torch's 0.1 point was made at the fourth step plan and
+    measured 7.03 GB, while the report still gave the first plan's 6.74 GB as measured."""
+    if measured <= budget:
+        return None
+    return (
+        f"the last step plan ({plans} of {plans} allowed), predicted at {predicted:,} bytes, "
+        f"measured {measured:,}: {measured - budget:,} over the budget {budget:,}, with no "
+        "step plan left to correct it"
+    )
