@@ -78,11 +78,13 @@ class MemoptConfig:
     debug: bool = False
     """Log each pass's time and node-count change."""
 
-    fusion_guard: bool = False
+    fusion_guard: bool | str = False
     """Inductor refuses horizontal fusions of distant kernels that keep buffers alive longer
     than the planner's model has them (:mod:`memopt._torch_compat.fusion`;
-    ``MEMOPT_FUSION_GUARD=1``). Opt-in: it lowers some compiled peaks and raises others
-    (docs/zoo.md, "Inductor's distant fusions")."""
+    ``MEMOPT_FUSION_GUARD=1``). ``"auto"``: a region whose compiled plan peaks above the model
+    by more than :data:`memopt.regions.GUARD_EXCESS` (Inductor's buffer plan) is compiled again
+    with the guard, and the compile that peaks lower is kept. Opt-in: the guard lowers some
+    compiled peaks and raises others (docs/zoo.md, "Inductor's distant fusions")."""
 
     disable_passes: tuple[str, ...] = ()
     """Passes switched off by name (``passes/pipeline.py`` lists them), e.g. ``("offload",)``;
@@ -173,6 +175,15 @@ def _bool_setting(name: str, value: Any) -> bool:
     if s in ("0", "false", "no", "off"):
         return False
     raise ConfigError(f"{name}={value!r} is not a boolean (use 0/1)")
+
+
+def _guard_setting(name: str, value: Any) -> bool | str:
+    if str(value).strip().lower() == "auto":
+        return "auto"
+    try:
+        return _bool_setting(name, value)
+    except ConfigError:
+        raise ConfigError(f"{name}={value!r} is not 0, 1 or 'auto'") from None
 
 
 def parse_budget(name: str, value: Any) -> float | int:
@@ -309,7 +320,7 @@ def resolve_config(
     pick("strict", strict, "MEMOPT_STRICT", _bool_setting)
     pick("budget", budget, "MEMOPT_BUDGET", parse_budget)
     pick("debug", None, "MEMOPT_DEBUG", _bool_setting)
-    pick("fusion_guard", others.pop("fusion_guard", None), "MEMOPT_FUSION_GUARD", _bool_setting)
+    pick("fusion_guard", others.pop("fusion_guard", None), "MEMOPT_FUSION_GUARD", _guard_setting)
     pick("disable_passes", others.pop("disable_passes", None), "MEMOPT_DISABLE_PASSES", _passes)
 
     # a frozen budget plan file ({"config": [...], "sync": {...}, "offload_layers": k}) brings

@@ -42,6 +42,7 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
         assigned: Any = None,
         activation_inputs: Sequence[bool] = (),
         count_offsets: Mapping[str, int] | None = None,
+        guarded: bool = False,
     ):
         self.config = config
         self.state = state
@@ -50,10 +51,12 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
         self.activation_inputs = tuple(activation_inputs)
         # occurrences of counted plans' clusters in the step's earlier runs
         self.count_offsets = None if count_offsets is None else dict(sorted(count_offsets.items()))
+        self.guarded = guarded  # compiled again with the fusion guard (fusion_guard="auto")
 
     def context(self) -> str:
         """What the step gives this region, for cache keys ('' when nothing)."""
         counts = f"|counted={self.count_offsets}" if self.count_offsets else ""
+        counts += "|guarded" if self.guarded else ""
         if self.assigned is not None:
             a = self.assigned
             sync = sorted((int(k), tuple(v)) for k, v in a.sync.items())

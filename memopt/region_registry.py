@@ -87,6 +87,29 @@ class RegionRegistry:
             self._keys[region.index] = self._pending[0]
             report_cache.store(self._pending[0], region, problem)
 
+    def save_region(self, index: int) -> tuple:
+        """What region ``index``'s compile left (report, problem, kernel re-timer, cache key),
+        for :meth:`restore_region` after a compile that replaces it is not kept."""
+        with self._lock:
+            return (
+                index,
+                self.regions[index],
+                self.problems.get(index),
+                self._retimers.get(index),
+                self._keys.get(index),
+            )
+
+    def restore_region(self, saved: tuple) -> None:
+        index, region, problem, retime, key = saved
+        with self._lock:
+            self.regions[index] = region
+            for table, value in ((self.problems, problem), (self._retimers, retime)):
+                table.pop(index, None)
+                if value is not None:
+                    table[index] = value
+            if key is not None:
+                self._keys[index] = key
+
     def compiled_as(self, index: int, option: Any) -> bool:
         """Whether region ``index``'s compiled plan (its report's frozen plan) is the step
         option ``option`` (a ``memopt.step.Option``): its run needs no variant. Asked at every

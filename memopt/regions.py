@@ -55,6 +55,7 @@ class RegionProgram:
         self._device = next(
             (x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.is_cuda), None
         )
+        self._guard = False  # fusion_guard="auto" guards this region's compiles (it won once)
         before = self._before()
         self._fn, _ = self._compile(
             gm, example_inputs, held=state.held_bytes(), assigned=None, before=before
@@ -69,7 +70,23 @@ class RegionProgram:
     def _compile(self, gm, example_inputs, *, held: int, assigned: Any, before: Any = None):
         """Compile ``gm`` (a plan variant when ``assigned`` or ``before`` differ from the
         first compile's: its own region report); returns the compiled function and the index
-        of its report (None without a backward)."""
+        of its report (None without a backward). Under ``fusion_guard="auto"`` a compile
+        whose Inductor buffer plan peaks above the model by more than GUARD_EXCESS is
+        compiled again with the guard (its report in the same place), and the lower wins."""
+        pristine = copy.deepcopy(gm) if self._auto_guard() else None
+        fn, index = self._compile_once(gm, example_inputs, held, assigned, before, self._guard)
+        if pristine is not None and index is not None and _over_model(self.state.regions[index]):
+            fn, index = self._guard_again(
+                pristine, example_inputs, held, assigned, before, fn, index
+            )
+        if self.index is None:
+            self.index = index
+        return fn, index
+
+    def _auto_guard(self) -> bool:
+        return self.config.fusion_guard == "auto" and not self._guard
+
+    def _compile_once(self, gm, example_inputs, held, assigned, before, guarded, replace=None):
         p = MemoptPartitioner(
             self.config,
             self.state,
@@ -77,14 +94,15 @@ class RegionProgram:
             assigned=assigned,
             activation_inputs=self._activation_inputs,
             count_offsets=before,
+            guarded=guarded and self.config.fusion_guard == "auto",
         )
         self.state.note_compile()
-        self.state.begin_region(gm, example_inputs, context=p.context())
+        self.state.begin_region(gm, example_inputs, context=p.context(), index=replace)
         graphs: list[buffers.GraphBuffers] = []
         with (
             inductor_plan.wrapper_plans(graphs.append),
             inductor_plan.eager_backward(),
-            fusion.lifetime_guard(self.config.fusion_guard) as refused,
+            fusion.lifetime_guard(self.config.fusion_guard is True or guarded) as refused,
         ):
             fn = compat.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": p})
         index = self.state.end_region(example_inputs)
@@ -92,9 +110,28 @@ class RegionProgram:
             self.state.regions[index].extra["fusions_refused"] = len(refused)
         if index is not None and graphs:
             self._note_buffers(index, graphs, model_comparable=held == 0)
-        if self.index is None:
-            self.index = index
         return fn, index
+
+    def _guard_again(self, gm, example_inputs, held, assigned, before, fn, index):
+        """The compile ``fn`` (report ``index``) peaked above its model: compile ``gm`` again
+        with the fusion guard, keep the compile whose Inductor buffer plan peaks lower (the
+        unguarded one's report comes back if it stays), and guard this region's later compiles
+        when the guard won."""
+        kept = self.state.save_region(index)
+        old = self.state.regions[index].extra["inductor"]
+        fn2, index2 = self._compile_once(
+            gm, example_inputs, held, assigned, before, True, replace=index
+        )
+        new = (self.state.regions[index2].extra.get("inductor") or {}) if index2 is not None else {}
+        won = index2 == index and new.get("peak") is not None and new["peak"] < old["peak"]
+        log.info("memopt: region %s peaked %d bytes over its model in Inductor's buffer plan; "
+                 "with the fusion guard %s: %s", index, old["peak"] - old["model_peak"],
+                 new.get("peak"), "kept" if won else "not kept")  # fmt: skip
+        if not won:
+            self.state.restore_region(kept)
+            return fn, index
+        self._guard = True
+        return fn2, index2
 
     def _note_buffers(self, index: int, graphs: list, *, model_comparable: bool) -> None:
         """Put Inductor's buffer plan of the region just compiled into its report (and the
@@ -181,6 +218,18 @@ class RegionProgram:
                 index,
             )
         return self._variants[key]
+
+
+#: Under ``fusion_guard="auto"``, a compiled plan whose Inductor buffer plan peaks above the
+#: planner's model by more than this share of the model's peak is compiled again with the
+#: guard. Chosen, not fitted: a third of the 3% within which issue 16 asks predicted peaks to be.
+GUARD_EXCESS = 0.01
+
+
+def _over_model(region: Any) -> bool:
+    sec = region.extra.get("inductor") or {}
+    peak, model = sec.get("peak"), sec.get("model_peak")
+    return peak is not None and model is not None and peak > model * (1 + GUARD_EXCESS)
 
 
 def _offload_backward(state: Any, pos: int) -> None:

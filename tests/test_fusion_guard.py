@@ -15,36 +15,100 @@ from memopt.config import resolve_config
 from tests.helpers import tiny_llama
 
 
-def _peaks(guard: bool) -> tuple[int, int, int]:
+def _peaks(guard: bool | str) -> tuple[int, int, int, list[torch.Tensor]]:
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = tiny_llama()
     ids = torch.randint(1, 128, (4, 64))
     opt = memopt.optimize(model, budget=0.1, fusion_guard=guard)
     opt(input_ids=ids, labels=ids).loss.backward()
-    region = api._STATES[opt].regions[0]
+    state = api._STATES[opt]
+    assert len(state.regions) == 1  # "auto" compiled again in the same report
+    region = state.regions[0]
     sec = region.extra["inductor"]
-    return sec["model_peak"], sec["peak"], region.extra["fusions_refused"]
+    grads = [p.grad for p in model.parameters()]
+    return sec["model_peak"], sec["peak"], region.extra["fusions_refused"], grads
 
 
 def test_the_guard_keeps_inductors_peak_at_the_model_s(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    with torch._inductor.config.patch(fx_graph_cache=False):  # both compile: their fusions
-        model_off, off, refused_off = _peaks(False)
-        model_on, on, refused_on = _peaks(True)
-    assert model_on == model_off  # the plan is the same; only Inductor's fusions differ
+    with torch._inductor.config.patch(fx_graph_cache=False):  # every one compiles
+        model_off, off, refused_off, grads_off = _peaks(False)
+        model_on, on, refused_on, _ = _peaks(True)
+        model_auto, auto, refused_auto, grads_auto = _peaks("auto")
+    assert model_on == model_off == model_auto  # one plan; only Inductor's fusions differ
     assert refused_off == 0 and refused_on > 0
     # without the guard Inductor's backward peaks above the model by more than 5% (torch 2.13:
     # 8.6% here, 15% on the zoo's tiny Llama at 4 x 128); with it within 3% (-1.3%), and
     # below the unguarded compile
     assert off > 1.05 * model_off
     assert abs(on - model_on) <= 0.03 * model_on and on < off
+    # "auto": the unguarded compile's excess (over GUARD_EXCESS) compiles it again with the
+    # guard, which wins: its report and kernels are the region's, the gradients the same
+    assert refused_auto > 0 and abs(auto - model_auto) <= 0.03 * model_auto and auto < off
+    for a, b in zip(grads_off, grads_auto, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(64, 64) for _ in range(4))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.nn.functional.gelu(layer(x))
+        return x.pow(2).mean()
+
+
+def test_auto_keeps_the_unguarded_compile_when_the_guard_does_not_lower_the_peak(
+    monkeypatch, tmp_path, caplog
+):
+    """A region over its model is compiled again with the guard; when that compile peaks no
+    lower, the first compile's report (and planning problem) come back and later compiles
+    stay unguarded. A region within GUARD_EXCESS of its model is compiled once."""
+    import logging
+
+    from memopt import regions
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    x = torch.randn(128, 64)
+
+    def run():
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = _Mlp()
+        opt = memopt.optimize(model, budget=0.5, fusion_guard="auto")
+        opt(x).backward()
+        return api._STATES[opt]
+
+    with caplog.at_level(logging.INFO, logger="memopt"):
+        state = run()
+    assert not [r for r in caplog.records if "with the fusion guard" in r.getMessage()]
+    first = state.regions[0]
+    sec = first.extra["inductor"]
+    assert sec["peak"] <= sec["model_peak"] * (1 + regions.GUARD_EXCESS)
+    caplog.clear()
+    monkeypatch.setattr(regions, "_over_model", lambda region: True)  # as if it were over
+    with caplog.at_level(logging.INFO, logger="memopt"):
+        state = run()
+    said = [r.getMessage() for r in caplog.records if "with the fusion guard" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith("not kept")  # no distant fusion to refuse
+    region = state.regions[0]
+    assert region.extra["fusions_refused"] == 0  # the unguarded compile's report came back
+    assert region.extra["inductor"]["peak"] == sec["peak"] and 0 in state.problems
+    assert len(state.regions) == 1
 
 
 def test_the_guard_is_a_setting():
     assert resolve_config().fusion_guard is False
     assert resolve_config(fusion_guard=True).fusion_guard is True
+    assert resolve_config(fusion_guard="auto").fusion_guard == "auto"
+    with pytest.raises(memopt.ConfigError, match="not 0, 1 or 'auto'"):
+        resolve_config(fusion_guard="sometimes")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MEMOPT_FUSION_GUARD", "1")
         assert resolve_config().fusion_guard is True
         assert resolve_config().sources["fusion_guard"] == "env:MEMOPT_FUSION_GUARD"
+        mp.setenv("MEMOPT_FUSION_GUARD", "auto")
+        assert resolve_config().fusion_guard == "auto"
