@@ -57,6 +57,7 @@ def run(
         "seconds": round(time.perf_counter() - t, 1),
         "plan": planner.get("plan_strings"),
         "fusion_guard": state.config.fusion_guard,
+        "fusion_guard_auto": region.extra.get("fusion_guard_auto"),
         "fusions_refused": region.extra.get("fusions_refused"),
         "model_peak": planner.get("predicted_peak"),
         "inductor": {

@@ -127,8 +127,11 @@ class RegionProgram:
         log.info("memopt: region %s peaked %d bytes over its model in Inductor's buffer plan; "
                  "with the fusion guard %s: %s", index, old["peak"] - old["model_peak"],
                  new.get("peak"), "kept" if won else "not kept")  # fmt: skip
+        tried = {"unguarded_peak": old["peak"], "guarded_peak": new.get("peak"), "kept": won}
         if not won:
             self.state.restore_region(kept)
+        self.state.regions[index].extra["fusion_guard_auto"] = tried
+        if not won:
             return fn, index
         self._guard = True
         return fn2, index2

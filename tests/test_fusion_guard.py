@@ -27,6 +27,9 @@ def _peaks(guard: bool | str) -> tuple[int, int, int, list[torch.Tensor]]:
     region = state.regions[0]
     sec = region.extra["inductor"]
     grads = [p.grad for p in model.parameters()]
+    tried = region.extra.get("fusion_guard_auto")
+    assert (tried is not None) == (guard == "auto")  # this region overshoots unguarded
+    assert tried is None or tried["kept"] and tried["guarded_peak"] == sec["peak"]
     return sec["model_peak"], sec["peak"], region.extra["fusions_refused"], grads
 
 
@@ -97,6 +100,8 @@ def test_auto_keeps_the_unguarded_compile_when_the_guard_does_not_lower_the_peak
     region = state.regions[0]
     assert region.extra["fusions_refused"] == 0  # the unguarded compile's report came back
     assert region.extra["inductor"]["peak"] == sec["peak"] and 0 in state.problems
+    tried = region.extra["fusion_guard_auto"]
+    assert tried["unguarded_peak"] == sec["peak"] and not tried["kept"]
     assert len(state.regions) == 1
 
 
