@@ -555,4 +555,14 @@ PRODUCERS: tuple[Producer, ...] = (
         "cpu",
         "docs/zoo.md, thirty-seventh session: the fusion guard at tight budgets, tiny sizes",
     ),
+    Producer(
+        "section_cpu_auto_s37.json",
+        "for m in <the section table's models over the model by > 3%>; do "
+        "TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) MEMOPT_FUSION_GUARD=auto "
+        "PYTHONPATH=<transformers 5.17.0>:. "
+        f"{PY}diag_section_cpu.py --model $m --size tiny --batch 0 --budget 0.5 "
+        "--out docs/data/{file}; done",
+        "cpu",
+        "~20 min on 2 cores",
+    ),
 )
