@@ -127,14 +127,13 @@ class RegionProgram:
         log.info("memopt: region %s peaked %d bytes over its model in Inductor's buffer plan; "
                  "with the fusion guard %s: %s", index, old["peak"] - old["model_peak"],
                  new.get("peak"), "kept" if won else "not kept")  # fmt: skip
-        tried = {"unguarded_peak": old["peak"], "guarded_peak": new.get("peak"), "kept": won}
-        if not won:
+        if won:
+            self._guard, fn = True, fn2
+        else:
             self.state.restore_region(kept)
+        tried = {"unguarded_peak": old["peak"], "guarded_peak": new.get("peak"), "kept": won}
         self.state.regions[index].extra["fusion_guard_auto"] = tried
-        if not won:
-            return fn, index
-        self._guard = True
-        return fn2, index2
+        return fn, index
 
     def _note_buffers(self, index: int, graphs: list, *, model_comparable: bool) -> None:
         """Put Inductor's buffer plan of the region just compiled into its report (and the
