@@ -75,7 +75,11 @@ class RegionProgram:
         compiled again with the guard (its report in the same place), and the lower wins."""
         pristine = copy.deepcopy(gm) if self._auto_guard() else None
         fn, index = self._compile_once(gm, example_inputs, held, assigned, before, self._guard)
-        if pristine is not None and index is not None and _over_model(self.state.regions[index]):
+        if (
+            pristine is not None
+            and index is not None
+            and _over_model(self.state.regions[index], assigned)
+        ):
             fn, index = self._guard_again(
                 pristine, example_inputs, held, assigned, before, fn, index
             )
@@ -125,13 +129,18 @@ class RegionProgram:
         new = (self.state.regions[index2].extra.get("inductor") or {}) if index2 is not None else {}
         won = index2 == index and new.get("peak") is not None and new["peak"] < old["peak"]
         log.info("memopt: region %s peaked %d bytes over its model in Inductor's buffer plan; "
-                 "with the fusion guard %s: %s", index, old["peak"] - old["model_peak"],
+                 "with the fusion guard %s: %s", index, old["peak"] - _model(old, assigned),
                  new.get("peak"), "kept" if won else "not kept")  # fmt: skip
         if won:
             self._guard, fn = True, fn2
         else:
             self.state.restore_region(kept)
-        tried = {"unguarded_peak": old["peak"], "guarded_peak": new.get("peak"), "kept": won}
+        tried = {
+            "model_peak": _model(old, assigned),
+            "unguarded_peak": old["peak"],
+            "guarded_peak": new.get("peak"),
+            "kept": won,
+        }
         self.state.regions[index].extra["fusion_guard_auto"] = tried
         return fn, index
 
@@ -228,10 +237,18 @@ class RegionProgram:
 GUARD_EXCESS = 0.01
 
 
-def _over_model(region: Any) -> bool:
+def _over_model(region: Any, assigned: Any = None) -> bool:
+    """Whether the region's compiled plan peaks in Inductor's buffer plan above the model of
+    that plan by more than GUARD_EXCESS: the planner's own prediction for a first compile,
+    the step option's peak for a plan variant compiled for ``assigned`` (whose report has no
+    prediction of its own: the H200's Mistral variants went 250-580 MB over unchecked)."""
     sec = region.extra.get("inductor") or {}
-    peak, model = sec.get("peak"), sec.get("model_peak")
+    peak, model = sec.get("peak"), _model(sec, assigned)
     return peak is not None and model is not None and peak > model * (1 + GUARD_EXCESS)
+
+
+def _model(sec: dict, assigned: Any) -> int | None:
+    return sec.get("model_peak") if assigned is None else (assigned.peak or None)
 
 
 def _offload_backward(state: Any, pos: int) -> None:

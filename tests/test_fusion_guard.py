@@ -89,7 +89,7 @@ def test_auto_keeps_the_unguarded_compile_when_the_guard_does_not_lower_the_peak
     sec = first.extra["inductor"]
     assert sec["peak"] <= sec["model_peak"] * (1 + regions.GUARD_EXCESS)
     caplog.clear()
-    monkeypatch.setattr(regions, "_over_model", lambda region: True)  # as if it were over
+    monkeypatch.setattr(regions, "_over_model", lambda region, assigned=None: True)  # over
     with caplog.at_level(logging.INFO, logger="memopt"):
         state = run()
     said = [r.getMessage() for r in caplog.records if "with the fusion guard" in r.getMessage()]
@@ -114,3 +114,64 @@ def test_the_guard_is_a_setting():
         assert resolve_config().sources["fusion_guard"] == "env:MEMOPT_FUSION_GUARD"
         mp.setenv("MEMOPT_FUSION_GUARD", "auto")
         assert resolve_config().fusion_guard == "auto"
+
+
+def test_a_plan_variant_is_compared_with_its_step_options_peak():
+    """A plan variant's report has no prediction of its own: its model is the step option's
+    peak (the H200's Mistral variants went 250-580 MB over Inductor's plan unchecked)."""
+    from types import SimpleNamespace
+
+    from memopt.regions import _over_model
+    from memopt.step import Option
+
+    def region(peak, model=None):
+        return SimpleNamespace(extra={"inductor": {"peak": peak, "model_peak": model}})
+
+    option = Option(plans=("BiasGelu+:1:-1",), peak=100_000)
+    assert _over_model(region(101_001), option)  # 1.001% over
+    assert not _over_model(region(101_000), option)  # GUARD_EXCESS exactly
+    assert not _over_model(region(101_001))  # no model without the option
+    assert _over_model(region(101_001, model=100_000))  # a first compile's own prediction
+    assert not _over_model(region(100_500, model=50_000), option)  # the option's, not its own
+    assert not _over_model(region(101_001), Option(plans=()))  # an option without a peak
+
+
+def test_auto_compares_a_step_plans_variant_and_compiles_it_again(monkeypatch, tmp_path):
+    """A one-region step measured over its budget becomes a step plan whose option compiles a
+    variant; under ``"auto"`` that compile is checked against the option and, over it,
+    compiled again with the guard in the variant's own report."""
+    from memopt import regions
+    from memopt.api import MemoptBackend
+    from memopt.config import resolve_config
+    from memopt.state import MemoptState
+    from tests.test_step_overrun import BUDGET, _cuda_step, _static
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        *[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()) for _ in range(4)]
+    )
+    config = resolve_config(budget=BUDGET, fusion_guard="auto")
+    state = MemoptState(config)
+    compiled = torch.compile(model, backend=MemoptBackend(config, state))
+    x = torch.randn(128, 64)
+    compiled(x).sum().backward()
+    entry = _static(state) + 1000
+    _cuda_step(state, entry)
+    _cuda_step(state, entry, probed=int(BUDGET * 1.05))  # over: a step plan
+    assert state.step_choice is not None
+    seen, over = [], regions._over_model
+
+    def spy(region, assigned=None):
+        seen.append(assigned)
+        return assigned is not None or over(region, assigned)  # as if the variant were over
+
+    monkeypatch.setattr(regions, "_over_model", spy)
+    compiled(x).sum().backward()
+    assert len(state.regions) == 2 and [a is None for a in seen] == [False]
+    option = seen[0]
+    assert option.plans == tuple(state.regions[1].extra["frozen"]["config"])
+    tried = state.regions[1].extra["fusion_guard_auto"]
+    assert tried["model_peak"] == option.peak and tried["unguarded_peak"] is not None
+    assert "fusion_guard_auto" not in state.regions[0].extra  # the first compile was within
