@@ -22,7 +22,7 @@ import torch
 import torch.fx
 
 from memopt import inductor_buffers as buffers
-from memopt import ranks, step_notes
+from memopt import ranks, step_fit, step_notes
 from memopt.config import MemoptConfig
 from memopt.offload.step_offload import StepOffload, user_step_offload
 from memopt.peak_probe import PeakProbe, allocated
@@ -111,6 +111,7 @@ class MemoptState(RegionRegistry):
         self._reading = True  # this step reads the allocator at each run (CUDA, byte budget)
         self._read_next = False  # a new step was seen without reads: read (and plan) the next
         self.measured_peak: int | None = None
+        self._fit: step_fit.FitPlan | None = None  # the plan to go back to (memopt.step_fit)
 
     def known_cluster_ids(self) -> set[str]:
         return {c["cluster_id"] for r in self.regions for c in r.clusters}
@@ -253,6 +254,7 @@ class MemoptState(RegionRegistry):
             self._entry_last, self._bwd_entry_last, runs, start = agreed[3:]
         self._start_now = start
         self._finish_probe(probed, runs)
+        self._fit = step_fit.keep(self, self._fit)
         self._away_last = self._away if self.offload is not None else {}
         if self.offload is not None:
             self.offload.new_step()
@@ -284,7 +286,7 @@ class MemoptState(RegionRegistry):
     def _decide(self) -> None:
         """A step plan for the step just done, when it is new or outgrew its plan."""
         if self._step_plans >= MAX_STEP_PLANS:
-            self._note_last_plan_measured()
+            step_fit.last_plan(self, self._fit)
             return
         if self.last_step == self._planned_for:
             if self.step_choice is None and self._probed is not None and self._off_target():
@@ -311,17 +313,6 @@ class MemoptState(RegionRegistry):
             self.plan_step(self.last_step)
         elif self._entry_last and isinstance(self.config.budget, int):
             self._probe_next = True  # one region on CUDA: measure what its own plan holds
-
-    def _note_last_plan_measured(self) -> None:
-        """No step plan left: the last plan's measured peak still reaches the report."""
-        measured = self._probed if self._probed is not None else self._record
-        c, budget = self.step_choice, self.config.budget
-        if measured is not None and c is not None and self.last_step == self._planned_for:
-            self.measured_peak = measured
-            if isinstance(budget, int):
-                plans = self._step_plans
-                note = step_notes.last_plan_over_budget(plans, c.peak, measured, budget)
-                self._say("last plan", note)
 
     def _compiled_excess(self) -> bool:
         """Per region, the most a compiled plan's Inductor buffer plan (the report's

@@ -32,3 +32,13 @@ def last_plan_over_budget(plans: int, predicted: int, measured: int, budget: int
         f"measured {measured:,}: {measured - budget:,} over the budget {budget:,}, with no "
         "step plan left to correct it"
     )
+
+
+def went_back(plans: int, measured: int, budget: int, fit: int) -> str:
+    """The last step plan (``plans`` made, the most allowed) measured over the byte budget,
+    and the step went back to an earlier plan measured inside it (memopt.step_fit)."""
+    return (
+        f"the last step plan ({plans} of {plans} allowed) measured {measured:,} bytes, "
+        f"{measured - budget:,} over the budget {budget:,}: the step went back to an earlier "
+        f"plan measured at {fit:,} bytes, inside it"
+    )

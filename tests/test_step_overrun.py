@@ -353,3 +353,66 @@ def test_the_last_step_plans_measurement_reaches_the_report_and_an_overrun_is_sa
     assert len(said) == 1
     assert f"predicted at {choice.peak:,} bytes, measured {pair + 7000:,}: 7,000 over" in said[0]
     assert said[0].removeprefix("memopt: ") in state.notes  # the step report's notes
+
+
+def test_a_last_plan_over_the_budget_goes_back_to_the_plan_measured_inside_it(caplog):
+    """A step plan measured inside the budget is relaxed to spend its room; the relaxed plan
+    is the last one allowed and measures over the budget: the step goes back to the fitting
+    plan (its runs' options, its measured peak in the report), says so once, and measures it
+    again. On an H200 Mistral at torch's 0.1 point measured 6.53 GB under a 6.70 GB budget on
+    its first plan and ended at 7.08 GB on its fourth."""
+    import logging
+
+    from memopt.state import MAX_STEP_PLANS
+
+    pair = 450_000
+    state = _state(pair)
+    entry = _static(state) + 1000
+    _two_run_step(state, entry)
+    _two_run_step(state, entry, probed=pair + 5000)  # over: planned at the measured target
+    first = state.step_choice
+    assert state._fit is None  # nothing measured inside the budget yet
+    inside = first.peak - int(0.1 * pair)
+    _two_run_step(state, entry, probed=inside)  # well under: relaxed
+    relaxed = state.step_choice
+    assert state._relaxed and relaxed is not first and relaxed.overhead_s < first.overhead_s
+    assert state._fit.choice is first and state._fit.measured == inside
+    state._step_plans = MAX_STEP_PLANS  # the relax was the last plan allowed
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        _two_run_step(state, entry, probed=pair + 3000)
+        assert state.step_choice is first and state.run_plan == dict(first.chosen)
+        assert state.measured_peak == inside and state._probe_next  # measured once more
+        _two_run_step(state, entry, probed=inside)  # as before: it stays
+        assert state.step_choice is first and state.measured_peak == inside
+        _two_run_step(state, entry, probed=pair + 3000)  # now its own overrun: said, kept
+        _two_run_step(state, entry, probed=pair + 3000)
+    assert state.step_choice is first and state.measured_peak == pair + 3000
+    said = [r.getMessage().removeprefix("memopt: ") for r in caplog.records if r.name == "memopt"]
+    said = [s for s in said if s.startswith("the last step plan")]
+    assert said == [
+        f"the last step plan ({MAX_STEP_PLANS} of {MAX_STEP_PLANS} allowed) measured "
+        f"{pair + 3000:,} bytes, 3,000 over the budget {pair:,}: the step went back to an "
+        f"earlier plan measured at {inside:,} bytes, inside it",
+        f"the last step plan ({MAX_STEP_PLANS} of {MAX_STEP_PLANS} allowed), predicted at "
+        f"{first.peak:,} bytes, measured {pair + 3000:,}: 3,000 over the budget {pair:,}, with "
+        "no step plan left to correct it",
+    ]  # each once, both in the step report
+    assert state.notes[-2:] == said
+
+
+def test_going_back_to_the_regions_own_plan_runs_its_first_compile():
+    """The fitting plan may be the region's own (no step plan): going back clears the step
+    plan, so each run takes the region's first compile again."""
+    from memopt.state import MAX_STEP_PLANS
+
+    state = _state(TIGHT)
+    predicted = state.regions[0].extra["planner"]["predicted_peak"]
+    entry = _static(state) + 1000
+    _cuda_step(state, entry)
+    _cuda_step(state, entry, probed=predicted - 20_000)  # its own plan, well under: relaxed
+    assert state._relaxed and state.step_choice is not None and state._fit.choice is None
+    state._step_plans = MAX_STEP_PLANS
+    _cuda_step(state, entry, probed=TIGHT + 1)
+    assert state.step_choice is None and state.run_plan == {}
+    assert state.measured_peak == predicted - 20_000
+    assert state.run_option(0, 0) is None  # the first compile's plan

@@ -1,0 +1,81 @@
+"""The step plan measured within a byte budget, kept to go back to.
+
+Each step plan is measured once (memopt.peak_probe). A plan measured inside the budget may
+still be replaced: by a relaxed plan that spends the room it left, or by a plan made after
+Inductor compiled a variant above the model. Those later plans can overrun the budget after the
+last allowed step plan. On an H200 (thirty-eighth session), Mistral at torch's 0.1 point
+measured 6.53 GB on its first plan, under the 6.70 GB budget. Relaxed and then corrected three
+times for Inductor's buffer plans, it ended at 7.08 GB with no step plan left.
+
+With every step plan spent, the last one measured over the budget, and an earlier plan
+measured inside it, the step goes back to that plan. Its compiled variants are still held, so
+nothing compiles again. Where several fitted, the one with the least predicted overhead is
+kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memopt import step_notes
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """A step plan as it ran when its measurement came in."""
+
+    measured: int
+    overhead_s: float
+    choice: Any  # memopt.step.StepChoice, or None: the regions' own plans
+    run_plan: dict[int, Any]
+    sequence: tuple[int, ...]
+    offload: Any  # the step's StepOffload then (identity: the same object or no fallback)
+
+
+def keep(state: Any, kept: FitPlan | None) -> FitPlan | None:
+    """``kept``, or the plan the step just done ran on when the probe measured it inside the
+    byte budget at a lower predicted overhead (at an equal one, a lower peak)."""
+    measured, budget = state._probed, state.config.budget
+    if measured is None or not isinstance(budget, int) or measured > budget:
+        return kept
+    if state.last_step != state._planned_for:
+        return kept
+    c = state.step_choice
+    if c is not None:
+        overhead = c.overhead_s
+    else:  # each run's own plan
+        planners = [state.regions[i].extra.get("planner") or {} for i in state.last_step]
+        overhead = sum(p.get("predicted_overhead_s") or 0.0 for p in planners)
+    new = FitPlan(measured, overhead, c, dict(state.run_plan), state.last_step, state.offload)
+    if kept is not None and kept.sequence == new.sequence:
+        if (kept.overhead_s, kept.measured) <= (new.overhead_s, new.measured):
+            return kept
+    return new
+
+
+def last_plan(state: Any, kept: FitPlan | None) -> bool:
+    """No step plan left: the last plan's measurement still reaches the report. Over the
+    byte budget, the step goes back to ``kept`` where that is another plan of this step
+    with the same offload (True), else the overrun is said."""
+    measured = state._probed if state._probed is not None else state._record
+    c, budget = state.step_choice, state.config.budget
+    if measured is None or state.last_step != state._planned_for:
+        return False
+    state.measured_peak = measured
+    if c is None or not isinstance(budget, int) or measured <= budget:
+        return False
+    plans = state._step_plans
+    if (
+        kept is not None
+        and kept.sequence == state.last_step
+        and kept.choice is not c
+        and kept.offload is state.offload
+    ):
+        state.step_choice, state.run_plan = kept.choice, dict(kept.run_plan)
+        state.measured_peak = kept.measured
+        state._probe_next = True  # measured once more: the report gives what it holds now
+        state._say("went back", step_notes.went_back(plans, measured, budget, kept.measured))
+        return True
+    state._say("last plan", step_notes.last_plan_over_budget(plans, c.peak, measured, budget))
+    return False
