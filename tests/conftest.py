@@ -74,6 +74,11 @@ ASIDE = (
     "test_offload_models.py",
     "test_cli_plan.py",
     "test_inductor_buffers.py",
+    "test_integrations.py",
+    "test_params_api.py",
+    "test_planner_reuse.py",
+    "test_cli_rng_state.py",
+    "test_architecture.py",
 )
 
 
