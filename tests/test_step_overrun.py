@@ -416,3 +416,36 @@ def test_going_back_to_the_regions_own_plan_runs_its_first_compile():
     assert state.step_choice is None and state.run_plan == {}
     assert state.measured_peak == predicted - 20_000
     assert state.run_option(0, 0) is None  # the first compile's plan
+
+
+def test_read_on_cuda_a_compiled_plan_inside_the_budget_is_measured_before_any_re_plan(
+    monkeypatch,
+):
+    """A step plan made on the blind CUDA reserve whose compiled variant peaks (Inductor's
+    buffer plan) above the plan's target but inside the budget is measured at its first
+    steady step instead of re-planned; above the budget itself it is re-planned at once. On
+    an H200 Mistral's step plans at torch's 0.1 point went, each, to Inductor's excess over
+    the reserve's target, and the fourth measured over the budget without a measurement
+    before it."""
+    import memopt.passes.plan_budget as pb
+
+    reserve = lambda b, device_type: b - int(pb.CUDA_RESERVE_FRACTION * b)  # noqa: E731
+    monkeypatch.setattr(pb, "step_bytes", reserve)  # as on CUDA
+    pair = 450_000
+    state = _state(pair)
+    _two_run_step(state, _static(state) + 1000)
+    choice = state.step_choice
+    assert choice.target == reserve(pair, "cuda") < pair and state._probe_next
+    region = state.regions[0]
+    model = region.extra["inductor"]["model_peak"]
+    state.last_report_step = (0, 0)
+    above_target = choice.target - choice.peak + 1
+    region.extra["inductor"]["peak"] = model + above_target
+    assert not state._compiled_excess()  # inside the budget: measured first
+    assert state._compiled_err == {0: above_target}
+    region.extra["inductor"]["peak"] = model + pair - choice.peak + 1  # over the budget
+    assert state._compiled_excess()
+    state._probes_left = 0  # no measurement to come: the target decides, as on a CPU
+    state._compiled_err = {}
+    region.extra["inductor"]["peak"] = model + above_target
+    assert state._compiled_excess()
