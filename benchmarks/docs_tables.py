@@ -172,6 +172,17 @@ zoo_gpu_s36c = _zoo_gpu_of("_s36_concurrent", "... and its rows timed beside ano
 zoo_gpu_s37 = _zoo_gpu_of("_s37", "The thirty-seventh session's ConvNeXt and Mistral (H200).")
 
 
+def _ab(*docs: dict) -> str:
+    """The thirty-eighth session's Mistral rows beside their ``[auto]`` copies."""
+    from benchmarks.zoo_gpu_report import ab_rows
+
+    return ab_rows(*docs)
+
+
+zoo_gpu_s38fg = _zoo_gpu_of("_s38fg", "The thirty-eighth session's Mistral, fusion_guard A/B.")
+zoo_gpu_s38fg2 = _zoo_gpu_of("_s38fg2", "... and its second call, after the fixes (H200).")
+
+
 def _load(data: Path, name: str) -> Any:
     text = (data / name).read_text()
     try:
@@ -328,6 +339,9 @@ SECTIONS: dict[str, Section] = {
         ("zoo_gpu_t5_s36.json", "zoo_gpu_swin_s36.json", "zoo_gpu_qwen2_s36.json"), zoo_gpu_s36
     ),
     "zoo_gpu_s37": Section(("zoo_gpu_convnext_s37.json", "zoo_gpu_mistral_s37.json"), zoo_gpu_s37),
+    "zoo_gpu_s38fg": Section(("zoo_gpu_mistral_s38fg.json",), zoo_gpu_s38fg),
+    "zoo_gpu_s38fg2": Section(("zoo_gpu_mistral_s38fg2.json",), zoo_gpu_s38fg2),
+    "zoo_gpu_s38_ab": Section(("zoo_gpu_mistral_s38fg.json", "zoo_gpu_mistral_s38fg2.json"), _ab),
     "zoo_gpu_s36c": Section(
         tuple(f"zoo_gpu_{m}_s36_concurrent.json" for m in ("t5", "swin", "qwen2")), zoo_gpu_s36c
     ),

@@ -407,3 +407,35 @@ def write_docs(paths: list[str], png: str, markdown_path: str) -> None:
     write_table(Path(markdown_path), text, "gpu")
     plot(docs, png)
     print(text)
+
+
+def ab_rows(*docs: dict[str, Any]) -> str:
+    """Every memopt budget row of ``docs`` beside its ``--ab`` copies (``[tag]`` labels): its
+    peak against the budget, kernel-time overhead against its own run's baseline (``torch
+    compile again`` for resumed rows), compile time and what ``fusion_guard="auto"`` decided
+    (its log lines), with the commit of the run. Of a resumed run's file (``--again``) only the
+    rows that run added."""
+    out = [
+        "| model | row | commit | peak GiB | vs budget | kernel-time overhead | compile s "
+        "| the guard (auto) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for d in docs:
+        rows, agains = _rows(d), _baselines(d)
+        base = rows.get("torch.compile", {})
+        resumed = AGAIN in rows
+        for r in d["rows"]:
+            if r["kind"] != "budget" or "peak" not in r or (resumed and not r.get("resumed")):
+                continue
+            again = agains.get(r["variant"], {})
+            ref = again if r.get("resumed") and "gpu_ms" in again else base
+            kover = r["gpu_ms"] / ref["gpu_ms"] - 1 if "gpu_ms" in r and "gpu_ms" in ref else None
+            said = [x for x in r.get("memopt_log", []) if "with the fusion guard" in x]
+            guard = ", ".join(x.rsplit(": ", 1)[-1] for x in said) if said else "-"
+            out.append(
+                f"| {d['model']} | {r['label']} | {d.get('memopt_commit') or '-'} "
+                f"| {r['peak'] / 2**30:.3f} | {r['peak'] / r['target'] - 1:+.2%} "
+                f"| {'-' if kover is None else f'{kover:+.1%}'} | {r.get('compile_s', '-')} "
+                f"| {guard} |"
+            )
+    return "\n".join(out) + "\n"
