@@ -179,6 +179,24 @@ def _ab(*docs: dict) -> str:
     return ab_rows(*docs)
 
 
+def baseline_prices(*docs: dict) -> str:
+    """Per GPU zoo file: torch.compile's measured kernel time per step against the planner's
+    price of the same unplanned step (``baseline_step_s`` of its first budget row)."""
+    rows = []
+    for d in docs:
+        base = next(r for r in d["rows"] if r["variant"] == "torch.compile")
+        plan = next(
+            r["planner"][0]
+            for r in d["rows"]
+            if r["kind"] == "budget" and r.get("planner") and r["planner"][0]
+        )
+        priced = plan["baseline_step_s"] * 1e3
+        rows.append(
+            [d["model"], f"{base['gpu_ms']:.2f}", f"{priced:.2f}", f"{priced / base['gpu_ms']:.2f}"]
+        )
+    return table(["model", "measured kernel ms", "priced ms", "priced / measured"], rows)
+
+
 zoo_gpu_s38fg = _zoo_gpu_of("_s38fg", "The thirty-eighth session's Mistral, fusion_guard A/B.")
 zoo_gpu_s38fg2 = _zoo_gpu_of("_s38fg2", "... and its second call, after the fixes (H200).")
 
@@ -341,6 +359,20 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s37": Section(("zoo_gpu_convnext_s37.json", "zoo_gpu_mistral_s37.json"), zoo_gpu_s37),
     "zoo_gpu_s38fg": Section(("zoo_gpu_mistral_s38fg.json",), zoo_gpu_s38fg),
     "zoo_gpu_s38fg2": Section(("zoo_gpu_mistral_s38fg2.json",), zoo_gpu_s38fg2),
+    "baseline_prices_s38": Section(
+        tuple(
+            f"zoo_gpu_{m}.json"
+            for m in (
+                "mistral_s37",
+                "bert_s35",
+                "vit_s28",
+                "convnext_s37",
+                "swin_s36",
+                "resnet_s32",
+            )
+        ),
+        baseline_prices,
+    ),
     "zoo_gpu_s38_ab": Section(("zoo_gpu_mistral_s38fg.json", "zoo_gpu_mistral_s38fg2.json"), _ab),
     "zoo_gpu_s36c": Section(
         tuple(f"zoo_gpu_{m}_s36_concurrent.json" for m in ("t5", "swin", "qwen2")), zoo_gpu_s36c
