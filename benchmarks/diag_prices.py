@@ -91,17 +91,22 @@ def main(argv=None) -> None:
     from benchmarks.zoo import build
     from benchmarks.zoo_models import BY_NAME, step_loss
     from memopt import api
-    from memopt.planner.costs import op_s
+    from memopt.planner.costs import op_s, roofline_s
 
     traced: dict = {}
-    real_items = bpp.base_items
+    costs: dict = {}  # node -> its OpCost as the planner made it (a measured time, or None)
+    real_items, real_cost = bpp.base_items, bpp.op_cost
 
-    def spy(fw, bw, usable, sizes, **kw):
+    def items_spy(fw, bw, usable, sizes, **kw):
         items = real_items(fw, bw, usable, sizes, **kw)
-        traced.update(ops=(*items[0], *items[2]), sizes=sizes)  # the last planning problem's
+        traced["ops"] = (*items[0], *items[2])  # the last planning problem's
         return items
 
-    bpp.base_items = spy
+    def cost_spy(node, sizes):
+        costs[node] = cost = real_cost(node, sizes)
+        return cost
+
+    bpp.base_items, bpp.op_cost = items_spy, cost_spy
     dtype = torch.bfloat16 if a.device == "cuda" else torch.float32
     m, x = build(BY_NAME[a.model], a.size, a.device, dtype, None)
     c = memopt.optimize(m, budget=a.budget)
@@ -116,8 +121,13 @@ def main(argv=None) -> None:
     rates = next(iter(state.problems.values())).rates
     planner = (state.regions[0].extra.get("planner") or {}) if state.regions else {}
     by_kind: dict[str, float] = collections.Counter()
+    roof: dict[str, float] = collections.Counter()
+    timed: dict[str, int] = collections.Counter()
     for node in traced["ops"]:
-        by_kind[node_kind(node)] += op_s(bpp.op_cost(node, traced["sizes"]), rates)
+        cost, kind = costs[node], node_kind(node)
+        by_kind[kind] += op_s(cost, rates)
+        roof[kind] += roofline_s(cost, rates)
+        timed[kind] += cost.seconds is not None
     device = torch.profiler.ProfilerActivity.CUDA if a.device == "cuda" else None
     acts = [device] if device is not None else [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=acts) as prof:
@@ -140,12 +150,15 @@ def main(argv=None) -> None:
         "nodes_priced": len(traced["ops"]),
         "baseline_step_s": planner.get("baseline_step_s"),
         "priced_s": {k: by_kind.get(k, 0.0) for k in KINDS},
+        "roofline_s": {k: roof.get(k, 0.0) for k in KINDS},
+        "nodes_timed": {k: timed.get(k, 0) for k in KINDS},
         "measured_s": {k: measured.get(k, 0.0) for k in KINDS},
     }
-    rows = [f"{'kind':<10} {'priced ms':>10} {'measured ms':>12}"]
+    rows = [f"{'kind':<10} {'priced ms':>10} {'roofline ms':>12} {'timed':>6} {'measured ms':>12}"]
     for k in KINDS:
         rows.append(
-            f"{k:<10} {1e3 * out['priced_s'][k]:>10.3f} {1e3 * out['measured_s'][k]:>12.3f}"
+            f"{k:<10} {1e3 * out['priced_s'][k]:>10.3f} {1e3 * out['roofline_s'][k]:>12.3f} "
+            f"{out['nodes_timed'][k]:>6} {1e3 * out['measured_s'][k]:>12.3f}"
         )
     print("\n".join(rows))
     if a.json:

@@ -550,6 +550,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "prices_*.json",
+        f"{PY}diag_prices.py --model MODEL --budget B --json {{file}}",
+        "gpu",
+        "docs/zoo.md, thirty-eighth session: prices_convnext_s38.json is the script's first "
+        "version (nodes priced again after the compile)",
+    ),
+    Producer(
         "guard_tight_*.json",
         f"{PY}diag_peak_gap.py --model MODEL --budget B --json ... (MEMOPT_FUSION_GUARD=0/1)",
         "cpu",
