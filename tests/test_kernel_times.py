@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 
 import pytest
@@ -399,3 +400,14 @@ def test_a_planning_problem_prices_reductions_by_their_measured_time(monkeypatch
         "rsqrt": [1e-3, None, None, None],
         "add_1": [None, None, None, None],
     }
+
+
+def test_queued_timing_is_an_experiment_with_its_own_cache_file(monkeypatch, tmp_path):
+    """``MEMOPT_KERNEL_TIMING=queued`` is read at each use, and its times never mix with the
+    default's: they are cached in a file of their own."""
+    monkeypatch.delenv(kt.TIMING_ENV, raising=False)
+    plain = kt.cache_path(CPU, str(tmp_path))
+    assert not kt.queued_timing() and "queued" not in os.path.basename(plain)
+    monkeypatch.setenv(kt.TIMING_ENV, " Queued ")
+    assert kt.queued_timing()
+    assert kt.cache_path(CPU, str(tmp_path)) == plain.replace(".json", "-queued.json")

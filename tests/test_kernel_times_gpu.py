@@ -150,3 +150,17 @@ def test_measurements_on_a_cold_cache_stay_under_a_byte_budget(tmp_path, monkeyp
         memopt.optimize(model, budget=budget)(x).float().square().mean().backward()
     assert len(peaks["rates"]) == 1 and len(peaks["kernels"]) >= 2  # mm forward, backward
     assert max(peaks["rates"] + peaks["kernels"]) <= budget, peaks
+
+
+def test_queued_timing_times_a_small_kernel_without_the_hosts_dispatch(monkeypatch):
+    """A kernel far shorter than its eager dispatch (an add of 4096 bf16 elements) is timed at
+    the dispatch when its runs are issued one by one; queued behind a GPU sleep, at least 3x
+    less (``MEMOPT_KERNEL_TIMING=queued``, the thirty-eighth session's experiment)."""
+    dev = torch.device("cuda")
+    x = torch.randn(4096, device=dev, dtype=torch.bfloat16)
+    g = make_fx(lambda a: a + a, tracing_mode="fake")(x)
+    node = next(n for n in g.graph.nodes if n.op == "call_function")
+    issued = kt.time_kernel(node, dev, int)
+    monkeypatch.setenv(kt.TIMING_ENV, "queued")
+    queued = kt.time_kernel(node, dev, int)
+    assert issued is not None and queued is not None and 3 * queued < issued

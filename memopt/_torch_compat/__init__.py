@@ -575,3 +575,10 @@ __all__ = [
     "is_gpu",
     "is_pointwise_use",
 ]
+
+
+def gpu_sleep(cycles: float) -> None:
+    """Keep the current CUDA stream busy for about ``cycles`` GPU clock cycles
+    (``torch.cuda._sleep``): work the host queues behind it then runs back to back on the GPU,
+    not at the pace the host issues it."""
+    torch.cuda._sleep(int(cycles))
