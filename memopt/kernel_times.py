@@ -81,8 +81,18 @@ SLEEP_CYCLES_PER_S, SLEEP_MARGIN, SLEEP_MAX_S = 2.5e9, 2.0, 0.05
 
 
 def queued_timing() -> bool:
-    """Whether kernels are timed queued behind a GPU sleep (:data:`TIMING_ENV`)."""
-    return os.environ.get(TIMING_ENV, "").strip().lower() == "queued"
+    """Whether kernels are timed queued behind a GPU sleep (:data:`TIMING_ENV`: ``queued``, or
+    ``issued``/unset for the default; another value is said once and timed as the default)."""
+    v = os.environ.get(TIMING_ENV, "").strip().lower()
+    if v not in ("", "issued", "queued") and v not in _SAID:
+        _SAID.add(v)
+        log.warning(
+            "memopt: %s=%r is not 'queued' or 'issued': kernels are timed issued", TIMING_ENV, v
+        )
+    return v == "queued"
+
+
+_SAID: set[str] = set()
 
 
 Value = Callable[[sympy.Expr], int | None]

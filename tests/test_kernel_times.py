@@ -411,3 +411,13 @@ def test_queued_timing_is_an_experiment_with_its_own_cache_file(monkeypatch, tmp
     monkeypatch.setenv(kt.TIMING_ENV, " Queued ")
     assert kt.queued_timing()
     assert kt.cache_path(CPU, str(tmp_path)) == plain.replace(".json", "-queued.json")
+
+
+def test_an_unknown_kernel_timing_is_said_once_and_timed_as_the_default(monkeypatch, caplog):
+    monkeypatch.setenv(kt.TIMING_ENV, "queue")
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        assert not kt.queued_timing() and not kt.queued_timing()
+    said = [r.getMessage() for r in caplog.records if kt.TIMING_ENV in r.getMessage()]
+    assert said == [
+        f"memopt: {kt.TIMING_ENV}='queue' is not 'queued' or 'issued': kernels are timed issued"
+    ]
