@@ -71,13 +71,14 @@ LEADER_WAIT_S = 120.0
 PLAUSIBLE_S = (1e-7, 30.0)
 #: ``MEMOPT_KERNEL_TIMING=queued`` (an experiment, thirty-eighth session): a kernel's timed
 #: runs are queued behind a GPU sleep, so each event pair spans the kernel alone. Issued one by
-#: one (the default), a kernel shorter than the host's dispatch of it is timed at that
-#: dispatch: on an H200 ConvNeXt's step was priced at 26.7 ms against 14.6 ms of kernels.
-#: The queued times get their own cache file.
+#: one (the default), a kernel shorter than the host's dispatch of it may be timed at that
+#: dispatch: the suspect for ConvNeXt's step priced at 26.7 ms against 14.6 ms of kernels on an
+#: H200 (not yet measured). The queued times get their own cache file.
 TIMING_ENV = "MEMOPT_KERNEL_TIMING"
 #: GPU clock cycles per second the sleep is sized with (above an H200's 1.98 GHz boost, so the
 #: sleep never ends early), and its margin over the host's measured time to queue the runs.
 SLEEP_CYCLES_PER_S, SLEEP_MARGIN, SLEEP_MAX_S = 2.5e9, 2.0, 0.05
+_SAID: set[str] = set()  # unknown MEMOPT_KERNEL_TIMING values already warned about
 
 
 def queued_timing() -> bool:
@@ -90,9 +91,6 @@ def queued_timing() -> bool:
             "memopt: %s=%r is not 'queued' or 'issued': kernels are timed issued", TIMING_ENV, v
         )
     return v == "queued"
-
-
-_SAID: set[str] = set()
 
 
 Value = Callable[[sympy.Expr], int | None]

@@ -4,8 +4,8 @@ Each step plan is measured once (memopt.peak_probe). A plan measured inside the 
 still be replaced: by a relaxed plan that spends the room it left, or by a plan made after
 Inductor compiled a variant above the model. Those later plans can overrun the budget after the
 last allowed step plan. On an H200 (thirty-eighth session), Mistral at torch's 0.1 point
-measured 6.53 GB on its first plan, under the 6.70 GB budget. Relaxed and then corrected three
-times for Inductor's buffer plans, it ended at 7.08 GB with no step plan left.
+measured 6.53 GB on its first plan, under the 6.70 GB budget. Relaxed and then corrected twice
+for Inductor's buffer plans, it ended at 7.08 GB with no step plan left.
 
 With every step plan spent, the last one measured over the budget, and an earlier plan
 measured inside it, the step goes back to that plan. Its compiled variants are still held, so
