@@ -98,39 +98,25 @@ def _queued(fn, device: torch.device, repeats: int) -> float:
     return min(s.elapsed_time(e) for s, e in ev) / 1e3
 
 
-def _plain(x):
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_plain(v) for v in x]
-    if isinstance(x, tuple):
-        return tuple(_plain(v) for v in x)
-    return x
-
-
 def time_compiled(node, device: torch.device, value) -> float | None:
-    """The op alone compiled by Inductor, timed queued (on a CPU, issued)."""
+    """The op alone compiled by Inductor (:func:`memopt._torch_compat.kernels.inductor_op`),
+    timed queued (on a CPU, issued)."""
+    from memopt._torch_compat.kernels import inductor_op
+
     try:
         with compat.real_tensors(), torch.no_grad():
             args, kwargs = kt.real_args(node, device, value)
-            args, kwargs = _plain(args), _plain(kwargs)  # Dynamo takes no FX immutable lists
-            target = node.target
-
-            def op(*a):
-                return target(*a, **kwargs)
-
-            torch._dynamo.reset()  # one code object compiled for every signature
-            fn = torch.compile(op, dynamic=False, fullgraph=True)
+            fn = inductor_op(node.target, args, kwargs)
             for _ in range(3):
-                fn(*args)
+                fn()
             if device.type != "cuda":
                 samples = []
                 for _ in range(kt.REPEATS):
                     t0 = time.perf_counter()
-                    fn(*args)
+                    fn()
                     samples.append(time.perf_counter() - t0)
                 return min(samples)
-            return _queued(lambda: fn(*args), device, kt.REPEATS)
+            return _queued(fn, device, kt.REPEATS)
     except Exception as e:  # noqa: BLE001 - a diagnostic: the row says it did not compile
         print(f"  not compiled: {node.target} ({type(e).__name__}: {str(e)[:120]})")
         return None

@@ -38,8 +38,8 @@ def test_graph_nodes_by_target():
 
 
 def test_an_op_alone_compiles_from_its_graph_nodes_arguments():
-    """benchmarks/diag_kernel_timing.py compiles one graph node alone: FX's immutable lists
-    in its arguments (an amax's dims) are handed to Dynamo as plain lists."""
+    """benchmarks/diag_kernel_timing.py compiles one graph node alone with Inductor, FX's
+    immutable lists in its arguments (an amax's dims) included."""
     from benchmarks.diag_kernel_timing import time_compiled
     from memopt import meta_keys as mk
 

@@ -1,0 +1,35 @@
+"""One graph op compiled alone by Inductor, for timing the kernel Inductor writes for it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+
+def inductor_op(target: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Callable[[], Any]:
+    """``target(*args, **kwargs)`` as Inductor compiles it alone, a call with no arguments.
+    Every real tensor in ``args`` and ``kwargs`` (nested in lists and tuples too) becomes an
+    input of a one-node FX graph, the rest stays a constant of it; the graph goes to
+    ``torch._inductor.compile`` (no Dynamo), which also works from inside a partitioner hook
+    (under :func:`memopt._torch_compat.real_tensors`)."""
+    from torch._inductor import compile as inductor_compile
+
+    g = torch.fx.Graph()
+    tensors: list[torch.Tensor] = []
+
+    def lift(a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            tensors.append(a)
+            return g.placeholder(f"arg{len(tensors)}")
+        if isinstance(a, list | tuple):
+            return tuple(lift(x) for x in a) if isinstance(a, tuple) else [lift(x) for x in a]
+        return a
+
+    node_args = tuple(lift(a) for a in args)
+    node_kwargs = {k: lift(v) for k, v in kwargs.items()}
+    g.output((g.call_function(target, node_args, node_kwargs),))
+    fn = inductor_compile(torch.fx.GraphModule({}, g), tensors)
+    return lambda: fn(*tensors)
