@@ -69,28 +69,42 @@ REPEATS = 10
 LEADER_WAIT_S = 120.0
 #: A time outside this range is a failed measurement, not a kernel: seconds.
 PLAUSIBLE_S = (1e-7, 30.0)
-#: ``MEMOPT_KERNEL_TIMING=queued`` (an experiment, thirty-eighth session): a kernel's timed
-#: runs are queued behind a GPU sleep, so each event pair spans the kernel alone. Issued one by
-#: one (the default), a kernel shorter than the host's dispatch of it may be timed at that
-#: dispatch: the suspect for ConvNeXt's step priced at 26.7 ms against 14.6 ms of kernels on an
-#: H200 (not yet measured). The queued times get their own cache file.
+#: ``MEMOPT_KERNEL_TIMING`` (experiments, thirty-eighth and thirty-ninth sessions): ``queued``
+#: times a kernel's runs queued behind a GPU sleep, so each event pair spans the kernel alone
+#: (issued one by one, the default, a kernel shorter than the host's dispatch of it is timed at
+#: that dispatch). ``compiled`` does the same and times each reduction as Inductor compiles it
+#: alone (:func:`memopt._torch_compat.kernels.inductor_op`), not aten's eager kernel: on an
+#: H200 ConvNeXt's reductions were priced at 15.0 ms a step from aten's kernels against 2.85 ms
+#: of Inductor's reduction kernels profiled (docs/zoo.md, thirty-ninth session). Each mode has
+#: its own cache file.
 TIMING_ENV = "MEMOPT_KERNEL_TIMING"
+TIMING_MODES = ("issued", "queued", "compiled")
 #: GPU clock cycles per second the sleep is sized with (above an H200's 1.98 GHz boost, so the
 #: sleep never ends early), and its margin over the host's measured time to queue the runs.
 SLEEP_CYCLES_PER_S, SLEEP_MARGIN, SLEEP_MAX_S = 2.5e9, 2.0, 0.05
 _SAID: set[str] = set()  # unknown MEMOPT_KERNEL_TIMING values already warned about
 
 
+def timing_mode() -> str:
+    """How kernels are timed (:data:`TIMING_ENV`, one of :data:`TIMING_MODES`; unset is
+    ``issued``, another value is said once and timed as ``issued``)."""
+    v = os.environ.get(TIMING_ENV, "").strip().lower() or "issued"
+    if v not in TIMING_MODES:
+        if v not in _SAID:
+            _SAID.add(v)
+            log.warning(
+                "memopt: %s=%r is not one of %s: kernels are timed issued",
+                TIMING_ENV,
+                v,
+                ", ".join(TIMING_MODES),
+            )
+        return "issued"
+    return v
+
+
 def queued_timing() -> bool:
-    """Whether kernels are timed queued behind a GPU sleep (:data:`TIMING_ENV`: ``queued``, or
-    ``issued``/unset for the default; another value is said once and timed as the default)."""
-    v = os.environ.get(TIMING_ENV, "").strip().lower()
-    if v not in ("", "issued", "queued") and v not in _SAID:
-        _SAID.add(v)
-        log.warning(
-            "memopt: %s=%r is not 'queued' or 'issued': kernels are timed issued", TIMING_ENV, v
-        )
-    return v == "queued"
+    """Whether kernels are timed queued behind a GPU sleep (``queued`` and ``compiled``)."""
+    return timing_mode() != "issued"
 
 
 Value = Callable[[sympy.Expr], int | None]
@@ -246,19 +260,19 @@ def time_kernel(node: torch.fx.Node, device: torch.device, value: Value) -> floa
     try:
         with compat.real_tensors(), torch.no_grad():
             args, kwargs = real_args(node, device, value)
-            fn = node.target
+            run = _runner(node, args, kwargs)
             for _ in range(2):
-                fn(*args, **kwargs)  # type: ignore[operator]
+                run()
             if not is_cuda:
                 samples = []
                 for _ in range(REPEATS):
                     t0 = time.perf_counter()
-                    fn(*args, **kwargs)  # type: ignore[operator]
+                    run()
                     samples.append(time.perf_counter() - t0)
                 best = min(samples)
             else:
                 t0 = time.perf_counter()
-                fn(*args, **kwargs)  # type: ignore[operator]
+                run()
                 issue_s = time.perf_counter() - t0  # the host's dispatch of one run
                 torch.cuda.synchronize(device)
                 if queued_timing():
@@ -270,7 +284,7 @@ def time_kernel(node: torch.fx.Node, device: torch.device, value: Value) -> floa
                 ]
                 for start, end in ev:
                     start.record()
-                    fn(*args, **kwargs)  # type: ignore[operator]
+                    run()
                     end.record()
                 torch.cuda.synchronize(device)
                 best = min(s.elapsed_time(e) for s, e in ev) / 1e3
@@ -283,12 +297,27 @@ def time_kernel(node: torch.fx.Node, device: torch.device, value: Value) -> floa
     return best if lo <= best <= hi else None
 
 
+def _runner(node: torch.fx.Node, args: tuple, kwargs: dict) -> Callable[[], object]:
+    """One run of ``node``'s kernel: aten's eager op, or (``compiled`` timing, a reduction)
+    the kernel Inductor compiles for it alone. A reduction Inductor cannot compile alone is
+    timed eagerly, as by default."""
+    fn = node.target
+    if timing_mode() == "compiled" and facts.is_reduction(node):
+        from memopt._torch_compat.kernels import inductor_op
+
+        try:
+            return inductor_op(fn, args, kwargs)
+        except Exception as e:  # noqa: BLE001 - the eager kernel still prices it
+            log.debug("memopt kernel times: %s not compiled alone (%s)", fn, e)
+    return lambda: fn(*args, **kwargs)  # type: ignore[operator]
+
+
 # --------------------------------------------------------------------------- the cache
 
 
 def cache_path(device: torch.device, where: str) -> str:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    mode = "-queued" if queued_timing() else ""
+    mode = "" if timing_mode() == "issued" else f"-{timing_mode()}"
     slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-torch{torch.__version__}{mode}").strip("-")
     return os.path.join(where, f"kernels-{slug}.json")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,18 @@ def inductor_op(target: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
 
     node_args = tuple(lift(a) for a in args)
     node_kwargs = {k: lift(v) for k, v in kwargs.items()}
-    g.output((g.call_function(target, node_args, node_kwargs),))
+    node = g.call_function(target, node_args, node_kwargs)
+    # an op of several results (var_mean, a convolution's backward) gives its tensors one by
+    # one: Inductor's output spec takes a flat tuple (torch 2.11 asserts on a nested one)
+    result = target(*args, **kwargs)
+    if isinstance(result, list | tuple):
+        outs = [
+            g.call_function(operator.getitem, (node, i))
+            for i, r in enumerate(result)
+            if isinstance(r, torch.Tensor)
+        ]
+    else:
+        outs = [node]
+    g.output(tuple(outs))
     fn = inductor_compile(torch.fx.GraphModule({}, g), tensors)
     return lambda: fn(*tensors)
