@@ -60,8 +60,9 @@ log = logging.getLogger("memopt")
 #: Op classes (:func:`memopt.facts.op_class`) whose kernels are timed, besides reductions.
 TIMED = frozenset({"matmul", "attention", "convolution"})
 #: Version of the cache file and of the timing code; a change re-measures. 2: an input of
-#: stride 0 (expanded) is made runnable (version 1 wrote its kernels as not runnable alone).
-VERSION = 2
+#: stride 0 (expanded) is made runnable (version 1 wrote its kernels as not runnable alone);
+#: 3: the timed runs are queued behind a GPU sleep (:data:`TIMING_ENV`).
+VERSION = 3
 #: Timed runs per kernel after two warm-up runs; the fastest counts (another process's
 #: kernels on the same GPU only ever add time).
 REPEATS = 10
@@ -69,42 +70,33 @@ REPEATS = 10
 LEADER_WAIT_S = 120.0
 #: A time outside this range is a failed measurement, not a kernel: seconds.
 PLAUSIBLE_S = (1e-7, 30.0)
-#: ``MEMOPT_KERNEL_TIMING`` (experiments, thirty-eighth and thirty-ninth sessions): ``queued``
-#: times a kernel's runs queued behind a GPU sleep, so each event pair spans the kernel alone
-#: (issued one by one, the default, a kernel shorter than the host's dispatch of it is timed at
-#: that dispatch). ``compiled`` does the same and times each reduction as Inductor compiles it
-#: alone (:func:`memopt._torch_compat.kernels.inductor_op`), not aten's eager kernel: on an
-#: H200 ConvNeXt's reductions were priced at 15.0 ms a step from aten's kernels against 2.85 ms
-#: of Inductor's reduction kernels profiled (docs/zoo.md, thirty-ninth session). Each mode has
-#: its own cache file.
+#: How a kernel's timed runs are issued (thirty-ninth session): queued behind a GPU sleep by
+#: default, so each event pair spans the kernel alone. Issued one by one
+#: (``MEMOPT_KERNEL_TIMING=issued``, the default until then), a kernel shorter than the host's
+#: eager dispatch of it is timed at that dispatch: on an H200 that priced ConvNeXt's 111
+#: matmuls at 8.50 ms a step against 3.73 ms of matmul kernels profiled, its reductions at
+#: 15.02 ms against 2.91 ms and its whole step at 34.5 ms against 16.5 ms; queued, the same
+#: code priced them at 3.75, 5.83 and 17.9 ms (docs/zoo.md, thirty-ninth session). Each way
+#: has its own cache file.
 TIMING_ENV = "MEMOPT_KERNEL_TIMING"
-TIMING_MODES = ("issued", "queued", "compiled")
+TIMING_MODES = ("queued", "issued")
 #: GPU clock cycles per second the sleep is sized with (above an H200's 1.98 GHz boost, so the
 #: sleep never ends early), and its margin over the host's measured time to queue the runs.
 SLEEP_CYCLES_PER_S, SLEEP_MARGIN, SLEEP_MAX_S = 2.5e9, 2.0, 0.05
 _SAID: set[str] = set()  # unknown MEMOPT_KERNEL_TIMING values already warned about
 
 
-def timing_mode() -> str:
-    """How kernels are timed (:data:`TIMING_ENV`, one of :data:`TIMING_MODES`; unset is
-    ``issued``, another value is said once and timed as ``issued``)."""
-    v = os.environ.get(TIMING_ENV, "").strip().lower() or "issued"
-    if v not in TIMING_MODES:
-        if v not in _SAID:
-            _SAID.add(v)
-            log.warning(
-                "memopt: %s=%r is not one of %s: kernels are timed issued",
-                TIMING_ENV,
-                v,
-                ", ".join(TIMING_MODES),
-            )
-        return "issued"
-    return v
-
-
 def queued_timing() -> bool:
-    """Whether kernels are timed queued behind a GPU sleep (``queued`` and ``compiled``)."""
-    return timing_mode() != "issued"
+    """Whether kernels are timed queued behind a GPU sleep (:data:`TIMING_ENV` unset or
+    ``queued``; ``issued`` times them issued one by one; another value is said once and timed
+    queued)."""
+    v = os.environ.get(TIMING_ENV, "").strip().lower() or "queued"
+    if v not in TIMING_MODES and v not in _SAID:
+        _SAID.add(v)
+        log.warning(
+            "memopt: %s=%r is not 'queued' or 'issued': kernels are timed queued", TIMING_ENV, v
+        )
+    return v != "issued"
 
 
 Value = Callable[[sympy.Expr], int | None]
@@ -260,19 +252,19 @@ def time_kernel(node: torch.fx.Node, device: torch.device, value: Value) -> floa
     try:
         with compat.real_tensors(), torch.no_grad():
             args, kwargs = real_args(node, device, value)
-            run = _runner(node, args, kwargs)
+            fn = node.target
             for _ in range(2):
-                run()
+                fn(*args, **kwargs)  # type: ignore[operator]
             if not is_cuda:
                 samples = []
                 for _ in range(REPEATS):
                     t0 = time.perf_counter()
-                    run()
+                    fn(*args, **kwargs)  # type: ignore[operator]
                     samples.append(time.perf_counter() - t0)
                 best = min(samples)
             else:
                 t0 = time.perf_counter()
-                run()
+                fn(*args, **kwargs)  # type: ignore[operator]
                 issue_s = time.perf_counter() - t0  # the host's dispatch of one run
                 torch.cuda.synchronize(device)
                 if queued_timing():
@@ -284,7 +276,7 @@ def time_kernel(node: torch.fx.Node, device: torch.device, value: Value) -> floa
                 ]
                 for start, end in ev:
                     start.record()
-                    run()
+                    fn(*args, **kwargs)  # type: ignore[operator]
                     end.record()
                 torch.cuda.synchronize(device)
                 best = min(s.elapsed_time(e) for s, e in ev) / 1e3
@@ -297,27 +289,12 @@ def time_kernel(node: torch.fx.Node, device: torch.device, value: Value) -> floa
     return best if lo <= best <= hi else None
 
 
-def _runner(node: torch.fx.Node, args: tuple, kwargs: dict) -> Callable[[], object]:
-    """One run of ``node``'s kernel: aten's eager op, or (``compiled`` timing, a reduction)
-    the kernel Inductor compiles for it alone. A reduction Inductor cannot compile alone is
-    timed eagerly, as by default."""
-    fn = node.target
-    if timing_mode() == "compiled" and facts.is_reduction(node):
-        from memopt._torch_compat.kernels import inductor_op
-
-        try:
-            return inductor_op(fn, args, kwargs)
-        except Exception as e:  # noqa: BLE001 - the eager kernel still prices it
-            log.debug("memopt kernel times: %s not compiled alone (%s)", fn, e)
-    return lambda: fn(*args, **kwargs)  # type: ignore[operator]
-
-
 # --------------------------------------------------------------------------- the cache
 
 
 def cache_path(device: torch.device, where: str) -> str:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    mode = "" if timing_mode() == "issued" else f"-{timing_mode()}"
+    mode = "" if queued_timing() else "-issued"
     slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-torch{torch.__version__}{mode}").strip("-")
     return os.path.join(where, f"kernels-{slug}.json")
 

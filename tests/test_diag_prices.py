@@ -35,21 +35,3 @@ def test_graph_nodes_by_target():
         g.call_function(aten.mul.Tensor, (x, w)): "pointwise",
     }
     assert {n.name: node_kind(n) for n in nodes} == {n.name: k for n, k in nodes.items()}
-
-
-def test_an_op_alone_compiles_from_its_graph_nodes_arguments():
-    """benchmarks/diag_kernel_timing.py compiles one graph node alone with Inductor, FX's
-    immutable lists in its arguments (an amax's dims) included."""
-    from benchmarks.diag_kernel_timing import time_compiled
-    from memopt import meta_keys as mk
-
-    g = torch.fx.Graph()
-    x = g.placeholder("x")
-    x.meta[mk.TORCH_VAL] = torch.empty(64, 96)
-    amax = g.call_function(torch.ops.aten.amax.default, (x, [1], True))
-    amax.meta[mk.TORCH_VAL] = torch.empty(64, 1)
-    g.output(amax)
-    torch.fx.GraphModule({}, g)  # makes the node arguments FX's immutable lists
-    assert type(amax.args[1]).__name__ == "immutable_list"
-    seconds = time_compiled(amax, torch.device("cpu"), lambda e: int(e))
-    assert seconds is not None and 0 < seconds < 1.0

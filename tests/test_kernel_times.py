@@ -402,70 +402,24 @@ def test_a_planning_problem_prices_reductions_by_their_measured_time(monkeypatch
     }
 
 
-def test_queued_timing_is_an_experiment_with_its_own_cache_file(monkeypatch, tmp_path):
-    """``MEMOPT_KERNEL_TIMING=queued`` is read at each use, and its times never mix with the
-    default's: they are cached in a file of their own."""
+def test_timing_is_queued_by_default_and_issued_has_its_own_cache_file(monkeypatch, tmp_path):
+    """Kernels are timed queued unless ``MEMOPT_KERNEL_TIMING=issued`` (read at each use), and
+    issued times never mix with queued ones: they are cached in a file of their own."""
     monkeypatch.delenv(kt.TIMING_ENV, raising=False)
-    plain = kt.cache_path(CPU, str(tmp_path))
-    assert not kt.queued_timing() and "queued" not in os.path.basename(plain)
-    monkeypatch.setenv(kt.TIMING_ENV, " Queued ")
-    assert kt.queued_timing()
-    assert kt.cache_path(CPU, str(tmp_path)) == plain.replace(".json", "-queued.json")
+    queued = kt.cache_path(CPU, str(tmp_path))
+    assert kt.queued_timing() and "issued" not in os.path.basename(queued)
+    monkeypatch.setenv(kt.TIMING_ENV, " Issued ")
+    assert not kt.queued_timing()
+    assert kt.cache_path(CPU, str(tmp_path)) == queued.replace(".json", "-issued.json")
+    monkeypatch.setenv(kt.TIMING_ENV, "queued")
+    assert kt.queued_timing() and kt.cache_path(CPU, str(tmp_path)) == queued
 
 
-def test_an_unknown_kernel_timing_is_said_once_and_timed_as_the_default(monkeypatch, caplog):
-    monkeypatch.setenv(kt.TIMING_ENV, "queue")
+def test_an_unknown_kernel_timing_is_said_once_and_timed_queued(monkeypatch, caplog):
+    monkeypatch.setenv(kt.TIMING_ENV, "issue")
     with caplog.at_level(logging.WARNING, logger="memopt"):
-        assert not kt.queued_timing() and not kt.queued_timing()
+        assert kt.queued_timing() and kt.queued_timing()
     said = [r.getMessage() for r in caplog.records if kt.TIMING_ENV in r.getMessage()]
     assert said == [
-        f"memopt: {kt.TIMING_ENV}='queue' is not one of issued, queued, compiled: kernels are "
-        "timed issued"
+        f"memopt: {kt.TIMING_ENV}='issue' is not 'queued' or 'issued': kernels are timed queued"
     ]
-
-
-def test_compiled_timing_has_its_own_cache_file_and_queues_the_runs(monkeypatch, tmp_path):
-    monkeypatch.delenv(kt.TIMING_ENV, raising=False)
-    plain = kt.cache_path(CPU, str(tmp_path))
-    monkeypatch.setenv(kt.TIMING_ENV, "compiled")
-    assert kt.timing_mode() == "compiled" and kt.queued_timing()
-    assert kt.cache_path(CPU, str(tmp_path)) == plain.replace(".json", "-compiled.json")
-
-
-def _one_op(fn, *shapes):
-    """The one op ``fn`` traces to, its node with fake values (``shapes``: one per input)."""
-    g = make_fx(fn, tracing_mode="fake")(*(torch.randn(*s) for s in shapes))
-    return next(n for n in g.graph.nodes if n.op == "call_function")
-
-
-def test_compiled_timing_runs_inductors_kernel_for_a_reduction_only(monkeypatch):
-    """With ``MEMOPT_KERNEL_TIMING=compiled`` a reduction (a LayerNorm's var_mean over rows of
-    96, as ConvNeXt's) is timed as Inductor compiles it alone; a matmul stays aten's kernel."""
-    from memopt._torch_compat import kernels
-
-    compiled = []
-    real = kernels.inductor_op
-
-    def spy(target, args, kwargs):
-        compiled.append(str(target))
-        return real(target, args, kwargs)
-
-    monkeypatch.setattr(kernels, "inductor_op", spy)
-    monkeypatch.setenv(kt.TIMING_ENV, "compiled")
-    var_mean = _one_op(lambda x: torch.var_mean(x, [1], correction=0, keepdim=True), (512, 96))
-    mm = _one_op(torch.mm, (64, 96), (96, 32))
-    assert kt.time_kernel(var_mean, CPU, int) > 0
-    assert kt.time_kernel(mm, CPU, int) > 0
-    assert compiled == ["aten.var_mean.correction"]
-
-
-def test_a_reduction_inductor_cannot_compile_alone_is_timed_eagerly(monkeypatch):
-    from memopt._torch_compat import kernels
-
-    def fails(target, args, kwargs):
-        raise RuntimeError("no kernel")
-
-    monkeypatch.setattr(kernels, "inductor_op", fails)
-    monkeypatch.setenv(kt.TIMING_ENV, "compiled")
-    node = _one_op(lambda x: x.sum(1), (512, 96))
-    assert kt.time_kernel(node, CPU, int) > 0
