@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -83,6 +84,12 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
+    # the planner must run: a warm compile cache would skip the partitioner, and memopt's
+    # cache its kernel times, so both go to fresh folders
+    import tempfile
+
+    for env in ("MEMOPT_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        os.environ[env] = tempfile.mkdtemp(prefix="diag_prices_")
 
     import torch
 
@@ -90,7 +97,7 @@ def main(argv=None) -> None:
     import memopt.passes.build_planning_problem as bpp
     from benchmarks.zoo import build
     from benchmarks.zoo_models import BY_NAME, step_loss
-    from memopt import api
+    from memopt import api, kernel_times
     from memopt.planner.costs import op_s, roofline_s
 
     traced: dict = {}
@@ -146,6 +153,7 @@ def main(argv=None) -> None:
         "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
         "torch": torch.__version__,
         "budget": a.budget,
+        "kernel_timing": "queued" if kernel_times.queued_timing() else "issued",
         "regions": len(state.regions),
         "nodes_priced": len(traced["ops"]),
         "baseline_step_s": planner.get("baseline_step_s"),
@@ -153,6 +161,8 @@ def main(argv=None) -> None:
         "roofline_s": {k: roof.get(k, 0.0) for k in KINDS},
         "nodes_timed": {k: timed.get(k, 0) for k in KINDS},
         "measured_s": {k: measured.get(k, 0.0) for k in KINDS},
+        # the plan's peak (the two timings can make different plans at one budget)
+        "peak_bytes": torch.cuda.max_memory_allocated() if a.device == "cuda" else None,
     }
     rows = [f"{'kind':<10} {'priced ms':>10} {'roofline ms':>12} {'timed':>6} {'measured ms':>12}"]
     for k in KINDS:

@@ -554,7 +554,9 @@ PRODUCERS: tuple[Producer, ...] = (
         f"{PY}diag_prices.py --model MODEL --budget B --json {{file}}",
         "gpu",
         "docs/zoo.md, thirty-eighth session: prices_convnext_s38.json is the script's first "
-        "version (nodes priced again after the compile)",
+        "version (nodes priced again after the compile); thirty-ninth session: the _s39 files "
+        "timed kernels issued one by one (then the default), prices_convnext_queued_s39.json "
+        "with MEMOPT_KERNEL_TIMING=queued (its kernel_timing key added from that command)",
     ),
     Producer(
         "guard_tight_*.json",

@@ -80,6 +80,7 @@ VALUES: dict[str, Callable[..., str]] = {
     "floor_share": history.floor_share,
     "lbatch_meta": history.lbatch_meta,
     "json": history.json_value,
+    "prices": history.prices,
 }
 
 

@@ -521,3 +521,11 @@ def json_value(name: str, path: str, decimals: str = "3") -> str:
     for k in path.split("."):
         v = v[int(k)] if isinstance(v, list) else v[k]
     return f"{v:.{int(decimals)}f}"
+
+
+def prices(name: str, what: str) -> str:
+    """``prices_{name}.json`` (benchmarks/diag_prices.py): the step's ``step_priced`` or
+    ``step_measured`` (profiled) ms, 2 decimals, the sum over kinds."""
+    d = load(f"prices_{name}.json")
+    field = {"step_priced": "priced_s", "step_measured": "measured_s"}[what]
+    return f"{sum(d[field].values()) * 1e3:.2f}"

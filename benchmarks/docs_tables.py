@@ -197,6 +197,21 @@ def baseline_prices(*docs: dict) -> str:
     return table(["model", "measured kernel ms", "priced ms", "priced / measured"], rows)
 
 
+def prices_by_kind(*docs: dict) -> str:
+    """benchmarks/diag_prices.py per file: the planner's price of the step by kind of node
+    against the kernels profiled, ms a step, with how the kernels were timed."""
+    rows = []
+    for d in docs:
+        timing = d.get("kernel_timing", "issued")  # files before the thirty-ninth session's
+        for kind in ("matmul", "conv", "attention", "reduction", "pointwise"):
+            priced, measured = d["priced_s"][kind] * 1e3, d["measured_s"][kind] * 1e3
+            if priced or measured:
+                rows.append([d["model"], timing, kind, f"{priced:.2f}", f"{measured:.2f}"])
+        priced, measured = sum(d["priced_s"].values()) * 1e3, sum(d["measured_s"].values()) * 1e3
+        rows.append([d["model"], timing, "**step**", f"{priced:.2f}", f"{measured:.2f}"])
+    return table(["model", "kernels timed", "kind", "priced ms", "profiled ms"], rows)
+
+
 zoo_gpu_s38fg = _zoo_gpu_of("_s38fg", "The thirty-eighth session's Mistral, fusion_guard A/B.")
 zoo_gpu_s38fg2 = _zoo_gpu_of("_s38fg2", "... and its second call, after the fixes (H200).")
 
@@ -372,6 +387,10 @@ SECTIONS: dict[str, Section] = {
             )
         ),
         baseline_prices,
+    ),
+    "prices_s39": Section(
+        ("prices_convnext_s39.json", "prices_convnext_queued_s39.json", "prices_swin_s39.json"),
+        prices_by_kind,
     ),
     "zoo_gpu_s38_ab": Section(("zoo_gpu_mistral_s38fg.json", "zoo_gpu_mistral_s38fg2.json"), _ab),
     "zoo_gpu_s36c": Section(
