@@ -74,29 +74,41 @@ PLAUSIBLE_S = (1e-7, 30.0)
 #: default, so each event pair spans the kernel alone. Issued one by one
 #: (``MEMOPT_KERNEL_TIMING=issued``, the default until then), a kernel shorter than the host's
 #: eager dispatch of it is timed at that dispatch: on an H200 that priced ConvNeXt's 111
-#: matmuls at 8.50 ms a step against 3.73 ms of matmul kernels profiled, its reductions at
-#: 15.02 ms against 2.91 ms and its whole step at 34.5 ms against 16.5 ms; queued, the same
-#: code priced them at 3.75, 5.83 and 17.9 ms (docs/zoo.md, thirty-ninth session). Each way
-#: has its own cache file.
+#: matmuls at 8.50 ms a step against 3.69 ms of matmul kernels profiled, its reductions at
+#: 15.02 ms against 2.85 ms and its whole step at 34.5 ms against 16.5 ms; queued, the same
+#: code priced them at 3.75, 5.83 and 17.9 ms (docs/zoo.md, thirty-ninth session).
+#: ``compiled`` (an experiment, not yet measured on the GPU) queues them too and times each
+#: reduction as Inductor compiles it alone (:func:`memopt._torch_compat.kernels.inductor_op`),
+#: not aten's eager kernel: queued, ConvNeXt's reductions were still priced at 2.0× the
+#: profiled reduction kernels. Each way has its own cache file.
 TIMING_ENV = "MEMOPT_KERNEL_TIMING"
-TIMING_MODES = ("queued", "issued")
+TIMING_MODES = ("queued", "issued", "compiled")
 #: GPU clock cycles per second the sleep is sized with (above an H200's 1.98 GHz boost, so the
 #: sleep never ends early), and its margin over the host's measured time to queue the runs.
 SLEEP_CYCLES_PER_S, SLEEP_MARGIN, SLEEP_MAX_S = 2.5e9, 2.0, 0.05
 _SAID: set[str] = set()  # unknown MEMOPT_KERNEL_TIMING values already warned about
 
 
-def queued_timing() -> bool:
-    """Whether kernels are timed queued behind a GPU sleep (:data:`TIMING_ENV` unset or
-    ``queued``; ``issued`` times them issued one by one; another value is said once and timed
-    queued)."""
+def timing_mode() -> str:
+    """How kernels are timed (:data:`TIMING_ENV`, one of :data:`TIMING_MODES`; unset is
+    ``queued``, another value is said once and timed queued)."""
     v = os.environ.get(TIMING_ENV, "").strip().lower() or "queued"
-    if v not in TIMING_MODES and v not in _SAID:
-        _SAID.add(v)
-        log.warning(
-            "memopt: %s=%r is not 'queued' or 'issued': kernels are timed queued", TIMING_ENV, v
-        )
-    return v != "issued"
+    if v not in TIMING_MODES:
+        if v not in _SAID:
+            _SAID.add(v)
+            log.warning(
+                "memopt: %s=%r is not one of %s: kernels are timed queued",
+                TIMING_ENV,
+                v,
+                ", ".join(TIMING_MODES),
+            )
+        return "queued"
+    return v
+
+
+def queued_timing() -> bool:
+    """Whether kernels are timed queued behind a GPU sleep (all but ``issued``)."""
+    return timing_mode() != "issued"
 
 
 Value = Callable[[sympy.Expr], int | None]
@@ -252,19 +264,19 @@ def time_kernel(node: torch.fx.Node, device: torch.device, value: Value) -> floa
     try:
         with compat.real_tensors(), torch.no_grad():
             args, kwargs = real_args(node, device, value)
-            fn = node.target
+            run = _runner(node, args, kwargs)
             for _ in range(2):
-                fn(*args, **kwargs)  # type: ignore[operator]
+                run()
             if not is_cuda:
                 samples = []
                 for _ in range(REPEATS):
                     t0 = time.perf_counter()
-                    fn(*args, **kwargs)  # type: ignore[operator]
+                    run()
                     samples.append(time.perf_counter() - t0)
                 best = min(samples)
             else:
                 t0 = time.perf_counter()
-                fn(*args, **kwargs)  # type: ignore[operator]
+                run()
                 issue_s = time.perf_counter() - t0  # the host's dispatch of one run
                 torch.cuda.synchronize(device)
                 if queued_timing():
@@ -276,7 +288,7 @@ def time_kernel(node: torch.fx.Node, device: torch.device, value: Value) -> floa
                 ]
                 for start, end in ev:
                     start.record()
-                    fn(*args, **kwargs)  # type: ignore[operator]
+                    run()
                     end.record()
                 torch.cuda.synchronize(device)
                 best = min(s.elapsed_time(e) for s, e in ev) / 1e3
@@ -289,12 +301,27 @@ def time_kernel(node: torch.fx.Node, device: torch.device, value: Value) -> floa
     return best if lo <= best <= hi else None
 
 
+def _runner(node: torch.fx.Node, args: tuple, kwargs: dict) -> Callable[[], object]:
+    """One run of ``node``'s kernel: aten's eager op, or (``compiled`` timing, a reduction)
+    the kernel Inductor compiles for it alone. A reduction Inductor cannot compile alone is
+    timed as aten's kernel."""
+    fn = node.target
+    if timing_mode() == "compiled" and facts.is_reduction(node):
+        from memopt._torch_compat.kernels import inductor_op
+
+        try:
+            return inductor_op(fn, args, kwargs)
+        except Exception as e:  # noqa: BLE001 - aten's kernel still prices it
+            log.debug("memopt kernel times: %s not compiled alone (%s)", fn, e)
+    return lambda: fn(*args, **kwargs)  # type: ignore[operator]
+
+
 # --------------------------------------------------------------------------- the cache
 
 
 def cache_path(device: torch.device, where: str) -> str:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    mode = "" if queued_timing() else "-issued"
+    mode = "" if timing_mode() == "queued" else f"-{timing_mode()}"
     slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-torch{torch.__version__}{mode}").strip("-")
     return os.path.join(where, f"kernels-{slug}.json")
 

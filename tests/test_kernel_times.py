@@ -400,26 +400,3 @@ def test_a_planning_problem_prices_reductions_by_their_measured_time(monkeypatch
         "rsqrt": [1e-3, None, None, None],
         "add_1": [None, None, None, None],
     }
-
-
-def test_timing_is_queued_by_default_and_issued_has_its_own_cache_file(monkeypatch, tmp_path):
-    """Kernels are timed queued unless ``MEMOPT_KERNEL_TIMING=issued`` (read at each use), and
-    issued times never mix with queued ones: they are cached in a file of their own."""
-    monkeypatch.delenv(kt.TIMING_ENV, raising=False)
-    queued = kt.cache_path(CPU, str(tmp_path))
-    assert kt.queued_timing() and "issued" not in os.path.basename(queued)
-    monkeypatch.setenv(kt.TIMING_ENV, " Issued ")
-    assert not kt.queued_timing()
-    assert kt.cache_path(CPU, str(tmp_path)) == queued.replace(".json", "-issued.json")
-    monkeypatch.setenv(kt.TIMING_ENV, "queued")
-    assert kt.queued_timing() and kt.cache_path(CPU, str(tmp_path)) == queued
-
-
-def test_an_unknown_kernel_timing_is_said_once_and_timed_queued(monkeypatch, caplog):
-    monkeypatch.setenv(kt.TIMING_ENV, "issue")
-    with caplog.at_level(logging.WARNING, logger="memopt"):
-        assert kt.queued_timing() and kt.queued_timing()
-    said = [r.getMessage() for r in caplog.records if kt.TIMING_ENV in r.getMessage()]
-    assert said == [
-        f"memopt: {kt.TIMING_ENV}='issue' is not 'queued' or 'issued': kernels are timed queued"
-    ]
