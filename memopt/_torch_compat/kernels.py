@@ -6,7 +6,7 @@ its thread (``TracingContext`` and the dispatch-mode stack are thread-local). Co
 calling thread, the op's inputs became symbols of the model's shape env, and the model's
 compile then failed building its guards (``IndexError`` in ``produce_guards_verbose``: a
 symbol with no source), seen on an H200 with torch 2.11 and reproduced on the CPU with 2.13
-(``tests/test_kernel_times.py``)."""
+(``tests/test_kernel_timing_modes.py``)."""
 
 from __future__ import annotations
 
