@@ -127,3 +127,16 @@ def _fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The aside process's slowest tests (its own ``--durations``): this process sees only
+    their waits."""
+    done = early.aside_done()
+    if done is None:
+        return
+    out = done.stdout
+    at = out.find("slowest")
+    if at >= 0:
+        terminalreporter.write_sep("=", "the aside process (tests/early.py)")
+        terminalreporter.write(out[out.rfind("\n", 0, at) + 1 :].split("\n=")[0] + "\n")

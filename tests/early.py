@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ class Done:
     stdout: str
     stderr: str
     tmp: Path
+    started: float = 0.0  # time.time() when the command started
 
 
 class _Job:
@@ -67,6 +69,7 @@ class _Job:
             argv, extra = self.make(self.tmp)
             env = {**self.environ, **extra}
             with open(out, "w") as o, open(err, "w") as e:
+                started = time.time()
                 self.proc = subprocess.Popen(
                     argv, cwd=ROOT, env=env, stdout=o, stderr=e, text=True, start_new_session=True
                 )
@@ -76,7 +79,7 @@ class _Job:
                     _kill(self.proc)
                     code = self.proc.wait()
                     e.write(f"\n[tests/early.py: killed after the {self.timeout:.0f} s timeout]\n")
-            self.done = Done(code, out.read_text(), err.read_text(), self.tmp)
+            self.done = Done(code, out.read_text(), err.read_text(), self.tmp, started)
         except Exception as exc:  # the command could not start: the test fails with the reason
             self.done = Done(-1, "", f"tests/early.py: {type(exc).__name__}: {exc}", self.tmp)
         finally:
@@ -154,7 +157,11 @@ def _stop() -> None:
 
 #: Set in the second pytest process: the file it appends its test reports to (JSON lines).
 ASIDE_REPORTS = "MEMOPT_TESTS_ASIDE_REPORTS"
-_ASIDE_KEY, _ASIDE_TIMEOUT = "aside", 2400.0
+#: The aside process's limit: its tests took 1,368 s alone on one core of a 2-core machine
+#: like CI's (fortieth session), and a slow or loaded runner took over 2,400 s beside the
+#: main process (the thirty-ninth session's landing run, killed). A test that runs longer
+#: than :data:`_ASIDE_STACKS_S` has every thread's stack written to the process's stderr.
+_ASIDE_KEY, _ASIDE_TIMEOUT, _ASIDE_STACKS_S = "aside", 3600.0, 900
 
 
 def in_aside_process() -> bool:
@@ -163,8 +170,9 @@ def in_aside_process() -> bool:
 
 def _aside_job(nodeids: Sequence[str]) -> Make:
     def make(tmp: Path) -> tuple[list[str], dict[str, str]]:
-        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *nodeids]
-        return argv, {ASIDE_REPORTS: str(tmp / "reports.jsonl")}
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=25"]
+        argv += ["-o", f"faulthandler_timeout={_ASIDE_STACKS_S}", *nodeids]
+        return argv, {ASIDE_REPORTS: str(tmp / "reports.jsonl"), "PYTHONUNBUFFERED": "1"}
 
     return make
 
@@ -189,9 +197,16 @@ def _aside_outcome(item, make: Make) -> None:
     lines = path.read_text().splitlines() if path.exists() else []
     reports = [r for r in map(json.loads, lines) if r["nodeid"] == item.nodeid]
     if not reports:
+        last = json.loads(lines[-1]) if lines else None
+        where = (
+            f"; its last report: {last['nodeid']} {last['when']} {last['outcome']}, "
+            f"{last['t'] - done.started:.0f} s after it started"
+            if last and "t" in last
+            else ""
+        )
         pytest.fail(
             f"the aside pytest process (exit status {done.returncode}) reported nothing for "
-            f"{item.nodeid}:\n{(done.stdout + done.stderr)[-4000:]}",
+            f"{item.nodeid}{where}:\n{(done.stdout + done.stderr)[-4000:]}",
             pytrace=False,
         )
     for r in reports:
@@ -200,6 +215,12 @@ def _aside_outcome(item, make: Make) -> None:
     for r in reports:
         if r["outcome"] == "skipped":
             pytest.skip(r["text"])
+
+
+def aside_done() -> Done | None:
+    """The aside process, if it ran in this session and has finished."""
+    job = _JOBS.get(_ASIDE_KEY)
+    return job.done if job is not None and job.finished.is_set() else None
 
 
 def write_aside_report(report) -> None:
@@ -212,5 +233,6 @@ def write_aside_report(report) -> None:
             if "log" not in name:  # its stdout and stderr (torch's debug log is long)
                 text += f"\n----- {name} -----\n{content[-4000:]}"
     row = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome, "text": text}
+    row.update(duration=report.duration, t=time.time())
     with open(os.environ[ASIDE_REPORTS], "a") as f:
         f.write(json.dumps(row) + "\n")
