@@ -6,6 +6,7 @@ memory model holds Inductor's channels-last copies of conv inputs."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -81,34 +82,12 @@ def test_tensors_under_min_bytes_warn_with_the_setting_to_change(caplog):
     assert said[0].endswith("A smaller offload_min_bytes lets smaller tensors move.")
 
 
-def test_the_budget_planner_does_not_offer_conv_layers_for_offload(monkeypatch):
+@pytest.fixture(scope="module")
+def budget_problem():
+    """One budget=0.5 compile of the ConvNet with offload_min_bytes=0 (every tensor big enough
+    to offer), for the two tests on its planning problem: the planner's problem (with the
+    channels-last copies), the same problem built without them, and the copies."""
     import memopt.passes.plan_budget as pb
-
-    seen = {}
-    real = pb.build_planning_problem
-
-    def spy(*args, **kwargs):
-        problem = real(*args, **kwargs)
-        seen["problem"] = problem
-        return problem
-
-    monkeypatch.setattr(pb, "build_planning_problem", spy)
-    torch.manual_seed(0)
-    model = ConvNet()
-    opt = memopt.optimize(model, budget=0.5, offload_min_bytes=0)
-    opt(torch.randn(4, 3, 16, 16)).backward()
-    cands = seen["problem"].candidates
-    assert any(c.layer is not None for c in cands)
-    assert not any(c.offloadable for c in cands)
-
-
-def test_the_planner_counts_inductors_channels_last_copies(monkeypatch):
-    """The budget planner's memory model holds the channels-last copies Inductor saves of conv
-    inputs (the image, every 4-D weight), as the level-0 estimate does: here 8x3x3x3 +
-    4x3x16x16 + 3 x 8x8x3x3 fp32 = 864 + 12,288 + 6,912 = 20,064 bytes more at the peak
-    (ResNet-50 on the H100: the planner under-predicted its peak by 10-15%)."""
-    import memopt.passes.plan_budget as pb
-    from memopt.planner import memory_profile
 
     seen = []
     real = pb.build_planning_problem
@@ -119,12 +98,31 @@ def test_the_planner_counts_inductors_channels_last_copies(monkeypatch):
         seen.append((with_copies, without, kwargs["layout_copies"]))
         return with_copies
 
-    monkeypatch.setattr(pb, "build_planning_problem", spy)
-    torch.manual_seed(0)
-    model = ConvNet()
-    opt = memopt.optimize(model, budget=0.5)
-    opt(torch.randn(4, 3, 16, 16)).backward()
-    problem, without, copies = seen[0]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pb, "build_planning_problem", spy)
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = ConvNet()
+        opt = memopt.optimize(model, budget=0.5, offload_min_bytes=0)
+        opt(torch.randn(4, 3, 16, 16)).backward()
+    torch._dynamo.reset()
+    return seen[0]
+
+
+def test_the_budget_planner_does_not_offer_conv_layers_for_offload(budget_problem):
+    cands = budget_problem[0].candidates
+    assert any(c.layer is not None for c in cands)
+    assert not any(c.offloadable for c in cands)
+
+
+def test_the_planner_counts_inductors_channels_last_copies(budget_problem):
+    """The budget planner's memory model holds the channels-last copies Inductor saves of conv
+    inputs (the image, every 4-D weight), as the level-0 estimate does: here 8x3x3x3 +
+    4x3x16x16 + 3 x 8x8x3x3 fp32 = 864 + 12,288 + 6,912 = 20,064 bytes more at the peak
+    (ResNet-50 on the H100: the planner under-predicted its peak by 10-15%)."""
+    from memopt.planner import memory_profile
+
+    problem, without, copies = budget_problem
     shapes = sorted(tuple(c.meta["val"].shape) for c in copies)
     assert shapes == [(4, 3, 16, 16), (8, 3, 3, 3), (8, 8, 3, 3), (8, 8, 3, 3), (8, 8, 3, 3)]
     assert memory_profile(problem, {}).peak - memory_profile(without, {}).peak == 20_064
@@ -158,8 +156,6 @@ class StagedNet(ConvNet):
 
 
 def test_nested_layer_containers_count_the_outermost_before_compiling():
-    import pytest
-
     from memopt.errors import ConfigError
 
     with pytest.raises(

@@ -62,9 +62,16 @@ def _train(opt, model, steps=3, measure=True):
     return [p.grad.clone() for p in model.parameters()], nbytes
 
 
+_PLAIN: list = []
+
+
 def _plain():
-    model = _model()
-    return _train(torch.compile(model), model)
+    """torch.compile's gradients and saved bytes on ``_model()`` (3 steps), trained once for
+    the module: every test that compares against them builds the same seeded model."""
+    if not _PLAIN:
+        model = _model()
+        _PLAIN.append(_train(torch.compile(model), model))
+    return _PLAIN[0]
 
 
 def test_fraction_budget_is_a_budget_for_the_step():
