@@ -90,14 +90,16 @@ def test_hf_gradient_checkpointing_sizes_are_known_and_exact():
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     opt = memopt.optimize(model)
     ids = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(0))
-    from memopt.measure import measure_saved_activation_bytes
+    from memopt.measure import measure_saved
 
     exclude = [*model.parameters(), *model.buffers(), ids]  # the region saves inv_freq too
     for _ in range(2):
-        loss, measured = measure_saved_activation_bytes(
-            lambda: opt(input_ids=ids, labels=ids).loss, exclude=exclude
-        )
+        loss, saved = measure_saved(lambda: opt(input_ids=ids, labels=ids).loss, exclude=exclude)
         loss.backward()
     before, after = memopt.report(opt).saved_bytes()
-    assert before == after == measured
+    # once in a CI run (fortieth session, the aside process beside the main one): 66,836 B
+    # reported, 99,604 measured, where alone both are 101,524; not reproduced since, so a miss
+    # says what was saved and what the report holds
+    why = "\n".join(map(str, saved.tensors)) + "\n" + memopt.report(opt).table()
+    assert before == after == saved.total, why
     assert "?" not in memopt.report(opt).table().split("Note 3")[1].splitlines()[0]
