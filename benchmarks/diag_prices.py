@@ -153,7 +153,7 @@ def main(argv=None) -> None:
         "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
         "torch": torch.__version__,
         "budget": a.budget,
-        "kernel_timing": "queued" if kernel_times.queued_timing() else "issued",
+        "kernel_timing": kernel_times.timing_mode(),
         "regions": len(state.regions),
         "nodes_priced": len(traced["ops"]),
         "baseline_step_s": planner.get("baseline_step_s"),
