@@ -87,6 +87,12 @@ TIMING_MODES = ("queued", "issued", "compiled")
 #: sleep never ends early), and its margin over the host's measured time to queue the runs.
 SLEEP_CYCLES_PER_S, SLEEP_MARGIN, SLEEP_MAX_S = 2.5e9, 2.0, 0.05
 _SAID: set[str] = set()  # unknown MEMOPT_KERNEL_TIMING values already warned about
+#: ``compiled`` timing: the seconds of Inductor compiles a process spends on reductions; past
+#: them each further reduction is timed as aten's kernel (said once). Set for a device call
+#: of a few minutes: a script that compiled every signature alone ran out of its 150 s a
+#: model on an H200 (thirty-ninth session); not fitted to any model.
+COMPILED_BUDGET_S = 120.0
+_compiled_s = [0.0]  # spent so far in this process
 
 
 def timing_mode() -> str:
@@ -307,12 +313,21 @@ def _runner(node: torch.fx.Node, args: tuple, kwargs: dict) -> Callable[[], obje
     timed as aten's kernel."""
     fn = node.target
     if timing_mode() == "compiled" and facts.is_reduction(node):
+        if _compiled_s[0] >= COMPILED_BUDGET_S:
+            _note_once(
+                f"the {COMPILED_BUDGET_S:.0f} s for compiling reductions alone are spent; "
+                "further reductions are timed as aten's kernels"
+            )
+            return lambda: fn(*args, **kwargs)  # type: ignore[operator]
         from memopt._torch_compat.kernels import inductor_op
 
+        t0 = time.perf_counter()
         try:
             return inductor_op(fn, args, kwargs)
         except Exception as e:  # noqa: BLE001 - aten's kernel still prices it
             log.debug("memopt kernel times: %s not compiled alone (%s)", fn, e)
+        finally:
+            _compiled_s[0] += time.perf_counter() - t0
     return lambda: fn(*args, **kwargs)  # type: ignore[operator]
 
 

@@ -91,6 +91,26 @@ def test_a_reduction_inductor_cannot_compile_alone_is_timed_as_atens_kernel(monk
     assert kt.time_kernel(_one_op(lambda x: x.sum(1), (512, 96)), CPU, int) > 0
 
 
+def test_compiled_timing_stops_compiling_when_its_seconds_are_spent(monkeypatch, caplog):
+    """Past COMPILED_BUDGET_S of compiles a reduction is timed as aten's kernel, said once."""
+    compiled = _spy_compiles(monkeypatch, compile_for_real=False)
+    monkeypatch.setenv(kt.TIMING_ENV, "compiled")
+    monkeypatch.setattr(kt, "_compiled_s", [0.0])
+    monkeypatch.setattr(kt, "_noted", set())
+    total = _one_op(lambda x: x.sum(1), (512, 96))
+    assert kt.time_kernel(total, CPU, int) > 0 and len(compiled) == 1
+    monkeypatch.setattr(kt, "_compiled_s", [kt.COMPILED_BUDGET_S])
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        for _ in range(2):
+            assert kt.time_kernel(total, CPU, int) > 0
+    assert len(compiled) == 1
+    said = [r.getMessage() for r in caplog.records if "spent" in r.getMessage()]
+    assert said == [
+        "memopt kernel times: the 120 s for compiling reductions alone are spent; further "
+        "reductions are timed as aten's kernels"
+    ]
+
+
 @pytest.mark.slow
 def test_reductions_compiled_alone_inside_the_models_compile_leave_it_intact(monkeypatch, tmp_path):
     """Kernels are timed from the partitioner, inside the model's compile. Compiled there on
