@@ -97,9 +97,12 @@ def test_hf_gradient_checkpointing_sizes_are_known_and_exact():
         loss, saved = measure_saved(lambda: opt(input_ids=ids, labels=ids).loss, exclude=exclude)
         loss.backward()
     before, after = memopt.report(opt).saved_bytes()
-    # once in a CI run (fortieth session, the aside process beside the main one): 66,836 B
-    # reported, 99,604 measured, where alone both are 101,524; not reproduced since, so a miss
-    # says what was saved and what the report holds
     why = "\n".join(map(str, saved.tensors)) + "\n" + memopt.report(opt).table()
-    assert before == after == saved.total, why
+    # memopt predicts what compiled regions save. Twice in a CI run's aside process (fortieth
+    # session) Dynamo broke the graph at the checkpointed layers: they ran eagerly (32,768 B
+    # saved outside any region, 3 regions, no RNG state) and the report held the compiled
+    # 66,836 B exactly; alone, and in a whole aside run here, they compile (101,524 B).
+    assert before == after == saved.compiled, why
+    if saved.eager == 0:  # the layers compiled: their RNG states are in the report
+        assert saved.compiled == 101_524, why
     assert "?" not in memopt.report(opt).table().split("Note 3")[1].splitlines()[0]
