@@ -98,10 +98,11 @@ def test_hf_gradient_checkpointing_sizes_are_known_and_exact():
         loss.backward()
     before, after = memopt.report(opt).saved_bytes()
     why = "\n".join(map(str, saved.tensors)) + "\n" + memopt.report(opt).table()
-    # memopt predicts what compiled regions save. Twice in a CI run's aside process (fortieth
-    # session) Dynamo broke the graph at the checkpointed layers: they ran eagerly (32,768 B
-    # saved outside any region, 3 regions, no RNG state) and the report held the compiled
-    # 66,836 B exactly; alone, and in a whole aside run here, they compile (101,524 B).
+    # memopt predicts what compiled regions save. In the aside process of two clean-clone CI
+    # runs (fortieth session) Dynamo broke the graph at the checkpointed layers: they ran
+    # eagerly (32,768 B saved outside any region, 3 regions, no RNG state) and the report held
+    # the compiled 66,836 B exactly; alone, and in a whole aside run here, they compile
+    # (101,524 B).
     assert before == after == saved.compiled, why
     if saved.eager == 0:  # the layers compiled: their RNG states are in the report
         assert saved.compiled == 101_524, why
