@@ -173,7 +173,7 @@ zoo_gpu_s37 = _zoo_gpu_of("_s37", "The thirty-seventh session's ConvNeXt and Mis
 
 
 def _ab(*docs: dict) -> str:
-    """The thirty-eighth session's Mistral rows beside their ``[auto]`` copies."""
+    """GPU zoo rows beside their ``[auto]`` copies (the fusion guard A/B)."""
     from benchmarks.zoo_gpu_report import ab_rows
 
     return ab_rows(*docs)
@@ -214,6 +214,8 @@ def prices_by_kind(*docs: dict) -> str:
 
 zoo_gpu_s38fg = _zoo_gpu_of("_s38fg", "The thirty-eighth session's Mistral, fusion_guard A/B.")
 zoo_gpu_s38fg2 = _zoo_gpu_of("_s38fg2", "... and its second call, after the fixes (H200).")
+zoo_gpu_s40 = _zoo_gpu_of("_s40", "The forty-first session's Mistral and ConvNeXt, auto guard A/B.")
+zoo_gpu_s40q = _zoo_gpu_of("_s40q", "The forty-first session's ConvNeXt and Swin, queued timing.")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -393,6 +395,18 @@ SECTIONS: dict[str, Section] = {
         prices_by_kind,
     ),
     "zoo_gpu_s38_ab": Section(("zoo_gpu_mistral_s38fg.json", "zoo_gpu_mistral_s38fg2.json"), _ab),
+    "zoo_gpu_s40": Section(("zoo_gpu_mistral_s40.json", "zoo_gpu_convnext_s40.json"), zoo_gpu_s40),
+    "zoo_gpu_s40q": Section(("zoo_gpu_convnext_s40q.json", "zoo_gpu_swin_s40q.json"), zoo_gpu_s40q),
+    "zoo_gpu_s40_ab": Section(("zoo_gpu_mistral_s40.json", "zoo_gpu_convnext_s40.json"), _ab),
+    "prices_s40": Section(
+        (
+            "prices_mistral_s40.json",
+            "prices_swin_s40.json",
+            "prices_convnext_compiled_s40.json",
+            "prices_convnext_queued_s39.json",
+        ),
+        prices_by_kind,
+    ),
     "zoo_gpu_s36c": Section(
         tuple(f"zoo_gpu_{m}_s36_concurrent.json" for m in ("t5", "swin", "qwen2")), zoo_gpu_s36c
     ),

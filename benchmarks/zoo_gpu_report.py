@@ -25,6 +25,13 @@ PEAK_SLACK = 1.005
 HOST_BOUND = 0.8
 
 
+def went_back(m: dict) -> bool:
+    """The step's last plan measured over the budget and the step went back to an earlier plan
+    measured inside it (memopt.step_fit): the row's plan is then the measured one, whatever
+    the last planner said."""
+    return any("went back to an earlier plan" in line for line in m.get("memopt_log") or ())
+
+
 def _gib(n: float | None) -> str:
     return "-" if n is None else f"{n / 2**30:.2f}"
 
@@ -97,7 +104,8 @@ def compare(d: dict[str, Any]) -> dict[str, Any]:
             p["peak_ok"] = m["peak"] <= r["peak"]
             p["ratio"] = mo / to if to and to > 0 else None
             p["time_ok"] = mo <= 0.5 * to if to is not None else None
-            p["honored"] = m["peak"] <= 1.005 * m["target"] if m.get("feasible") else None
+            kept = m.get("feasible") or went_back(m)
+            p["honored"] = m["peak"] <= 1.005 * m["target"] if kept else None
             pred = m.get("predicted_peak")
             p["pred_err"] = pred / m["peak"] - 1 if pred else None
         p["loss_ok"] = loss_ok(m)
@@ -203,7 +211,9 @@ def model_table(d: dict[str, Any]) -> str:
         ratio = "-" if p.get("ratio") is None else f"{p['ratio']:.2f}"
         both = None if p.get("peak_ok") is None else p["peak_ok"] and bool(p.get("time_ok"))
         feas = "feasible" if m.get("feasible") else "**infeasible**"
-        if m.get("feasible"):
+        if went_back(m) and not m.get("feasible"):
+            feas = "last plan over, went back to one measured inside"
+        if m.get("feasible") or went_back(m):
             feas += ", " + ("honored" if p.get("honored") else "**over budget**")
         pred = m.get("predicted_peak")
         pe = "-" if pred is None else f"{_gib(pred)} ({_pct(p.get('pred_err'))})"
@@ -326,7 +336,7 @@ def summary_table(docs: list[dict[str, Any]]) -> str:
             continue
         met = sum(bool(p["peak_ok"] and p["time_ok"]) for p in ps)
         ratios = [f"{p['ratio']:.2f}" if p.get("ratio") is not None else "-" for p in ps]
-        feas = [p for p in ps if p["memopt"].get("feasible")]
+        feas = [p for p in ps if p["memopt"].get("feasible") or went_back(p["memopt"])]
         hon = sum(bool(p["honored"]) for p in feas)
         errs = [p["pred_err"] for p in ps if p.get("pred_err") is not None]
         rng = f"{_pct(min(errs))} .. {_pct(max(errs))}" if errs else "-"

@@ -27,6 +27,7 @@ from benchmarks.zoo_gpu_report import (
     markdown,
     peer_summary,
     peer_table,
+    went_back,
 )
 from memopt import _torch_compat as compat
 from tests import early
@@ -339,3 +340,20 @@ def test_kinds_leave_out_the_budgets():
     r.docs["m"]["rows"].append(_row("torch budget=0.5", "torch", 30.0, 3 * GIB, budget=0.5))
     r._queue_budgets("m")
     assert list(r.todo) == []
+
+
+def test_a_step_that_went_back_to_a_measured_plan_is_read_as_honored():
+    """Mistral at torch's 0.1 (H200, forty-first session): the last planner call was infeasible,
+    the step went back to a plan measured inside the budget; the table says so and checks it."""
+    doc = json.loads((ROOT / "docs/data/zoo_gpu_mistral_s40.json").read_text())
+    points = {p["budget"]: p for p in compare(doc)["points"]}
+    low = points[0.1]
+    assert low["memopt"]["feasible"] is False and went_back(low["memopt"])
+    assert (low["memopt"]["peak"], low["memopt"]["target"]) == (6598638592, 6699150848)
+    assert low["honored"] is True and not went_back(points[0.3]["memopt"])
+    text = markdown([doc])
+    assert text.count("last plan over, went back to one measured inside, honored") == 1
+    stale = {**low["memopt"], "memopt_log": []}  # the same row without the step's log
+    assert not went_back(stale)
+    doc["rows"] = [stale if r is low["memopt"] else r for r in doc["rows"]]
+    assert "**infeasible**" in markdown([doc]) and "went back" not in markdown([doc])
