@@ -138,7 +138,9 @@ def _memopt_facts(compiled) -> dict[str, Any]:
     }
     step = rep.step
     if plans:
-        out["feasible"] = all(bool(p.get("feasible")) for p in plans)
+        # a region compiled for a step plan has no solver verdict of its own: the step's says
+        verdicts = [bool(p["feasible"]) for p in plans if "feasible" in p]
+        out["feasible"] = all(verdicts) if verdicts else None
         out["predicted_peaks"] = [p.get("predicted_peak") for p in plans]
         out["predicted_overhead_ms"] = sum(1e3 * p.get("predicted_overhead_s", 0) for p in plans)
         out["sync"] = [p.get("sync") for p in plans]

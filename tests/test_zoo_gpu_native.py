@@ -357,3 +357,28 @@ def test_a_step_that_went_back_to_a_measured_plan_is_read_as_honored():
     assert not went_back(stale)
     doc["rows"] = [stale if r is low["memopt"] else r for r in doc["rows"]]
     assert "**infeasible**" in markdown([doc]) and "went back" not in markdown([doc])
+
+
+def test_regions_compiled_for_a_step_plan_leave_the_verdict_to_the_solved_ones(monkeypatch):
+    """Regions compiled for a step plan carry no solver verdict; when the step goes back to the
+    first region's own plan (no step plan), the row's verdict is that plan's, not False."""
+    from types import SimpleNamespace
+
+    import memopt
+    from benchmarks.zoo_gpu import _memopt_facts
+
+    solved = {"feasible": True, "predicted_peak": 6531522788, "text": "fits"}
+    step_compiled = {"budget_bytes": 6531522788, "text": ""}  # report.py: no solution
+    regions = [SimpleNamespace(extra={"planner": p}) for p in (solved, step_compiled)]
+    rep = SimpleNamespace(
+        regions=regions,
+        offloaded_bytes=lambda: 0,
+        config=SimpleNamespace(plan_strings=lambda: []),
+        step=SimpleNamespace(peak=None),
+    )
+    monkeypatch.setattr(memopt, "report", lambda compiled: rep)
+    assert _memopt_facts(None)["feasible"] is True
+    solved["feasible"] = False
+    assert _memopt_facts(None)["feasible"] is False
+    regions.pop(0)
+    assert _memopt_facts(None)["feasible"] is None  # no verdict at all: none is made up
