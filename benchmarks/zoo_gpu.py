@@ -146,10 +146,13 @@ def _memopt_facts(compiled) -> dict[str, Any]:
         out["sync"] = [p.get("sync") for p in plans]
         keys = ("baseline_peak", "min_feasible_peak", "peak_lower_bound", "baseline_step_s")
         out["planner"] = [{k: p.get(k) for k in keys} | {"text": p.get("text")} for p in plans]
+    if step is not None:
+        out["step_plans"] = step.step_plans
+        out["went_back_from"] = step.went_back_from
+        out["step_measured_peak"] = step.measured_peak
     if step is not None and step.peak is not None:
         out["predicted_peak"] = step.peak
         out["feasible"] = bool(step.feasible) if step.feasible is not None else out.get("feasible")
-        out["step_measured_peak"] = step.measured_peak
     elif len(plans) == 1:
         out["predicted_peak"] = plans[0].get("predicted_peak")
     return out
@@ -168,6 +171,7 @@ def worker(spec: dict[str, Any]) -> None:
     from benchmarks.common import memopt_log
 
     log = memopt_log(width=300)
+    _log_to_stderr()  # the child's log: what a step that never finishes did, and when
     with compat.no_compile_caches():  # a cache hit would skip memopt's partitioner
         model, inputs = build(
             BY_NAME[spec["model"]], spec["size"], device, getattr(torch, spec["dtype"])
@@ -200,7 +204,7 @@ def worker(spec: dict[str, Any]) -> None:
         if sys.stdin.readline().strip() != "GO":
             return
         try:
-            ms, peak = _time_steps(step, device, spec["warmup"], spec["iters"])
+            ms, peak, warm = _time_steps(step, device, spec["warmup"], spec["iters"])
             kernels = _kernel_ms(step) if device.startswith("cuda") else {}
         except Exception as e:
             _emit("ERROR", {"error": _error_text(e)})
@@ -212,6 +216,7 @@ def worker(spec: dict[str, Any]) -> None:
             "peak": peak,
             "loss": loss,
             "compile_s": round(compile_s, 1),
+            "warmup_s": warm,
             "unit": unit,
             "per_s": per_step / (ms / 1e3),
         }
@@ -237,20 +242,44 @@ def _kernel_ms(step) -> dict[str, float]:
     return {"gpu_ms": gpu, "host_ms": host}
 
 
-def _time_steps(step, device: str, warmup: int, iters: int) -> tuple[float, int | None]:
-    """Median step ms and (on CUDA) the peak allocated bytes over the timed steps."""
+def _log_to_stderr() -> None:
+    """memopt's INFO lines on stderr, each at its seconds since the process began."""
+    import logging
+
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("[%(relativeCreated)9.0f ms] %(message)s"))
+    logging.getLogger("memopt").addHandler(h)
+
+
+def _time_steps(step, device: str, warmup: int, iters: int) -> tuple[float, int | None, list]:
+    """Median step ms and (on CUDA) the peak allocated bytes over the timed steps, and each
+    warmup step's seconds (a step plan's recompile shows there; each is also said on stderr,
+    the child's log, beside memopt's timed log lines)."""
     from benchmarks.common import step_stats
 
-    if device.startswith("cuda"):
-        return step_stats(step, warmup=warmup, iters=iters)
-    for _ in range(warmup):
+    cuda = device.startswith("cuda")
+    warm = []
+    for i in range(warmup):
+        t = time.perf_counter()
         step()
+        if cuda:
+            torch_sync()
+        warm.append(round(time.perf_counter() - t, 2))
+        print(f"zoo_gpu: warmup step {i}: {warm[-1]:.2f} s", file=sys.stderr, flush=True)
+    if cuda:
+        return (*step_stats(step, warmup=0, iters=iters), warm)
     times = []
     for _ in range(iters):
         t = time.perf_counter()
         step()
         times.append(1e3 * (time.perf_counter() - t))
-    return sorted(times)[len(times) // 2], None
+    return sorted(times)[len(times) // 2], None, warm
+
+
+def torch_sync() -> None:
+    import torch
+
+    torch.cuda.synchronize()
 
 
 def _error_text(e: BaseException) -> str:
@@ -468,7 +497,13 @@ class Runner:
                 for c in children:
                     if c.state not in until:
                         c.kill()
-                        c.state, c.info = "error", {"error": f"timeout after {timeout:.0f} s"}
+                        c.state, c.info = (
+                            "error",
+                            {
+                                "error": f"timeout after {timeout:.0f} s",
+                                "log_tail": c.tail(),  # its warmup steps, memopt's step plans
+                            },
+                        )
                 return
             if kind == "READY":
                 child.state, child.info = "ready", payload

@@ -28,7 +28,9 @@ HOST_BOUND = 0.8
 def went_back(m: dict) -> bool:
     """The step's last plan measured over the budget and the step went back to an earlier plan
     measured inside it (memopt.step_fit): the row's plan is then the measured one, whatever
-    the last planner said."""
+    the last planner said. Rows from before memopt's step record said so read its log."""
+    if m.get("went_back_from") is not None:
+        return True
     return any("went back to an earlier plan" in line for line in m.get("memopt_log") or ())
 
 

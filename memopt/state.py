@@ -111,6 +111,7 @@ class MemoptState(RegionRegistry):
         self._reading = True  # this step reads the allocator at each run (CUDA, byte budget)
         self._read_next = False  # a new step was seen without reads: read (and plan) the next
         self.measured_peak: int | None = None
+        self.went_back_from: int | None = None  # the overrun the step went back from (step_fit)
         self._fit: step_fit.FitPlan | None = None  # the plan to go back to (memopt.step_fit)
 
     def known_cluster_ids(self) -> set[str]:
@@ -146,6 +147,8 @@ class MemoptState(RegionRegistry):
             offloaded_bytes=off.stats.offloaded_bytes if off else 0,
             prefetched=off.stats.prefetched if off else 0,
             measured_peak=self.measured_peak,
+            step_plans=self._step_plans,
+            went_back_from=self.went_back_from,
             offload_skipped=off.stats.skipped if off else 0,
             offload_by=self._offload_by if off else "",
             planned_offload_layers=c.offload.k if c and c.offload and off else 0,
@@ -482,6 +485,7 @@ class MemoptState(RegionRegistry):
     def plan_step(self, sequence: Sequence[int]) -> StepChoice | None:
         """Solve one plan for the step ``sequence`` and assign each region its part; regions
         whose plan changes recompile at their next run."""
+        self.went_back_from = None
         missing = sorted({r for r in sequence if r not in self.problems})
         if missing:
             log.warning(

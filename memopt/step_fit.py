@@ -73,7 +73,7 @@ def last_plan(state: Any, kept: FitPlan | None) -> bool:
         and kept.offload is state.offload
     ):
         state.step_choice, state.run_plan = kept.choice, dict(kept.run_plan)
-        state.measured_peak = kept.measured
+        state.measured_peak, state.went_back_from = kept.measured, measured
         state._probe_next = True  # measured once more: the report gives what it holds now
         state._say("went back", step_notes.went_back(plans, measured, budget, kept.measured))
         return True

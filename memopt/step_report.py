@@ -52,6 +52,13 @@ class StepInfo:
     notes: tuple[str, ...] = ()
     measured_peak: int | None = None
     """CUDA peak of a step run on the step plan (byte budgets), when it set a new record."""
+    step_plans: int = 0
+    """Step plans made so far (each compiles the regions whose plan it changes; at most
+    memopt.state.MAX_STEP_PLANS)."""
+    went_back_from: int | None = None
+    """The last step plan's measured peak when it overran the byte budget and the step went
+    back to an earlier plan measured inside it (memopt.step_fit; ``measured_peak`` is then
+    that plan's, and with the regions' own plans ``peak`` is None)."""
     offload_skipped: int = 0
     """Offload runs left alone because other saved-tensor hooks (checkpointing) were active."""
     offload_by: str = ""
@@ -175,4 +182,15 @@ def step_section(report: Report) -> str:
             "ms per step"
             + (f"; measured {fmt_bytes(step.measured_peak)}" if step.measured_peak else "")
         )
+    if step.went_back_from is not None:
+        to = "the regions' own plans" if step.peak is None else "the step plan above"
+        budget = report.config.budget
+        over = f" {fmt_bytes(budget)}" if isinstance(budget, int) else ""
+        lines.append(
+            f"Step plans: {step.step_plans} made; the last measured "
+            f"{fmt_bytes(step.went_back_from)}, over the budget{over}: the step went back to "
+            f"{to}, measured {fmt_bytes(step.measured_peak)}"
+        )
+    elif step.step_plans > 1:
+        lines.append(f"Step plans: {step.step_plans} made (each recompiles the regions it changes)")
     return "\n".join(lines)

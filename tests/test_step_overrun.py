@@ -14,6 +14,8 @@ from memopt.api import MemoptBackend
 from memopt.config import resolve_config
 from memopt.state import MemoptState
 from memopt.step import MEASURED_MARGIN, RELAX_ROOM
+from memopt.step_report import step_section
+from memopt.symbolic import fmt_bytes
 
 BUDGET = 400_000
 
@@ -382,6 +384,7 @@ def test_a_last_plan_over_the_budget_goes_back_to_the_plan_measured_inside_it(ca
         _two_run_step(state, entry, probed=pair + 3000)
         assert state.step_choice is first and state.run_plan == dict(first.chosen)
         assert state.measured_peak == inside and state._probe_next  # measured once more
+        assert state.went_back_from == pair + 3000  # StepInfo.went_back_from
         _two_run_step(state, entry, probed=inside)  # as before: it stays
         assert state.step_choice is first and state.measured_peak == inside
         _two_run_step(state, entry, probed=pair + 3000)  # now its own overrun: said, kept
@@ -416,6 +419,12 @@ def test_going_back_to_the_regions_own_plan_runs_its_first_compile():
     assert state.step_choice is None and state.run_plan == {}
     assert state.measured_peak == predicted - 20_000
     assert state.run_option(0, 0) is None  # the first compile's plan
+    state.last_report_step = (0,)  # the step as its report sees it (what enter() records)
+    info = state.step_info()  # the step report says it, though no step plan is in use
+    assert info.peak is None and info.went_back_from == TIGHT + 1
+    text = step_section(state.report())
+    assert "went back to the regions' own plans" in text
+    assert f"measured {fmt_bytes(predicted - 20_000)}" in text
 
 
 def test_read_on_cuda_a_compiled_plan_inside_the_budget_is_measured_before_any_re_plan(

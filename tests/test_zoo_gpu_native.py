@@ -374,10 +374,17 @@ def test_regions_compiled_for_a_step_plan_leave_the_verdict_to_the_solved_ones(m
         regions=regions,
         offloaded_bytes=lambda: 0,
         config=SimpleNamespace(plan_strings=lambda: []),
-        step=SimpleNamespace(peak=None),
+        step=SimpleNamespace(peak=None, step_plans=4, went_back_from=6698, measured_peak=6500),
     )
     monkeypatch.setattr(memopt, "report", lambda compiled: rep)
-    assert _memopt_facts(None)["feasible"] is True
+    facts = _memopt_facts(None)
+    assert facts["feasible"] is True
+    assert (facts["step_plans"], facts["went_back_from"], facts["step_measured_peak"]) == (
+        4,
+        6698,
+        6500,
+    )
+    assert went_back(facts)  # from memopt's step record, without its log
     solved["feasible"] = False
     assert _memopt_facts(None)["feasible"] is False
     regions.pop(0)
