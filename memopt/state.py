@@ -42,6 +42,7 @@ from memopt.step import (
     step_peak,
     step_terms,
 )
+from memopt.step_bounds import with_floor
 from memopt.step_layers import step_offload_timing
 from memopt.step_places import BACKWARD, FORWARD, outside_bytes, place_corrections, run_peaks
 
@@ -158,6 +159,7 @@ class MemoptState(RegionRegistry):
             target=c.target if c else None,
             feasible=c.feasible if c else None,
             overhead_s=c.overhead_s if c else None,
+            overhead_floor_s=c.overhead_floor_s if c else None,
         )
 
     # --- the step ------------------------------------------------------------------------------
@@ -504,6 +506,7 @@ class MemoptState(RegionRegistry):
         if finer is not None:  # use the room the menu's coarse shares left under the target
             again = choose_with_offload(sequence, finer, target, offsets, layers, timing, away)
             choice = again if again.feasible and again.overhead_s < choice.overhead_s else choice
+        choice = with_floor(choice, sequence, menus, self.problems, target, offsets, away)
         self.step_choice, self._planned_for = choice, tuple(sequence)
         if not self._user_offload:  # the step plan's own offload (replaces an earlier one)
             off = choice.offload

@@ -328,6 +328,9 @@ class StepChoice:
     saved_before: int
     saved_after: int
     offload: OffloadChoice | None = None
+    overhead_floor_s: float | None = None
+    """No plan that recomputes and fits the target costs less (memopt.step_bounds; ``inf``:
+    none fits; None: the step may offload, which the bound does not cover)."""
     """Layers the step offloads (the planner's choice), None when none."""
 
 

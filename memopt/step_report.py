@@ -42,6 +42,8 @@ class StepInfo:
     target: int | None = None
     feasible: bool | None = None
     overhead_s: float | None = None
+    overhead_floor_s: float | None = None
+    """No step plan that recomputes and fits the target costs less (memopt.step_bounds)."""
     offload_runs: tuple[int, ...] = ()
     """Runs (positions in ``sequence``) whose saved tensors go to the host (offload_layers
     with layers compiled one per region)."""
@@ -179,7 +181,7 @@ def step_section(report: Report) -> str:
         lines.append(
             f"Step plan: predicted step peak {fmt_bytes(step.peak)} ({fits}; target "
             f"{fmt_bytes(step.target)}), predicted overhead {1e3 * (step.overhead_s or 0):.3f} "
-            "ms per step"
+            f"ms per step{_floor_text(step.overhead_floor_s)}"
             + (f"; measured {fmt_bytes(step.measured_peak)}" if step.measured_peak else "")
         )
     if step.went_back_from is not None:
@@ -194,3 +196,12 @@ def step_section(report: Report) -> str:
     elif step.step_plans > 1:
         lines.append(f"Step plans: {step.step_plans} made (each recompiles the regions it changes)")
     return "\n".join(lines)
+
+
+def _floor_text(floor: float | None) -> str:
+    """The step plan's proven floor (memopt.step_bounds), as the plan line says it."""
+    if floor is None:
+        return ""
+    if floor == float("inf"):
+        return " (proven: no plan that recomputes fits the target)"
+    return f" (proven floor for plans that recompute: {1e3 * floor:.3f} ms)"

@@ -145,22 +145,30 @@ def _hull(points: list[tuple[int, float]]) -> tuple[tuple[int, float], list[tupl
     return start, [(b[0] - a[0], b[1] - a[1]) for a, b in zip(chain, chain[1:])]
 
 
-def _lp(saves, floors, need: int, const: float) -> float:
-    """Cheapest convex combination of options saving ``need`` bytes, plus ``const``."""
+def option_hull(sv, fl) -> tuple[tuple[int, float], list[tuple[int, float]]]:
+    """One cluster's options as (savings, cost) points (``sv[s][n]`` bytes, ``fl[s][n]``
+    seconds): its cheapest point and the steps of its lower hull (:func:`_hull`)."""
+    pts = [(0, 0.0)] + [(a[n], fl[s][n]) for s, a in sv.items() for n in range(1, len(a))]
+    return _hull(pts)
+
+
+def relaxed_cost(saves, floors, need: int, const: float, extra=()) -> float:
+    """Cheapest convex combination of options saving ``need`` bytes, plus ``const`` (``inf``
+    when all of them save less). ``extra``: more clusters as ``(copies, hull)`` pairs of
+    :func:`option_hull` (a region's clusters in each of its earlier runs, memopt.step_bounds)."""
     total, steps = const, []
-    for sv, fl in zip(saves, floors):
-        pts = [(0, 0.0)] + [(a[n], fl[s][n]) for s, a in sv.items() for n in range(1, len(a))]
-        (x0, y0), segs = _hull(pts)
-        need -= x0
-        total += y0
-        steps += segs
+    hulls = [(1, option_hull(sv, fl)) for sv, fl in zip(saves, floors)]
+    for m, ((x0, y0), segs) in [*hulls, *extra]:
+        need -= m * x0
+        total += m * y0
+        steps += [(m * dx, m * dy) for dx, dy in segs]
     steps.sort(key=lambda d: d[1] / d[0])
     for dx, dy in steps:
         if need <= 0:
             break
         total += min(1.0, need / dx) * dy
         need -= dx
-    return total
+    return total if need <= 0 else float("inf")
 
 
 def most_saved(space: Space) -> list[int]:
@@ -226,5 +234,5 @@ def compute_bounds(space: Space, budget: int, points: Sequence[int]) -> Bounds:
             continue
         if most < need:
             return Bounds(float("inf"), best_peak)
-        best_s = max(best_s, _lp(saves, floors, need, const))
+        best_s = max(best_s, relaxed_cost(saves, floors, need, const))
     return Bounds(best_s, best_peak)
