@@ -134,6 +134,7 @@ def memopt_extra(compiled) -> dict:
         "notes": list(step.notes) if step else [],
         "measured_peak_seen": step.measured_peak if step else None,
         "predicted_overhead_s": step.overhead_s if step else None,
+        "overhead_floor_s": step.overhead_floor_s if step else None,  # memopt.step_bounds
         "offload_by": step.offload_by if step else "",
         "kernels_timed": [r.extra.get("planner", {}).get("kernels_timed") for r in rep.regions],
     }

@@ -506,7 +506,7 @@ class MemoptState(RegionRegistry):
         if finer is not None:  # use the room the menu's coarse shares left under the target
             again = choose_with_offload(sequence, finer, target, offsets, layers, timing, away)
             choice = again if again.feasible and again.overhead_s < choice.overhead_s else choice
-        choice = with_floor(choice, sequence, menus, self.problems, target, offsets, away)
+        choice = with_floor(choice, sequence, self.problems, target, offsets, away)
         self.step_choice, self._planned_for = choice, tuple(sequence)
         if not self._user_offload:  # the step plan's own offload (replaces an earlier one)
             off = choice.offload

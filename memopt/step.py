@@ -329,8 +329,8 @@ class StepChoice:
     saved_after: int
     offload: OffloadChoice | None = None
     overhead_floor_s: float | None = None
-    """No plan that recomputes and fits the target costs less (memopt.step_bounds; ``inf``:
-    none fits; None: the step may offload, which the bound does not cover)."""
+    """No step plan that fits the target costs less (memopt.step_bounds; ``inf``: none fits;
+    None: runs are offloaded across the step, which the bound does not cover)."""
     """Layers the step offloads (the planner's choice), None when none."""
 
 

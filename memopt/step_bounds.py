@@ -16,9 +16,10 @@ relaxation, and its overhead is at least the cost of the runs up to ``i``, so th
 value over the kept ``(i, t)`` is a lower bound on its overhead.
 
 The relaxation lets each run choose alone (also when runs of one region compile one plan) and
-ignores the chain rule, which only makes the bound lower, never wrong. It covers plans that
-recompute (and compromise): offload, inside a region or across the step, is not in it, and the
-bound is not made for a step that offloads (None).
+ignores the chain rule, which only makes the bound lower, never wrong. Offload inside a region
+(its sync dict) is priced by the one-region bound's stall floor (memopt.planner.bounds), at
+the lead that makes each option cheapest. Offload of whole runs across the step is not in it:
+no bound is made for a step that offloads that way.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from memopt.plan import Strategy
-from memopt.planner.bounds import option_hull, relaxed_cost
+from memopt.planner.bounds import cluster_floors, option_hull, relaxed_cost
+from memopt.planner.solver import default_leads
 from memopt.planner.space import Space
 
 #: Positions per run whose constraint is relaxed: the run's highest base bytes (its peak
@@ -39,35 +41,67 @@ POINTS_PER_RUN = 6
 @dataclass(frozen=True)
 class StepBound:
     overhead_s: float
-    """No step plan that recomputes and fits the target costs less (``inf``: none fits)."""
+    """No step plan that fits the target costs less (``inf``: none fits)."""
     at: int | None
     """The run (position in the step) whose constraint gave it."""
 
 
 class _Region:
-    """One region's searchable clusters, their costs and what each option removes."""
+    """One region's searchable clusters, their costs and what each option removes, over every
+    offload lead the one-region planner tries (memopt.planner.solver.default_leads): per
+    cluster option the most it saves and the least it costs under any lead (a point no lead's
+    option beats, so the relaxation stays below every plan)."""
 
     def __init__(self, problem, rates, saved_inputs: int) -> None:
-        allowed = (Strategy.KEEP, Strategy.RECOMPUTE, Strategy.COMPROMISE)
-        sp = Space(problem, rates, None, strategies=allowed, max_recompute_depth=None)
-        self.space = sp
-        self.floors = [{s: cs.rprefix[s] for s, m in cs.maxn.items() if m} for cs in sp.clusters]
+        leads = [None, *(lead for lead in default_leads(problem) if lead is not None)]
+        spaces = [Space(problem, rates, lead, max_recompute_depth=None) for lead in leads]
+        self.spaces = [
+            (sp, cluster_floors(sp), {cs.cid: k for k, cs in enumerate(sp.clusters)})
+            for sp in spaces
+        ]
+        cands: dict[str, tuple] = {}
+        for sp in spaces:
+            for cs in sp.clusters:
+                cands.setdefault(cs.cid, cs.cands)
+        self.cids = list(cands)
+        self.floors = [self._merged(cid, lambda sp, fl, k: fl[k], min) for cid in self.cids]
         # per cluster and strategy: at most the bytes its first n candidates take off the saved
         self.removes = []
-        for cs in sp.clusters:
+        for cid, fl in zip(self.cids, self.floors):
             acc = [0]
-            for c in cs.cands:
+            for c in cands[cid]:
                 acc.append(acc[-1] + c.nbytes)
-            self.removes.append({s: acc[: m + 1] for s, m in cs.maxn.items() if m})
+            self.removes.append({s: acc[: len(f)] for s, f in fl.items()})
         fixed = set(problem.fixed)
         self.keep = saved_inputs + sum(
             c.nbytes for c in problem.candidates if c.cluster_id not in fixed
         )
-        self.fixed_s = sp.step_time([(Strategy.KEEP, 0)] * len(sp.clusters)).recompute_s
-        tl = problem.timeline
-        top = sorted(range(len(sp.base)), key=lambda t: -sp.base[t])[: POINTS_PER_RUN - 1]
-        self.points = sorted({*top, max(0, tl.n_fwd - 1)})
+        keep = [sp.step_time([(Strategy.KEEP, 0)] * len(sp.clusters)).recompute_s for sp in spaces]
+        self.fixed_s = min(keep)
+        self.base = [min(col) for col in zip(*(sp.base for sp in spaces))]
+        top = sorted(range(len(self.base)), key=lambda t: -self.base[t])[: POINTS_PER_RUN - 1]
+        self.points = sorted({*top, max(0, problem.timeline.n_fwd - 1)})
         self.held_hulls = [option_hull(sv, fl) for sv, fl in zip(self.removes, self.floors)]
+
+    def _merged(self, cid: str, get, pick) -> dict[Strategy, list]:
+        """Per strategy, option by option, ``pick`` (min or max) of ``get(space, floors,
+        cluster index)`` over the leads whose space has cluster ``cid`` and that option."""
+        out: dict[Strategy, list] = {}
+        for sp, fl, idx in self.spaces:
+            if cid not in idx:
+                continue
+            for s, vals in get(sp, fl, idx[cid]).items():
+                have = out.setdefault(s, [])
+                for n, v in enumerate(vals):
+                    if n < len(have):
+                        have[n] = pick(have[n], v)
+                    else:
+                        have.append(v)
+        return out
+
+    def saves_at(self, t: int) -> list[dict[Strategy, list[int]]]:
+        """Per cluster, the most each option saves at position ``t`` under any lead."""
+        return [self._merged(cid, lambda sp, fl, k: sp.saves_at(k, t), max) for cid in self.cids]
 
 
 def step_bound(
@@ -88,11 +122,10 @@ def step_bound(
         const_i = const + d.fixed_s
         held = [(before[q], h) for q in before for h in data[q].held_hulls]
         for t in d.points:
-            need = held_keep + d.space.base[t] + off - target
+            need = held_keep + d.base[t] + off - target
             if need <= 0:
                 continue
-            here = [d.space.saves_at(k, t) for k in range(len(d.space.clusters))]
-            cost = relaxed_cost(here, d.floors, need, const_i, extra=held)
+            cost = relaxed_cost(d.saves_at(t), d.floors, need, const_i, extra=held)
             if cost > best:
                 best, at = cost, i
             if math.isinf(cost):
@@ -103,12 +136,11 @@ def step_bound(
     return StepBound(best, at)
 
 
-def with_floor(choice, sequence, menus, problems, target: int, offsets, away):
+def with_floor(choice, sequence, problems, target: int, offsets, away):
     """memopt.state's step ``choice`` with its proven floor (:func:`step_bound`), left None
-    where the step may offload (a menu option with a sync dict, layers offloaded across the
-    step by the choice or by the user's ``away``), which the bound does not cover.
-    ``problems``: the state's planning problem of each region."""
-    if choice.offload is not None or away or any(o.sync for r in menus for o in menus[r]):
+    where runs are offloaded across the step (by the choice, or the user's ``away``), which
+    the bound does not cover. ``problems``: the state's planning problem of each region."""
+    if choice.offload is not None or away:
         return choice
     regions = {
         r: (problems[r].problem, problems[r].rates, problems[r].saved_input_bytes)

@@ -43,7 +43,7 @@ class StepInfo:
     feasible: bool | None = None
     overhead_s: float | None = None
     overhead_floor_s: float | None = None
-    """No step plan that recomputes and fits the target costs less (memopt.step_bounds)."""
+    """No step plan that fits the target costs less (memopt.step_bounds)."""
     offload_runs: tuple[int, ...] = ()
     """Runs (positions in ``sequence``) whose saved tensors go to the host (offload_layers
     with layers compiled one per region)."""
@@ -203,5 +203,5 @@ def _floor_text(floor: float | None) -> str:
     if floor is None:
         return ""
     if floor == float("inf"):
-        return " (proven: no plan that recomputes fits the target)"
-    return f" (proven floor for plans that recompute: {1e3 * floor:.3f} ms)"
+        return " (proven: no plan fits the target)"
+    return f" (proven floor {1e3 * floor:.3f} ms)"

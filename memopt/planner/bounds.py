@@ -145,6 +145,13 @@ def _hull(points: list[tuple[int, float]]) -> tuple[tuple[int, float], list[tupl
     return start, [(b[0] - a[0], b[1] - a[1]) for a, b in zip(chain, chain[1:])]
 
 
+def cluster_floors(space: Space) -> list[dict[Strategy, list[float]]]:
+    """Per cluster of ``space`` and strategy, a floor on the seconds of each option ``(s, n)``
+    (recompute exactly, offload its share of the stall floor)."""
+    floor = _OffloadFloor(space)
+    return [_option_floors(cs, floor) for cs in space.clusters]
+
+
 def option_hull(sv, fl) -> tuple[tuple[int, float], list[tuple[int, float]]]:
     """One cluster's options as (savings, cost) points (``sv[s][n]`` bytes, ``fl[s][n]``
     seconds): its cheapest point and the steps of its lower hull (:func:`_hull`)."""
