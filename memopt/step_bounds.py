@@ -54,7 +54,8 @@ class _Region:
 
     def __init__(self, problem, rates, saved_inputs: int) -> None:
         leads = [None, *(lead for lead in default_leads(problem) if lead is not None)]
-        spaces = [Space(problem, rates, lead, max_recompute_depth=None) for lead in leads]
+        shared: dict = {}  # what does not depend on the lead, built once (memopt.planner.space)
+        spaces = [Space(problem, rates, lead, shared, max_recompute_depth=None) for lead in leads]
         self.spaces = [
             (sp, cluster_floors(sp), {cs.cid: k for k, cs in enumerate(sp.clusters)})
             for sp in spaces
