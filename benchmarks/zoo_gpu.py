@@ -255,6 +255,8 @@ def _time_steps(step, device: str, warmup: int, iters: int) -> tuple[float, int 
     """Median step ms and (on CUDA) the peak allocated bytes over the timed steps, and each
     warmup step's seconds (a step plan's recompile shows there; each is also said on stderr,
     the child's log, beside memopt's timed log lines)."""
+    import torch
+
     from benchmarks.common import step_stats
 
     cuda = device.startswith("cuda")
@@ -263,7 +265,7 @@ def _time_steps(step, device: str, warmup: int, iters: int) -> tuple[float, int 
         t = time.perf_counter()
         step()
         if cuda:
-            torch_sync()
+            torch.cuda.synchronize()
         warm.append(round(time.perf_counter() - t, 2))
         print(f"zoo_gpu: warmup step {i}: {warm[-1]:.2f} s", file=sys.stderr, flush=True)
     if cuda:
@@ -274,12 +276,6 @@ def _time_steps(step, device: str, warmup: int, iters: int) -> tuple[float, int 
         step()
         times.append(1e3 * (time.perf_counter() - t))
     return sorted(times)[len(times) // 2], None, warm
-
-
-def torch_sync() -> None:
-    import torch
-
-    torch.cuda.synchronize()
 
 
 def _error_text(e: BaseException) -> str:
@@ -457,18 +453,21 @@ class Runner:
         cpu = self.args.device.startswith("cpu")
         done = {r["variant"] for r in doc["rows"]} | self.queued[name]
         for r, at_label, at, cpu_target in aims:
-            label = f"memopt budget at {at_label}"
-            if label in done:
-                continue
             if r.get("peak") is None and not cpu:
                 continue  # that point failed: no peak to aim at
-            target = r["peak"] if r.get("peak") is not None else cpu_target
             if self.args.kinds and "budget" not in self.args.kinds:
                 continue
-            self.queued[name].add(label)
-            v = {"label": label, "kind": "budget", "target": target, "at": at}
-            for w in [v, *self._ab(v)]:
-                self.todo.append(self._spec(name, w))
+            target = r["peak"] if r.get("peak") is not None else cpu_target
+            v = {
+                "label": f"memopt budget at {at_label}",
+                "kind": "budget",
+                "target": target,
+                "at": at,
+            }
+            for w in [v, *self._ab(v)]:  # each A/B row on its own: a resumed run adds those lacking
+                if w["label"] not in done:
+                    self.queued[name].add(w["label"])
+                    self.todo.append(self._spec(name, w))
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0

@@ -259,6 +259,18 @@ def test_budgets_are_queued_once_at_each_peer_and_torch_peak():
     assert r.docs["m"]["budgets_queued"] is True
 
 
+def test_a_resumed_run_queues_the_ab_row_its_plain_row_lacks():
+    """A run cut off after a budget row but before its A/B twin: resumed, only the twin is
+    queued (the forty-second session's Swin row at 0.3 [compiled] was never run again)."""
+    r = _runner(ab="compiled:MEMOPT_KERNEL_TIMING=compiled")
+    rows = r.docs["m"]["rows"]
+    rows.append({**_row("torch budget=0.5", "torch", 120.0, 5 * GIB), "budget": 0.5})
+    rows.append(_row("memopt budget at torch 0.5", "budget", 110.0, 5 * GIB - 1))
+    r._queue_budgets("m")
+    r._queue_budgets("m")
+    assert _queued(r) == [("memopt budget at torch 0.5 [compiled]", 5 * GIB, 0.5)]
+
+
 def test_on_the_cpu_a_peer_budget_is_a_fraction():
     r = _runner(device="cpu", points=(0.5, 0.3))
     r.docs["m"]["rows"].append(_row("checkpoint+offload", "titan", 1.0, None))
