@@ -114,6 +114,21 @@ def test_the_guard_is_a_setting():
         assert resolve_config().sources["fusion_guard"] == "env:MEMOPT_FUSION_GUARD"
         mp.setenv("MEMOPT_FUSION_GUARD", "auto")
         assert resolve_config().fusion_guard == "auto"
+        mp.setenv("MEMOPT_FUSION_GUARD", "0")  # the user's word wins over a budget's default
+        assert resolve_config(budget=0.5).fusion_guard is False
+
+
+def test_a_budget_guards_by_default():
+    """With a budget (a peak to meet) the guard is "auto" unless set: on an H200 it lowered
+    or matched memopt's peak and kernel time at each point measured (forty-second session)."""
+    for budget in (0.5, 10 * 2**30):
+        c = resolve_config(budget=budget)
+        assert (c.fusion_guard, c.sources["fusion_guard"]) == ("auto", "default with a budget")
+    assert resolve_config(budget=0.5, fusion_guard=False).fusion_guard is False
+    assert resolve_config(level=1).fusion_guard is False  # no peak asked for: one compile
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMOPT_BUDGET", "0.3")
+        assert resolve_config().fusion_guard == "auto"
 
 
 def test_a_plan_variant_is_compared_with_its_step_options_peak():

@@ -296,36 +296,37 @@ def test_a_run_on_another_compiled_variant_is_judged_by_the_step_target_not_its_
     assert state._compiled_excess()
 
 
-def test_a_plan_over_its_blind_target_but_inside_the_measured_one_stays_without_a_check_left(
-    monkeypatch,
-):
+def test_a_plan_over_its_target_but_measured_inside_the_budget_stays(monkeypatch):
     """A step plan made on the blind CUDA reserve measures above that target yet inside the
-    budget's measured target: with two step plans left it is planned again at the measured
-    target (that plan can still be corrected); with fewer the fitting plan stays. Seen on an
-    H200 (thirtieth session): the re-plan used the last step plan, moved the peak into the
-    forward and measured 0.14% over the user's budget, unchecked."""
+    budget: it stays, whatever step plans are left, as one region's plan does. A re-plan is a
+    recompile: on an H200 (forty-second session) Swin at torch's 0.3 point was planned again
+    for a peak 0.08% under its budget (inside it, over the measured target), 60 s of compile
+    for each of three plans. Measured over the budget, the step is planned again. (Before,
+    with two step plans left, a peak inside the measured target was planned again; the
+    thirtieth session saw such a re-plan move the peak into the forward, 0.14% over.)"""
     import memopt.passes.plan_budget as pb
     from memopt.state import MAX_STEP_PLANS
 
     reserve = lambda b, device_type: b - int(pb.CUDA_RESERVE_FRACTION * b)  # noqa: E731
     monkeypatch.setattr(pb, "step_bytes", reserve)  # as on CUDA
-    inside = BUDGET - int(MEASURED_MARGIN * BUDGET) - 1000  # 397,000: under 398,000, not roomy
-    for left, replanned in ((2, True), (1, False)):
-        state = _state()
-        entry = _static(state) + 1000
-        _two_run_step(state, entry)
-        blind = state.step_choice
-        assert blind.feasible and blind.peak <= blind.target == 390_000 < inside
-        state._step_plans = MAX_STEP_PLANS - left
-        _two_run_step(state, entry, probed=inside)
-        assert state.measured_peak == inside and not state._relaxed
-        assert state._step_plans == MAX_STEP_PLANS - left + replanned
-        assert (state.step_choice is not blind) == replanned
-        if replanned:
-            assert state.step_choice.target == BUDGET - int(MEASURED_MARGIN * BUDGET)
-            continue
-        _two_run_step(state, entry)  # unmeasured: the corrected prediction is over its target
-        assert state._step_plans == MAX_STEP_PLANS - 1 and state.step_choice is blind
+    target = BUDGET - int(MEASURED_MARGIN * BUDGET)  # the measured target, 398,000
+    for probed, replanned in ((target - 1000, False), (BUDGET, False), (BUDGET + 1, True)):
+        for left in (2, 1):
+            state = _state()
+            entry = _static(state) + 1000
+            _two_run_step(state, entry)
+            blind = state.step_choice
+            assert blind.feasible and blind.peak <= blind.target == 390_000 < probed
+            state._step_plans = MAX_STEP_PLANS - left
+            _two_run_step(state, entry, probed=probed)
+            assert state.measured_peak == probed and not state._relaxed
+            assert state._step_plans == MAX_STEP_PLANS - left + replanned, (probed, left)
+            assert (state.step_choice is not blind) == replanned
+            if replanned:
+                assert state.step_choice.target == target
+                continue
+            _two_run_step(state, entry)  # unmeasured, corrected: over its target, it stays
+            assert state._step_plans == MAX_STEP_PLANS - left and state.step_choice is blind
 
 
 def test_the_last_step_plans_measurement_reaches_the_report_and_an_overrun_is_said(caplog):
