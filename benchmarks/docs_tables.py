@@ -216,6 +216,9 @@ zoo_gpu_s38fg = _zoo_gpu_of("_s38fg", "The thirty-eighth session's Mistral, fusi
 zoo_gpu_s38fg2 = _zoo_gpu_of("_s38fg2", "... and its second call, after the fixes (H200).")
 zoo_gpu_s40 = _zoo_gpu_of("_s40", "The forty-first session's Mistral and ConvNeXt, auto guard A/B.")
 zoo_gpu_s40q = _zoo_gpu_of("_s40q", "The forty-first session's ConvNeXt and Swin, queued timing.")
+zoo_gpu_s41 = _zoo_gpu_of("_s41", "The forty-second session's ConvNeXt at 0.1, auto guard A/B.")
+zoo_gpu_s41c = _zoo_gpu_of("_s41c", "The forty-second session's ConvNeXt and Swin, compiled A/B.")
+zoo_gpu_s42 = _zoo_gpu_of("_s42", "The forty-second session's last call: its new defaults.")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -406,6 +409,15 @@ SECTIONS: dict[str, Section] = {
             "prices_convnext_queued_s39.json",
         ),
         prices_by_kind,
+    ),
+    "zoo_gpu_s41": Section(("zoo_gpu_convnext_s41.json",), zoo_gpu_s41),
+    "zoo_gpu_s41_ab": Section(("zoo_gpu_convnext_s41.json",), _ab),
+    "zoo_gpu_s41c": Section(("zoo_gpu_convnext_s41c.json", "zoo_gpu_swin_s41c.json"), zoo_gpu_s41c),
+    "zoo_gpu_s41c_ab": Section(("zoo_gpu_convnext_s41c.json", "zoo_gpu_swin_s41c.json"), _ab),
+    "zoo_gpu_s42": Section(("zoo_gpu_swin_s42.json", "zoo_gpu_mistral_s42.json"), zoo_gpu_s42),
+    "zoo_gpu_s42_ab": Section(("zoo_gpu_swin_s42.json", "zoo_gpu_mistral_s42.json"), _ab),
+    "prices_s41": Section(
+        ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),
     "zoo_gpu_s36c": Section(
         tuple(f"zoo_gpu_{m}_s36_concurrent.json" for m in ("t5", "swin", "qwen2")), zoo_gpu_s36c
