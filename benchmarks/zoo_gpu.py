@@ -149,6 +149,7 @@ def _memopt_facts(compiled) -> dict[str, Any]:
     if step is not None:
         out["step_plans"] = step.step_plans
         out["went_back_from"] = step.went_back_from
+        out["step_floor_s"] = step.overhead_floor_s  # memopt.step_bounds: no plan costs less
         out["step_measured_peak"] = step.measured_peak
     if step is not None and step.peak is not None:
         out["predicted_peak"] = step.peak

@@ -386,7 +386,9 @@ def test_regions_compiled_for_a_step_plan_leave_the_verdict_to_the_solved_ones(m
         regions=regions,
         offloaded_bytes=lambda: 0,
         config=SimpleNamespace(plan_strings=lambda: []),
-        step=SimpleNamespace(peak=None, step_plans=4, went_back_from=6698, measured_peak=6500),
+        step=SimpleNamespace(
+            peak=None, step_plans=4, went_back_from=6698, measured_peak=6500, overhead_floor_s=None
+        ),
     )
     monkeypatch.setattr(memopt, "report", lambda compiled: rep)
     facts = _memopt_facts(None)
