@@ -83,6 +83,7 @@ class _Region:
         top = sorted(range(len(self.base)), key=lambda t: -self.base[t])[: POINTS_PER_RUN - 1]
         self.points = sorted({*top, max(0, problem.timeline.n_fwd - 1)})
         self.held_hulls = [option_hull(sv, fl) for sv, fl in zip(self.removes, self.floors)]
+        self._saves: dict[int, list] = {}
 
     def _merged(self, cid: str, get, pick) -> dict[Strategy, list]:
         """Per strategy, option by option, ``pick`` (min or max) of ``get(space, floors,
@@ -101,8 +102,12 @@ class _Region:
         return out
 
     def saves_at(self, t: int) -> list[dict[Strategy, list[int]]]:
-        """Per cluster, the most each option saves at position ``t`` under any lead."""
-        return [self._merged(cid, lambda sp, fl, k: sp.saves_at(k, t), max) for cid in self.cids]
+        """Per cluster, the most each option saves at position ``t`` under any lead (merged
+        once per position: a region that runs once per layer asks for the same ones)."""
+        if t not in self._saves:
+            merge = lambda sp, fl, k: sp.saves_at(k, t)  # noqa: E731
+            self._saves[t] = [self._merged(cid, merge, max) for cid in self.cids]
+        return self._saves[t]
 
 
 def step_bound(
