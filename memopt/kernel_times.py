@@ -440,12 +440,20 @@ def _cached_times(
     room: int | Callable[[], int] | None,
     deferred: dict[str, torch.fx.Node] | None,
 ) -> dict[str, float | None]:
-    """The cache's times under ``where``, with the ``nodes`` it lacks timed and added."""
+    """The cache's times under ``where``, with the ``nodes`` it lacks timed and added, under
+    the host's measuring lock (:mod:`memopt.timing_lock`: one process times at a time, and
+    what another timed meanwhile is read, not timed again)."""
+    from memopt import timing_lock
+
     path = cache_path(device, where)
     table = read_cache(path)
-    missing = {s: n for s, n in nodes.items() if s not in table}
-    if missing:
-        table.update(_time_missing(missing, device, value, path, room, len(nodes), deferred))
+    if all(s in table for s in nodes):
+        return table
+    with timing_lock.held(where, "kernel times"):
+        table.update(read_cache(path))  # what another process timed while this one waited
+        missing = {s: n for s, n in nodes.items() if s not in table}
+        if missing:
+            table.update(_time_missing(missing, device, value, path, room, len(nodes), deferred))
     return table
 
 

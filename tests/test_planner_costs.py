@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from memopt import timing_lock
 from memopt.planner import costs
 from memopt.planner.costs import (
     CPU_DEFAULTS,
@@ -26,6 +27,11 @@ FAKE = DeviceRates(
 )
 
 
+def _cached(where):
+    """The files a calibration cached under ``where`` (not the measuring lock's file)."""
+    return [p for p in where.iterdir() if p.name != timing_lock.NAME]
+
+
 def test_defaults_are_documented_round_numbers() -> None:
     assert CPU_DEFAULTS.matmul_flops_per_s == 100e9 and CPU_DEFAULTS.hbm_bytes_per_s == 10e9
     assert H100_DEFAULTS.matmul_flops_per_s == 600e12 and H100_DEFAULTS.d2h_bytes_per_s == 50e9
@@ -39,7 +45,7 @@ def test_defaults_are_documented_round_numbers() -> None:
 def test_cpu_uses_defaults_without_measuring(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(costs, "_measure", lambda *a: pytest.fail("measured on CPU"))
     assert calibrate("cpu", tmp_path) is CPU_DEFAULTS
-    assert list(tmp_path.iterdir()) == []
+    assert _cached(tmp_path) == []
 
 
 def test_measured_once_then_cached(monkeypatch, tmp_path) -> None:
@@ -49,7 +55,7 @@ def test_measured_once_then_cached(monkeypatch, tmp_path) -> None:
     first = calibrate("cuda", tmp_path)
     assert first.source == "measured" and first.name == "Fake GPU 80GB"
     assert first.d2h_bytes_per_s == 3e10
-    (path,) = tmp_path.iterdir()
+    (path,) = _cached(tmp_path)
     assert path.name.startswith("rates-Fake-GPU-80GB-torch")
     assert json.loads(path.read_text())["version"] == costs.CALIBRATION_VERSION
     second = calibrate("cuda", tmp_path)
@@ -182,7 +188,7 @@ def test_calibration_without_room_plans_with_nominal_rates_and_caches_nothing(
         rates = calibrate("cuda", tmp_path, room=100 << 20)
         # the rest of the process plans on the same rates, even with room later
         assert calibrate("cuda", tmp_path, room=600 << 20) is rates
-    assert got == [] and list(tmp_path.iterdir()) == []
+    assert got == [] and _cached(tmp_path) == []
     assert rates.matmul_flops_per_s == H100_DEFAULTS.matmul_flops_per_s
     assert rates.name == "h100-default (Fake GPU not measured)" and rates.source == "default"
     (warning,) = [r.getMessage() for r in caplog.records]
@@ -190,7 +196,7 @@ def test_calibration_without_room_plans_with_nominal_rates_and_caches_nothing(
     assert "needs 256 MiB" in warning
     monkeypatch.setattr(costs, "_unmeasured", {})  # a new process
     calibrate("cuda", tmp_path, room=600 << 20)
-    assert [s.copy_bytes for s in got] == [256 << 20] and len(list(tmp_path.iterdir())) == 1
+    assert [s.copy_bytes for s in got] == [256 << 20] and len(_cached(tmp_path)) == 1
     # a function for the room is asked only when measuring: not on a cache hit
     assert calibrate("cuda", tmp_path, room=lambda: pytest.fail("asked")).source.startswith("cache")
 
@@ -213,6 +219,6 @@ def test_a_calibration_out_of_memory_plans_on_nominal_rates(monkeypatch, tmp_pat
     monkeypatch.setattr(costs, "_measure", oom)
     rates = calibrate("cuda", tmp_path, room=1 << 30)
     assert rates.name == "h100-default (Fake GPU not measured)"
-    assert list(tmp_path.iterdir()) == []
+    assert _cached(tmp_path) == []
     monkeypatch.setattr(costs, "_measure", lambda dev, sizes: pytest.fail("measured twice"))
     assert calibrate("cuda", tmp_path, room=1 << 30) is rates

@@ -184,7 +184,9 @@ def calibrate(
     rates or None, never a measurement. ``room``: the device bytes a measurement may take
     (or a function that tells, asked only when measuring): smaller sizes, each run repeated;
     where even the smallest does not fit, this process plans with :data:`H100_DEFAULTS` and
-    nothing is cached (a later one measures).
+    nothing is cached (a later one measures). It measures under the host's measuring lock
+    (:mod:`memopt.timing_lock`), and takes the cache's rates if another process wrote them
+    while this one waited.
     """
     import torch
 
@@ -204,7 +206,19 @@ def calibrate(
         return None
     if not refresh and name in _unmeasured:
         return _unmeasured[name]  # this process plans on one set of rates
-    sizes = sizes or CalibrationSizes()
+    from memopt import timing_lock
+
+    with timing_lock.held(cache_dir, f"calibrating {name}"):
+        if path is not None and not refresh:
+            cached = _read_cache(path)  # another process calibrated while this one waited
+            if cached is not None:
+                return cached
+        return _calibrate_now(dev, name, path, sizes or CalibrationSizes(), room)
+
+
+def _calibrate_now(dev, name: str, path: str | None, sizes: CalibrationSizes, room) -> DeviceRates:
+    import torch
+
     if callable(room):
         room = room()
     if room is not None:
