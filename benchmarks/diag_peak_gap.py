@@ -1,6 +1,6 @@
 """Why Inductor's backward peak differs from the budget planner's model, buffer by buffer.
 
-One training step of a zoo model (CPU, fp32) under a budget, with two captures:
+One training step of a zoo model (CPU and fp32 unless ``--device``, ``--dtype``) under a budget, with two captures:
 
 * Inductor's buffer plan of the backward (``memopt._torch_compat.inductor_plan._read``
   wrapped): every wrapper buffer with its bytes and FX origins (the post-grad nodes the
@@ -229,6 +229,8 @@ def main(argv=None) -> None:
     p.add_argument("--model", default="falcon")
     p.add_argument("--size", default="tiny")
     p.add_argument("--batch", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cuda: Inductor's GPU buffer plan")
+    p.add_argument("--dtype", default="float32")
     p.add_argument("--budget", type=float, default=0.5, help="a fraction, bytes (> 1), 0: level 0")
     p.add_argument("--at-model", action="store_true", help="also compare at the model's peak")
     p.add_argument("--json", default=None, help="write the full comparison here")
@@ -243,7 +245,7 @@ def main(argv=None) -> None:
     from memopt import inductor_buffers as ib
 
     _install_hooks()
-    m, x = build(BY_NAME[a.model], a.size, "cpu", torch.float32, a.batch or None)
+    m, x = build(BY_NAME[a.model], a.size, a.device, getattr(torch, a.dtype), a.batch or None)
     # 0: no recompute plan (level 0, a budget nothing needs: the planner still models it)
     kw = (
         {"budget": int(a.budget) if a.budget > 1 else a.budget}
