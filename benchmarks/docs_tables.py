@@ -219,6 +219,8 @@ zoo_gpu_s40q = _zoo_gpu_of("_s40q", "The forty-first session's ConvNeXt and Swin
 zoo_gpu_s41 = _zoo_gpu_of("_s41", "The forty-second session's ConvNeXt at 0.1, auto guard A/B.")
 zoo_gpu_s41c = _zoo_gpu_of("_s41c", "The forty-second session's ConvNeXt and Swin, compiled A/B.")
 zoo_gpu_s42 = _zoo_gpu_of("_s42", "The forty-second session's last call: its new defaults.")
+zoo_gpu_s43 = _zoo_gpu_of("_s43", "The forty-third session's first rows of Gemma 2 and BART.")
+zoo_gpu_s43m = _zoo_gpu_of("_s43m", "The forty-third session's Mistral, one timing at a time.")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -416,6 +418,9 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s41c_ab": Section(("zoo_gpu_convnext_s41c.json", "zoo_gpu_swin_s41c.json"), _ab),
     "zoo_gpu_s42": Section(("zoo_gpu_swin_s42.json", "zoo_gpu_mistral_s42.json"), zoo_gpu_s42),
     "zoo_gpu_s42_ab": Section(("zoo_gpu_swin_s42.json", "zoo_gpu_mistral_s42.json"), _ab),
+    "zoo_gpu_s43": Section(("zoo_gpu_gemma2_s43.json", "zoo_gpu_bart_s43.json"), zoo_gpu_s43),
+    "zoo_gpu_s43m": Section(("zoo_gpu_mistral_s43m.json",), zoo_gpu_s43m),
+    "zoo_gpu_s43m_ab": Section(("zoo_gpu_mistral_s43m.json",), _ab),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),

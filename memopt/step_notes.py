@@ -36,9 +36,11 @@ def last_plan_over_budget(plans: int, predicted: int, measured: int, budget: int
 
 def went_back(plans: int, measured: int, budget: int, fit: int) -> str:
     """The last step plan (``plans`` made, the most allowed) measured over the byte budget,
-    and the step went back to an earlier plan measured inside it (memopt.step_fit)."""
+    and the step went back to an earlier plan measured inside it, or, none inside, to the one
+    measured lowest (memopt.step_fit)."""
+    where = "inside it" if fit <= budget else f"{fit - budget:,} over it, the lowest measured"
     return (
         f"the last step plan ({plans} of {plans} allowed) measured {measured:,} bytes, "
         f"{measured - budget:,} over the budget {budget:,}: the step went back to an earlier "
-        f"plan measured at {fit:,} bytes, inside it"
+        f"plan measured at {fit:,} bytes, {where}"
     )

@@ -59,8 +59,9 @@ class StepInfo:
     memopt.state.MAX_STEP_PLANS)."""
     went_back_from: int | None = None
     """The last step plan's measured peak when it overran the byte budget and the step went
-    back to an earlier plan measured inside it (memopt.step_fit; ``measured_peak`` is then
-    that plan's, and with the regions' own plans ``peak`` is None)."""
+    back to an earlier plan measured inside it, or, none inside, to the one measured lowest
+    (memopt.step_fit; ``measured_peak`` is then that plan's, and with the regions' own plans
+    ``peak`` is None)."""
     offload_skipped: int = 0
     """Offload runs left alone because other saved-tensor hooks (checkpointing) were active."""
     offload_by: str = ""
@@ -192,6 +193,11 @@ def step_section(report: Report) -> str:
             f"Step plans: {step.step_plans} made; the last measured "
             f"{fmt_bytes(step.went_back_from)}, over the budget{over}: the step went back to "
             f"{to}, measured {fmt_bytes(step.measured_peak)}"
+            + (
+                " (still over: no plan measured inside the budget)"
+                if isinstance(budget, int) and (step.measured_peak or 0) > budget
+                else ""
+            )
         )
     elif step.step_plans > 1:
         lines.append(f"Step plans: {step.step_plans} made (each recompiles the regions it changes)")
