@@ -559,6 +559,19 @@ PRODUCERS: tuple[Producer, ...] = (
         "with MEMOPT_KERNEL_TIMING=queued (its kernel_timing key added from that command)",
     ),
     Producer(
+        "gap_*_s43.json",
+        f"{PY}diag_peak_gap.py --model MODEL --size gpu --device cuda --dtype bfloat16 "
+        "--budget B --json {file}",
+        "gpu",
+        "docs/zoo.md, forty-third session (Inductor's GPU buffer plan against the model)",
+    ),
+    Producer(
+        "peak_*_s43.json",
+        f"{PY}diag_zoo_peak.py --model MODEL --budget B --warmup 5 --json {{file}}",
+        "gpu",
+        "docs/zoo.md, forty-third session (its replay is not usable yet, said there)",
+    ),
+    Producer(
         "guard_tight_*.json",
         f"{PY}diag_peak_gap.py --model MODEL --budget B --json ... (MEMOPT_FUSION_GUARD=0/1)",
         "cpu",
