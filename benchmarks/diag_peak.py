@@ -57,9 +57,10 @@ def replay(snapshot: dict, base: int) -> tuple[int, list[tuple[int, str]]]:
             if cur > best:
                 best, best_live = cur, dict(live)
         elif e["action"] == "free_completed":
+            # a block allocated before the recording (``base`` counts it: last step's
+            # gradients, freed by this step's zero_grad) goes too
             item = live.pop(e["addr"], None)
-            if item is not None:
-                cur -= item[0]
+            cur -= item[0] if item is not None else e["size"]
     return best, sorted(best_live.values(), reverse=True)
 
 

@@ -58,7 +58,9 @@ def main(argv=None) -> None:
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+    torch.cuda.memory._record_memory_history(
+        max_entries=2_000_000, stacks="all"
+    )  # the backward's thread has no Python frames
     step()
     torch.cuda.synchronize()
     snap = torch.cuda.memory._snapshot()
