@@ -51,7 +51,7 @@ import sympy
 import torch
 import torch.fx
 
-from memopt import facts
+from memopt import facts, timing_lock
 from memopt import meta_keys as mk
 from memopt.config import write_atomic
 
@@ -443,8 +443,6 @@ def _cached_times(
     """The cache's times under ``where``, with the ``nodes`` it lacks timed and added, under
     the host's measuring lock (:mod:`memopt.timing_lock`: one process times at a time, and
     what another timed meanwhile is read, not timed again)."""
-    from memopt import timing_lock
-
     path = cache_path(device, where)
     table = read_cache(path)
     if all(s in table for s in nodes):

@@ -54,14 +54,8 @@ def held(cache_dir: str | os.PathLike[str] | None, what: str) -> Iterator[float]
     """Hold the measuring lock of ``cache_dir`` (None: no lock); yields the seconds waited
     for it. ``what`` names the measurement in the log."""
     with _here:
-        if _depth[0] or cache_dir is None:
-            _depth[0] += 1
-            try:
-                yield 0.0
-            finally:
-                _depth[0] -= 1
-            return
-        fd, waited = _acquire(lock_path(cache_dir), what)
+        outer = not _depth[0] and cache_dir is not None
+        fd, waited = _acquire(lock_path(cache_dir), what) if outer else (None, 0.0)
         _depth[0] += 1
         try:
             yield waited

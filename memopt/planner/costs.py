@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 
+from memopt import timing_lock
 from memopt.planner.problem import OpCost
 
 log = logging.getLogger("memopt")
@@ -206,8 +207,6 @@ def calibrate(
         return None
     if not refresh and name in _unmeasured:
         return _unmeasured[name]  # this process plans on one set of rates
-    from memopt import timing_lock
-
     with timing_lock.held(cache_dir, f"calibrating {name}"):
         if path is not None and not refresh:
             cached = _read_cache(path)  # another process calibrated while this one waited
