@@ -34,6 +34,9 @@ class Event:
     of: str | None = None
     kernel: bool = False
     """Allocated by an extern kernel as it runs (a fallback op's output), not by the wrapper."""
+    origin: str = ""
+    """For an ``alloc`` (or the ``alias`` of a reuse): the FX node whose value the buffer
+    holds (the last of the kernel's origins in graph order), "" when not known."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class GraphBuffers:
     """The wrapper's names of the graph outputs (None for a non-tensor output)."""
     fx_outputs: tuple[str | None, ...] = ()
     """The FX output node's argument names, in the same order."""
+    nodes: tuple[str, ...] = ()
+    """The names of the FX graph's nodes Inductor lowered (post-grad), in order."""
     module: Any = field(default=None, compare=False, repr=False)
     """The FX GraphModule Inductor lowered (post-grad), to tell which outputs alias inputs."""
 
@@ -224,6 +229,34 @@ def step_peaks(
     return StepPeaks(static, f, b)
 
 
+#: FX node names a section keeps from a peak's kernel on (where the planner's op is found)
+PEAK_NODES = 24
+
+
+def peak_nodes(gb: GraphBuffers, event: int) -> tuple[str, ...]:
+    """Where event ``event`` (a replay's peak) happens, as the graph's FX node names from the
+    node whose value that event's buffer holds, :data:`PEAK_NODES` of them (the planner's
+    graph lacks some of Inductor's post-grad nodes: the first it has is the position). A
+    buffer of no known node: from the earliest node of the allocations next to it (a kernel's
+    outputs are allocated together before it runs). The graph's first nodes for the entry
+    (-1); () where nothing is known."""
+    if not gb.nodes or event >= len(gb.events):
+        return ()
+    order = {n: i for i, n in enumerate(gb.nodes)}
+    if event < 0:
+        return gb.nodes[:PEAK_NODES]
+    ev = gb.events
+    at = order.get(ev[event].origin)
+    if at is None:
+        lo = hi = event
+        while lo > 0 and ev[lo - 1].kind in ("alloc", "alias"):
+            lo -= 1
+        while hi + 1 < len(ev) and ev[hi + 1].kind in ("alloc", "alias"):
+            hi += 1
+        at = min((order[e.origin] for e in ev[lo : hi + 1] if e.origin in order), default=None)
+    return () if at is None else gb.nodes[at : at + PEAK_NODES]
+
+
 def pair(graphs: list[GraphBuffers]) -> tuple[GraphBuffers, GraphBuffers] | None:
     """A region's forward and backward among the graphs one compile generated: the last
     backward, and the forward that made most of its saved inputs (the last on a tie)."""
@@ -293,6 +326,8 @@ def section(
         "workspaces": ws,
         "fwd_at_peak": list(sp.fwd.peak_names),
         "bwd_at_peak": list(sp.bwd.peak_names),
+        "fwd_peak_nodes": list(peak_nodes(fw, sp.fwd.peak_event)),
+        "bwd_peak_nodes": list(peak_nodes(bw, sp.bwd.peak_event)),
         "text": text,
     }
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.fx
 
-from memopt import inductor_buffers as buffers
-from memopt import ranks, step_fit, step_notes
+from memopt import ranks, step_excess, step_fit, step_notes
 from memopt.config import MemoptConfig
 from memopt.offload.step_offload import StepOffload, user_step_offload
 from memopt.peak_probe import PeakProbe, allocated
@@ -106,6 +106,7 @@ class MemoptState(RegionRegistry):
         self._corrections: tuple[int, ...] = ()  # ... run by run, for the step _places_for
         self._places_for: tuple[int, ...] = ()
         self._compiled_err: dict[int, int] = {}  # region -> Inductor's peak over the model's
+        self._compiled_at: dict[int, dict[int, int]] = {}  # ... placed: step position -> bytes
         self._record: int | None = None  # a new CUDA peak record set by the step just done
         self._settled = 0  # steps since the step plan last changed or was last measured
         self._steps = 0  # steps finished
@@ -320,45 +321,9 @@ class MemoptState(RegionRegistry):
             self._probe_next = True  # one region on CUDA: measure what its own plan holds
 
     def _compiled_excess(self) -> bool:
-        """Per region, the most a compiled plan's Inductor buffer plan (the report's
-        ``inductor`` section) peaks above the model's peak of that plan, added to its runs'
-        prediction (``_offsets``); whether the step must be (re-)planned now (before any
-        measurement; on a CPU the only check): under a step plan by its target, never by a
-        region's own budget (negative for a tight step's head region: a fit step re-planned)."""
-        if not isinstance(self.config.budget, int):
-            return False
-        runs = []
-        for pos, (r, ri) in enumerate(zip(self.last_step, self.last_report_step)):
-            region, option = self.regions[ri], self.run_plan.get(pos)
-            sec, plan = region.extra.get("inductor") or {}, region.extra.get("planner") or {}
-            own = plan.get("budget_bytes") if self.step_choice is None else None
-            if option is not None and self.compiled_as(ri, option):
-                runs.append((r, sec, option.peak, None))
-            else:
-                runs.append((r, sec, sec.get("model_peak"), own))
-        grown = {
-            r: e for r, e in buffers.compiled_errors(runs).items()
-            if e[0] > self._compiled_err.get(r, 0)
-        }  # fmt: skip
-        if not grown:
-            return False
-        self._compiled_err.update({r: e for r, (e, _) in grown.items()})
-        over = any(o for _, o in grown.values())
-        offsets, c, why = self._offsets(self.last_step, ahead=True), self.step_choice, ""
-        if c is not None and offsets is not None:
-            peak, at = step_peak(range(len(self.last_step)), self.run_plan, offsets, self._away)
-            # read on CUDA, the plan is measured at its first steady step: before that, only a
-            # compiled plan over the budget itself re-plans (the target's reserve is for what
-            # the measurement sees; Mistral's step plans went to Inductor's excess unmeasured)
-            measuring = bool(self._entry_last) and self._probes_left > 0
-            over |= peak > (self.config.budget if measuring else c.target)
-            why = (
-                f" (predicted step peak {peak} at run {at}, the plan's {c.peak}, target {c.target})"
-            )
-        log.info("memopt: Inductor's buffer plans peak above the planner's model of the "
-                 "compiled plans (bytes by region: %s)%s%s", dict(self._compiled_err),
-                 ": planning the step with them" if over else "", why)  # fmt: skip
-        return over
+        """Whether the compiled plans' Inductor peaks over the model re-plan the step now
+        (:func:`memopt.step_excess.check`: each excess is placed where it happens)."""
+        return step_excess.check(self)
 
     def _off_target(self) -> bool:
         """Whether the one region of the step, planned alone, peaked above its byte budget as
@@ -503,7 +468,8 @@ class MemoptState(RegionRegistry):
         if finer is not None:  # use the room the menu's coarse shares left under the target
             again = choose_with_offload(sequence, finer, target, offsets, layers, timing, away)
             choice = again if again.feasible and again.overhead_s < choice.overhead_s else choice
-        choice = with_floor(choice, sequence, self.problems, target, offsets, away)
+        problems = {r: self._problem(r) for r in set(sequence)}
+        choice = with_floor(choice, sequence, problems, target, offsets, away)
         self.step_choice, self._planned_for = choice, tuple(sequence)
         if not self._user_offload:  # the step plan's own offload (replaces an earlier one)
             off = choice.offload
@@ -548,7 +514,7 @@ class MemoptState(RegionRegistry):
         the step's real peak, so they count. ``ahead``: for the step beginning now, plus
         what is allocated now beyond the last step's start (optimizer states made by its
         optimizer step: without them the first step plan outgrew itself at once)."""
-        err = [self._compiled_err.get(r, 0) for r in sequence]
+        err = [self._compiled_err.get(r, 0) for r in sequence]  # placed beyond it: _problem
         if not self._entry_last and any(err) and set(sequence) <= self.problems.keys():
             return err  # nothing read (a CPU): the compiled plans' errors alone
         if len(self._entry_last) != len(sequence) or not set(sequence) <= self.problems.keys():
@@ -586,11 +552,17 @@ class MemoptState(RegionRegistry):
             return measured_target(b)
         return step_bytes(b, self.problems[sequence[0]].device_type)
 
+    def _problem(self, index: int) -> Any:
+        """Region ``index``'s planning problem with the compiled plans' placed excesses."""
+        rp, err = self.problems[index], self._compiled_err.get(index, 0)
+        items = step_excess.remainder(self._compiled_at.get(index), err)
+        return replace(rp, problem=step_excess.corrected(rp.problem, items)) if items else rp
+
     def _menu(self, index: int) -> list[Option]:
         self.retime((index,))  # kernels that had no room as it compiled are timed now
-        rp = self.problems[index]
+        rp = self._problem(index)
         return region_menu(rp.problem, rp.rates, rp.saved_input_bytes, rp.max_depth)
 
     def _solve_at(self, index: int, budget: int) -> Option | None:
-        rp = self.problems[index]
+        rp = self._problem(index)
         return exact_option(rp.problem, rp.rates, budget, rp.saved_input_bytes, rp.max_depth)

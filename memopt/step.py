@@ -89,6 +89,9 @@ class Option:
     saved_inputs: int = 0
     """Of ``saved``, graph inputs that are activations of earlier regions (a step offload of
     the run leaves them: they are the call's inputs)."""
+    decisions: Mapping[str, object] = field(default_factory=dict, compare=False)
+    """The plan's non-keep decision per candidate of the region's planning problem (the model
+    of the plan at each position: :mod:`memopt.step_excess`)."""
 
     @property
     def movable(self) -> int:
@@ -226,6 +229,7 @@ def held_problem(problem):
         tl,
         fwd_op_s=(*tl.fwd_op_s, 0.0),
         fwd_live_bytes=(*tl.fwd_live_bytes, mark - tl.static_bytes),
+        fwd_op_names=(*tl.fwd_op_names, "<end of forward>") if tl.fwd_op_names else (),
     )
     return PlanningProblem(candidates=problem.candidates, timeline=timeline, fixed=problem.fixed)
 
@@ -244,6 +248,7 @@ def _option(sol, peak: int, label: str) -> Option:
         saved=sol.saved.on_device,
         overhead_s=sol.time.overhead_s,
         label=label,
+        decisions=dict(sol.decisions),
     )
 
 

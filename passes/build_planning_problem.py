@@ -537,6 +537,8 @@ def build_planning_problem(
         static_bytes=sum(sizes.of(n) for n in fw.graph.nodes if n.op == "placeholder"),
         layer_fwd_start=tuple(f_starts),
         layer_bwd_start=tuple(b_starts),
+        fwd_op_names=tuple(n.name for n in fw_ops) if fw_ops else (),
+        bwd_op_names=tuple(n.name for n in bw_ops),
     )
     return PlanningProblem(
         candidates=_undo_reuse([c for c in cands if c is not None]),

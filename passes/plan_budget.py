@@ -60,6 +60,10 @@ class RegionProblem:
     max_depth: int = 2
     """The chain rule the region's plans are solved and applied with
     (:func:`memopt.planner.chains.planner_depth`)."""
+    decisions: Mapping[str, Any] | None = None
+    """The region's own plan (solved at its own budget), per candidate as applied, and its
+    sync dict (:mod:`memopt.step_excess` models the compiled plan at each position)."""
+    sync: Mapping[int, Any] | None = None
 
 
 def _device(inputs: Sequence[Any]) -> torch.device:
@@ -281,7 +285,14 @@ def plan_budget(
         budget,
         tuple(sorted(sizes.unknown)),
         sync=dict(solution.sync) or None,
-        problem=RegionProblem(problem, rates, device.type, max_depth=max_depth),
+        problem=RegionProblem(
+            problem,
+            rates,
+            device.type,
+            max_depth=max_depth,
+            decisions=dict(solution.decisions),
+            sync=dict(solution.sync),
+        ),  # fmt: skip
         retime=_retimer(deferred, dict(kernels or {}), build, device, value, config.budget),
         text="Budget planner: "
         + (f"{fmt_bytes(held_bytes)} held by earlier regions; " if held_bytes else "")

@@ -49,7 +49,18 @@ def _nbytes(buf: Any) -> int | None:
         return None
 
 
-def _events(lines: list[Any]) -> list[Event]:
+def _origin(buf: Any, order: dict[str, int]) -> str:
+    """The FX node (of the graph Inductor lowered) whose value a buffer holds: the last of its
+    origins in graph order (a fused kernel's origins are every node it computes), "" when
+    none is known."""
+    try:
+        names = [n.name for n in buf.get_origins() if n.name in order]
+    except Exception:  # a buffer without origins
+        return ""
+    return max(names, key=order.__getitem__, default="")
+
+
+def _events(lines: list[Any], order: dict[str, int]) -> list[Event]:
     from torch._inductor import ir
     from torch._inductor.codegen import wrapper as w
     from torch._inductor.virtualized import V
@@ -57,10 +68,11 @@ def _events(lines: list[Any]) -> list[Event]:
     out: list[Event] = []
     for line in lines:
         if isinstance(line, w.AllocateLine):
-            out.append(Event("alloc", line.node.get_name(), _nbytes(line.node) or 0))
+            n = line.node
+            out.append(Event("alloc", n.get_name(), _nbytes(n) or 0, origin=_origin(n, order)))
         elif isinstance(line, w.ReuseLine):
             old, new = line.node.get_name(), line.reused_as.get_name()
-            out.append(Event("alias", new, 0, old))
+            out.append(Event("alias", new, 0, old, origin=_origin(line.reused_as, order)))
             if line.delete_old:
                 out.append(Event("free", old))
         elif isinstance(line, w.ReinterpretLine):
@@ -78,7 +90,12 @@ def _events(lines: list[Any]) -> list[Event]:
             elif aliased:
                 out.append(Event("alias", node.get_name(), 0, aliased[0]))
             else:
-                out.append(Event("alloc", node.get_name(), _nbytes(node) or 0, kernel=True))
+                out.append(
+                    Event(
+                        "alloc", node.get_name(), _nbytes(node) or 0, kernel=True,
+                        origin=_origin(node, order),
+                    )
+                )  # fmt: skip
         elif isinstance(line, w.MultiOutputLine):
             buf = V.graph.try_get_buffer(line.result_name)
             of = _aliased_by_multi_output(buf)
@@ -86,7 +103,10 @@ def _events(lines: list[Any]) -> list[Event]:
                 out.append(Event("alias", line.result_name, 0, of))
                 continue
             n = _nbytes(buf) if buf is not None else None
-            out.append(Event("alloc", line.result_name, n or 0, line.arg_name, kernel=True))
+            origin = _origin(buf, order) if buf is not None else ""
+            out.append(
+                Event("alloc", line.result_name, n or 0, line.arg_name, kernel=True, origin=origin)
+            )
     return out
 
 
@@ -147,7 +167,9 @@ def _read(wrapper: Any) -> GraphBuffers:
             outputs.append(o.get_name())
         except Exception:
             outputs.append(None)
-    fx_out = g.module.graph.output_node() if hasattr(g, "module") else None
+    module = getattr(g, "module", None)
+    nodes = tuple(n.name for n in module.graph.nodes) if module is not None else ()
+    fx_out = module.graph.output_node() if module is not None else None
     fx_names = (
         tuple(a.name if isinstance(a, torch.fx.Node) else None for a in fx_out.args[0])
         if fx_out is not None and isinstance(fx_out.args[0], (tuple, list))
@@ -157,10 +179,11 @@ def _read(wrapper: Any) -> GraphBuffers:
         backward=bool(getattr(g, "is_backward", False)),
         device=_main_device(),
         inputs={k: v or 0 for k, v in inputs.items()},
-        events=tuple(_events(wrapper.lines)),
+        events=tuple(_events(wrapper.lines, {n: i for i, n in enumerate(nodes)})),
         outputs=tuple(outputs),
         fx_outputs=fx_names,
-        module=getattr(g, "module", None),
+        nodes=nodes,
+        module=module,
     )
 
 

@@ -143,12 +143,20 @@ class StepTimeline:
     """Forward op index at which layer ``l``'s forward begins (increasing in ``l``)."""
     layer_bwd_start: tuple[int, ...] = ()
     """Backward op index at which layer ``l``'s backward begins (decreasing in ``l``)."""
+    fwd_op_names: tuple[str, ...] = ()
+    """The FX node name of each forward op (empty where not known: synthetic problems)."""
+    bwd_op_names: tuple[str, ...] = ()
+    """The FX node name of each backward op."""
 
     def __post_init__(self) -> None:
         if len(self.fwd_op_s) != len(self.fwd_live_bytes):
             raise ValueError("fwd_op_s and fwd_live_bytes differ in length")
         if len(self.bwd_op_s) != len(self.bwd_live_bytes):
             raise ValueError("bwd_op_s and bwd_live_bytes differ in length")
+        if self.fwd_op_names and len(self.fwd_op_names) != len(self.fwd_op_s):
+            raise ValueError("fwd_op_names and fwd_op_s differ in length")
+        if self.bwd_op_names and len(self.bwd_op_names) != len(self.bwd_op_s):
+            raise ValueError("bwd_op_names and bwd_op_s differ in length")
         if len(self.layer_fwd_start) != len(self.layer_bwd_start):
             raise ValueError("layer_fwd_start and layer_bwd_start differ in length")
         f, b = self.layer_fwd_start, self.layer_bwd_start

@@ -1,0 +1,183 @@
+"""What Inductor's compiled plans hold beyond the planner's model, placed where they peak.
+
+A compiled plan's buffer plan (the region report's ``inductor`` section,
+:mod:`memopt.inductor_buffers`) can hold bytes the planner's FX-level model does not: a
+pointwise value Inductor's lowering realizes (past its op-count and read thresholds, lower on
+a GPU than on a CPU) where the model fuses it into its consumer. Gemma 2's loss gradient
+through its logit soft-cap is one: a 2.1 GB logits tensor at the backward's first kernel
+(docs/zoo.md, forty-third session). Added to the region's every plan as one number, such an
+excess also lifts plans whose peak lies elsewhere, and says nothing about which saved tensors
+are live where it happens.
+
+Here it is an item of the region's planning problem instead: at the step position of the
+planner's op where Inductor's plan peaks, the bytes Inductor holds there beyond the model's
+live bytes under the same plan. The step's next plan then sees the real peak and what is live
+at it. Where no position is known (a report restored from a compile cache before positions
+were recorded, a graph whose names the planner lacks), the excess stays one number per region
+(memopt.state's ``_compiled_err``), as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, MutableMapping
+from dataclasses import replace
+from typing import Any
+
+from memopt import inductor_buffers as buffers
+
+log = logging.getLogger("memopt")
+
+
+def position(sec: Mapping[str, Any], timeline: Any) -> int | None:
+    """The step position (forward ops, then backward ops) of the planner's op where the
+    section's peak happens: the first of the section's peak nodes the planner's graph has.
+    None where the section or the timeline names none."""
+    fwd = (sec.get("fwd_peak") or 0) >= (sec.get("bwd_peak") or 0)
+    names = sec.get("fwd_peak_nodes" if fwd else "bwd_peak_nodes") or ()
+    ops = timeline.fwd_op_names if fwd else timeline.bwd_op_names
+    where = {n: i for i, n in enumerate(ops)}
+    q = next((where[n] for n in names if n in where), None)
+    if q is None:
+        return None
+    return q if fwd else timeline.n_fwd + q
+
+
+def profile(problem: Any, option: Any) -> Any:
+    """The model's memory profile of ``option``'s plan (its decisions and sync dict) on
+    ``problem``; None when they do not apply to it."""
+    from memopt.planner import memory_profile, sync_windows
+
+    windows = sync_windows(option.sync, problem.timeline) if option.sync else {}
+    try:
+        return memory_profile(problem, option.decisions, windows)
+    except (ValueError, KeyError):
+        return None
+
+
+def excess(problem: Any, sec: Mapping[str, Any], option: Any = None) -> tuple[int, int] | None:
+    """``(position, bytes)``: what a compiled plan's Inductor peak (``sec``) holds beyond the
+    model at that position, under ``option`` (a step option, as compiled); without one (the
+    region's own plan), beyond the model's peak of it (``sec["model_peak"]``: a lower bound of
+    the excess at the position). None where no position is known or nothing is over."""
+    pos = position(sec, problem.timeline)
+    peak = sec.get("peak")
+    if pos is None or peak is None:
+        return None
+    if option is not None:
+        prof = profile(problem, option)
+        model = prof.curve[pos] if prof is not None and pos < len(prof.curve) else None
+    else:
+        model = sec.get("model_peak")
+    if model is None or peak <= model:
+        return None
+    return pos, peak - model
+
+
+def grow(items: MutableMapping[int, int], pos: int, nbytes: int) -> None:
+    """Keep the larger excess at ``pos`` (each is measured against the uncorrected model)."""
+    items[pos] = max(items.get(pos, 0), nbytes)
+
+
+def remainder(items: Mapping[int, int] | None, flat: int) -> dict[int, int]:
+    """What placed excesses (step position -> bytes) add beyond ``flat``, the region's
+    excess counted at every position (its runs' offset)."""
+    return {p: n - flat for p, n in (items or {}).items() if n > flat}
+
+
+def corrected(problem: Any, items: Mapping[int, int] | None) -> Any:
+    """``problem`` with ``items`` (step position -> bytes) live at their positions."""
+    if not items:
+        return problem
+    tl = problem.timeline
+    fwd, bwd = list(tl.fwd_live_bytes), list(tl.bwd_live_bytes)
+    for pos, nbytes in items.items():
+        if pos < tl.n_fwd:
+            fwd[pos] += nbytes
+        else:
+            bwd[pos - tl.n_fwd] += nbytes
+    timeline = replace(tl, fwd_live_bytes=tuple(fwd), bwd_live_bytes=tuple(bwd))
+    return replace(problem, timeline=timeline)
+
+
+def check(st: Any) -> bool:
+    """The compiled plans of the step just run against the planner's model, per region
+    (``st``: memopt.state's MemoptState); whether the step must be (re-)planned now (before
+    any measurement; on a CPU the only check): under a step plan by its target, never by a
+    region's own budget (negative for a tight step's head region: a fit step re-planned).
+    The largest excess per region is kept as a number (``st._compiled_err``: the region's
+    runs' offset, at every position, as before), and each excess whose position is known is
+    placed there too (``st._compiled_at``): the region's problem holds what it adds there
+    beyond that number (:func:`remainder`), so no position gets less than before and the
+    peak's own gets all of it."""
+    from memopt.step import step_peak
+
+    if not isinstance(st.config.budget, int):
+        return False
+    runs = []
+    was = _placed(st)
+    for pos, (r, ri) in enumerate(zip(st.last_step, st.last_report_step)):
+        region, option = st.regions[ri], st.run_plan.get(pos)
+        sec, plan = region.extra.get("inductor") or {}, region.extra.get("planner") or {}
+        own = plan.get("budget_bytes") if st.step_choice is None else None
+        compiled = option is not None and st.compiled_as(ri, option)
+        if compiled:
+            runs.append((r, sec, option.peak, None))
+        else:
+            runs.append((r, sec, sec.get("model_peak"), own))
+        # placed: a step option as compiled, or the region's own plan (no step plan yet); a
+        # run on another variant than its option adds its excess to the step as a number
+        rp = st.problems.get(r)
+        if not sec or rp is None or not (compiled or st.step_choice is None):
+            continue
+        got = excess(rp.problem, sec, option if compiled else _own(rp))
+        if got is not None:
+            grow(st._compiled_at.setdefault(r, {}), *got)
+    grown = {
+        r: e for r, e in buffers.compiled_errors(runs).items()
+        if e[0] > st._compiled_err.get(r, 0)
+    }  # fmt: skip
+    st._compiled_err.update({r: e for r, (e, _) in grown.items()})
+    if not grown and _placed(st) == was:  # nothing new beyond the regions' numbers
+        return False
+    over = any(o for _, o in grown.values())
+    offsets, c, why = st._offsets(st.last_step, ahead=True), st.step_choice, ""
+    if c is not None and offsets is not None:
+        chosen = {p: _at_items(st, r, st.run_plan[p]) for p, r in enumerate(st.last_step)}
+        peak, at = step_peak(range(len(st.last_step)), chosen, offsets, st._away)
+        # read on CUDA, the plan is measured at its first steady step: before that, only a
+        # compiled plan over the budget itself re-plans (the target's reserve is for what
+        # the measurement sees; Mistral's step plans went to Inductor's excess unmeasured)
+        measuring = bool(st._entry_last) and st._probes_left > 0
+        over |= peak > (st.config.budget if measuring else c.target)
+        why = f" (predicted step peak {peak} at run {at}, the plan's {c.peak}, target {c.target})"
+    log.info("memopt: Inductor's buffer plans peak above the planner's model of the compiled "
+             "plans (bytes by region: %s; placed, by region and step position: %s)%s%s",
+             dict(st._compiled_err), {r: dict(v) for r, v in st._compiled_at.items()},
+             ": planning the step with them" if over else "", why)  # fmt: skip
+    return over
+
+
+def _placed(st: Any) -> dict[int, dict[int, int]]:
+    """Per region, what its placed excesses add to its problem (:func:`remainder`)."""
+    out = {r: remainder(v, st._compiled_err.get(r, 0)) for r, v in st._compiled_at.items()}
+    return {r: v for r, v in out.items() if v}
+
+
+def _own(rp: Any) -> Any:
+    """The region's own plan as a step option (None where its problem does not keep it)."""
+    from memopt.step import Option
+
+    if rp.decisions is None:
+        return None
+    return Option(plans=(), sync=dict(rp.sync or {}), decisions=dict(rp.decisions))
+
+
+def _at_items(st: Any, region: int, option: Any) -> Any:
+    """``option`` with its peak on the region's problem corrected by the placed excesses (an
+    option solved before the latest was placed is predicted lower than it will run)."""
+    items = remainder(st._compiled_at.get(region), st._compiled_err.get(region, 0))
+    if not items or region not in st.problems:
+        return option
+    prof = profile(corrected(st.problems[region].problem, items), option)
+    return option if prof is None else replace(option, peak=max(option.peak, prof.peak))

@@ -1,0 +1,126 @@
+"""Inductor's excess over the planner's model, placed where it peaks (memopt.step_excess) and
+found from the buffer plan's FX origins (memopt.inductor_buffers.peak_nodes): plain data."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from memopt import step_excess
+from memopt.inductor_buffers import PEAK_NODES, Event, GraphBuffers, peak_nodes, replay
+from memopt.planner.synthetic import LayerTensor, layered_problem
+from memopt.step import Option
+
+MiB = 1 << 20
+
+
+def _graph(events, nodes=("a", "b", "c", "d", "e")) -> GraphBuffers:
+    return GraphBuffers(
+        backward=True, device="cpu", inputs={}, events=tuple(events), outputs=(), nodes=nodes
+    )
+
+
+def test_peak_nodes_start_at_the_node_the_peak_buffer_holds():
+    g = _graph(
+        [
+            Event("alloc", "buf0", 100, origin="a"),
+            Event("alloc", "buf1", 300, origin="c"),  # the peak: 400 live
+            Event("free", "buf0"),
+            Event("alloc", "buf2", 50, origin="e"),
+        ]
+    )
+    r = replay(g)
+    assert (r.peak, r.peak_event) == (400, 1)
+    assert peak_nodes(g, r.peak_event) == ("c", "d", "e")
+    assert peak_nodes(g, -1) == ("a", "b", "c", "d", "e")  # a peak at the entry
+
+
+def test_a_peak_buffer_of_no_known_node_takes_the_earliest_of_its_kernels_allocations():
+    g = _graph(
+        [
+            Event("alloc", "buf0", 10, origin="d"),
+            Event("free", "buf0"),
+            Event("alloc", "buf1", 20, origin="c"),  # one kernel's outputs, allocated together
+            Event("alloc", "buf2", 30),  # the peak: no origin
+            Event("alloc", "buf3", 5, origin="e"),
+        ]
+    )
+    assert peak_nodes(g, 3) == ("c", "d", "e")
+    assert peak_nodes(_graph([Event("alloc", "x", 1)]), 0) == ()  # nothing known
+    assert peak_nodes(replace(g, nodes=()), 3) == ()  # a graph read without its names
+
+
+def test_peak_nodes_keep_at_most_peak_nodes_names():
+    nodes = tuple(f"n{i}" for i in range(3 * PEAK_NODES))
+    g = _graph([Event("alloc", "buf0", 1, origin="n5")], nodes)
+    assert peak_nodes(g, 0) == nodes[5 : 5 + PEAK_NODES]
+
+
+def _problem():
+    """Two layers of one 10 MiB recomputable tensor each; 2 + 2 * 3 = 8 ops a phase, named."""
+    from memopt.planner import OpCost
+
+    p = layered_problem(
+        [LayerTensor("MatMul+", 10 * MiB, slot=1, recompute_ops=(OpCost(flops=1e9),))],
+        n_layers=2,
+        ops_per_layer=3,
+        fwd_op_s=1e-3,
+        live_bytes=MiB,
+        static_bytes=4 * MiB,
+    )
+    tl = p.timeline
+    names = dict(
+        fwd_op_names=tuple(f"f{i}" for i in range(tl.n_fwd)),
+        bwd_op_names=tuple(f"b{i}" for i in range(len(tl.bwd_op_s))),
+    )
+    return replace(p, timeline=replace(tl, **names))
+
+
+def test_the_position_is_the_first_peak_node_the_planners_graph_has():
+    tl = _problem().timeline
+    sec = {"fwd_peak": 10, "bwd_peak": 20, "bwd_peak_nodes": ["post_grad_only", "b3", "b4"]}
+    assert step_excess.position(sec, tl) == tl.n_fwd + 3 == 11
+    sec = {"fwd_peak": 30, "bwd_peak": 20, "fwd_peak_nodes": ["f6", "f7"]}
+    assert step_excess.position(sec, tl) == 6
+    assert step_excess.position({"fwd_peak": 1, "bwd_peak": 2, "bwd_peak_nodes": ["x"]}, tl) is None
+    assert step_excess.position({"bwd_peak": 2, "bwd_peak_nodes": ["b0"]}, tl) == 8
+
+
+def test_the_excess_is_measured_at_its_position_under_the_compiled_plan():
+    """Under the plan that recomputes layer 1's tensor, the model holds 4 + 1 + 10 MiB at the
+    backward's op 3 (layer 0's tensor saved; layer 1's recomputed copy freed after its use at
+    op 2, where the plan peaks at 25 MiB): an Inductor peak of 27 MiB at op 3 is 12 MiB over
+    the model there, though only 2 MiB over the plan's peak."""
+    p = _problem()
+    recompute = Option(plans=("MatMul+:1:1",), decisions={"MatMul_1": 1})
+    prof = step_excess.profile(p, recompute)
+    assert (prof.curve[10], prof.curve[11], prof.peak) == (25 * MiB, 15 * MiB, 25 * MiB)
+    sec = {"peak": 27 * MiB, "fwd_peak": 0, "bwd_peak": 27 * MiB, "bwd_peak_nodes": ["b3"]}
+    assert step_excess.excess(p, sec, recompute) == (11, 12 * MiB)
+    own = {**sec, "model_peak": prof.peak}
+    assert step_excess.excess(p, own) == (11, 2 * MiB)  # no plan known: over its peak only
+    assert step_excess.excess(p, {**sec, "peak": 15 * MiB}, recompute) is None
+    assert step_excess.profile(p, Option((), decisions={"MatMul_1": 3})) is None  # no window
+
+
+def test_placed_excesses_add_only_what_the_regions_number_does_not():
+    p = _problem()
+    items: dict[int, int] = {}
+    step_excess.grow(items, 11, 5 * MiB)
+    step_excess.grow(items, 11, 3 * MiB)  # a smaller one at the same op keeps the larger
+    step_excess.grow(items, 2, MiB)
+    assert items == {11: 5 * MiB, 2: MiB}
+    more = step_excess.remainder(items, 2 * MiB)  # 2 MiB already counted at every position
+    assert more == {11: 3 * MiB}
+    fixed = step_excess.corrected(p, more)
+    base, new = p.timeline.base_bytes, fixed.timeline.base_bytes
+    assert [b - a for a, b in zip(base, new)] == [0] * 11 + [3 * MiB] + [0] * 4
+    assert step_excess.corrected(p, {}) is p
+    assert fixed.candidates == p.candidates and fixed.fixed == p.fixed
+
+
+def test_timeline_names_must_match_its_ops():
+    tl = _problem().timeline
+    with pytest.raises(ValueError, match="bwd_op_names"):
+        replace(tl, bwd_op_names=("b0",))
