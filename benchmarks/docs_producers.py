@@ -566,10 +566,10 @@ PRODUCERS: tuple[Producer, ...] = (
         "docs/zoo.md, forty-third session (Inductor's GPU buffer plan against the model)",
     ),
     Producer(
-        "peak_*_s43.json",
+        "peak_*_s4[34].json",
         f"{PY}diag_zoo_peak.py --model MODEL --budget B --warmup 5 --json {{file}}",
         "gpu",
-        "docs/zoo.md, forty-third session (its replay is not usable yet, said there)",
+        "docs/zoo.md, forty-third and forty-fourth sessions (its replay is not usable yet)",
     ),
     Producer(
         "guard_tight_*.json",

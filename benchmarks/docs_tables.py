@@ -221,6 +221,10 @@ zoo_gpu_s41c = _zoo_gpu_of("_s41c", "The forty-second session's ConvNeXt and Swi
 zoo_gpu_s42 = _zoo_gpu_of("_s42", "The forty-second session's last call: its new defaults.")
 zoo_gpu_s43 = _zoo_gpu_of("_s43", "The forty-third session's first rows of Gemma 2 and BART.")
 zoo_gpu_s43m = _zoo_gpu_of("_s43m", "The forty-third session's Mistral, one timing at a time.")
+zoo_gpu_s44 = _zoo_gpu_of("_s44", "The forty-fourth session's first rows of Phi-3 and wav2vec 2.0.")
+zoo_gpu_s44m = _zoo_gpu_of("_s44m", "The forty-fourth session's Mistral at 0.3 again.")
+zoo_gpu_s44c = _zoo_gpu_of("_s44c", "The forty-fourth session's rows with placed excesses.")
+zoo_gpu_s44v = _zoo_gpu_of("_s44v", "The forty-fourth session's ConvNeXt at 0.1.")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -421,6 +425,13 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s43": Section(("zoo_gpu_gemma2_s43.json", "zoo_gpu_bart_s43.json"), zoo_gpu_s43),
     "zoo_gpu_s43m": Section(("zoo_gpu_mistral_s43m.json",), zoo_gpu_s43m),
     "zoo_gpu_s43m_ab": Section(("zoo_gpu_mistral_s43m.json",), _ab),
+    "zoo_gpu_s44": Section(("zoo_gpu_phi3_s44.json", "zoo_gpu_wav2vec2_s44.json"), zoo_gpu_s44),
+    "zoo_gpu_s44m": Section(("zoo_gpu_mistral_s44m.json",), zoo_gpu_s44m),
+    "zoo_gpu_s44c": Section(
+        ("zoo_gpu_mistral_s44c.json", "zoo_gpu_wav2vec2_s44c.json", "zoo_gpu_gemma2_s44c.json"),
+        zoo_gpu_s44c,
+    ),
+    "zoo_gpu_s44v": Section(("zoo_gpu_convnext_s44v.json",), zoo_gpu_s44v),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),
