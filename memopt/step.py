@@ -54,6 +54,20 @@ model over-predicted the plan (BERT at 3 GB: a corrected plan measured 8-10% und
 planned once more with that miss as a negative correction, so the plan spends the room on less
 recompute. Below it, a recompile buys too little. A judgment, not fitted to a model."""
 
+INFEASIBLE_TIE = 0.001
+"""When no plan fits, step peaks this share of the target apart are equals, and the cheaper
+plan wins: the model cannot tell them apart (Mistral at torch's 0.1 point on an H200 took a
+smallest-peak plan predicted 100 KB under a measured one, for 13 ms more a step; docs/zoo.md,
+forty-fourth session). A judgment, not fitted."""
+
+
+def rank(feasible: bool, overhead_s: float, peak: int, target: int) -> tuple:
+    """How step plans compare: those that fit first, by overhead; then by step peak in
+    :data:`INFEASIBLE_TIE` steps of the target, by overhead within a step."""
+    if feasible:
+        return (False, overhead_s, 0)
+    return (True, peak // max(1, int(INFEASIBLE_TIE * target)), overhead_s)
+
 
 def measured_target(budget: int) -> int:
     """A byte budget's target once the step's peak was measured."""
@@ -368,8 +382,7 @@ def choose(
 
     def key(c: Mapping[int, Option]) -> tuple:
         peak = peak_of(c)
-        fits = peak <= target
-        return (not fits, step_overhead(sequence, c) if fits else peak, peak)
+        return (*rank(peak <= target, step_overhead(sequence, c), peak, target), peak)
 
     best = min(tried, key=key)
     peak, at = step_peak(sequence, best, offsets, away)
@@ -497,12 +510,13 @@ def choose_runs(
             saved_before=best.saved_before,
             saved_after=sum(o.saved for o in chosen.values()),
         )
-        if (not cand.feasible, cand.overhead_s if cand.feasible else cand.peak) < (
-            not best.feasible,
-            best.overhead_s if best.feasible else best.peak,
-        ):
+        if _rank_of(cand) < _rank_of(best):
             best = cand
     return best
+
+
+def _rank_of(c: StepChoice) -> tuple:
+    return rank(c.feasible, c.overhead_s, c.peak, c.target)
 
 
 def _limit_variants(sequence: Sequence[int], chosen: dict[int, Option]) -> dict[int, Option]:
@@ -557,10 +571,7 @@ def choose_with_offload(
         c = choose_runs(sequence, menus, target, offsets, off.away)
         moved = {j: c.chosen[j].movable for j in off.runs}
         c = replace(c, offload=off, overhead_s=c.overhead_s + offload_overhead(off, moved, timing))
-        if (not c.feasible, c.overhead_s if c.feasible else c.peak) < (
-            not best.feasible,
-            best.overhead_s if best.feasible else best.peak,
-        ):
+        if _rank_of(c) < _rank_of(best):
             best = c
     return best
 

@@ -1,5 +1,6 @@
 """Inductor's excess over the planner's model, placed where it peaks (memopt.step_excess) and
-found from the buffer plan's FX origins (memopt.inductor_buffers.peak_nodes): plain data."""
+found from the buffer plan's FX origins (memopt.inductor_buffers.peak_nodes), and the step
+planner's choice when nothing fits (memopt.step.rank): plain data."""
 
 from __future__ import annotations
 
@@ -124,3 +125,23 @@ def test_timeline_names_must_match_its_ops():
     tl = _problem().timeline
     with pytest.raises(ValueError, match="bwd_op_names"):
         replace(tl, bwd_op_names=("b0",))
+
+
+def test_when_nothing_fits_peaks_a_tie_apart_are_equal_and_the_cheaper_plan_wins():
+    """INFEASIBLE_TIE: 0.1% of a 1,000,000-byte target is 1,000 bytes. A plan 800 bytes under
+    another (same tie step) for 40 ms more is not taken; a plan 50 KB lower is."""
+    from memopt.step import INFEASIBLE_TIE, choose, rank
+
+    target = 1_000_000
+    assert int(INFEASIBLE_TIE * target) == 1000
+    cheap = Option(("A+:1:1",), peak=1_200_900, saved=10, overhead_s=0.010, label="cheap")
+    lower = Option(("B+:1:1",), peak=1_200_100, saved=10, overhead_s=0.050, label="lower")
+    low = Option(("C+:1:1",), peak=1_150_000, saved=10, overhead_s=0.090, label="low")
+    keep = Option((), peak=1_300_000, saved=20, overhead_s=0.0, label="keep")
+    got = choose([0], {0: [keep, cheap, lower]}, target)
+    assert not got.feasible and got.chosen[0].label == "cheap" and got.peak == 1_200_900
+    got = choose([0], {0: [keep, cheap, lower, low]}, target)
+    assert got.chosen[0].label == "low" and got.peak == 1_150_000
+    fits = choose([0], {0: [keep, cheap, lower, low]}, 1_250_000)  # the cheapest that fits
+    assert fits.feasible and fits.chosen[0].label == "cheap"
+    assert rank(True, 0.5, 10**9, target) < rank(False, 0.0, 1, target)  # fitting comes first
