@@ -225,6 +225,7 @@ zoo_gpu_s44 = _zoo_gpu_of("_s44", "The forty-fourth session's first rows of Phi-
 zoo_gpu_s44m = _zoo_gpu_of("_s44m", "The forty-fourth session's Mistral at 0.3 again.")
 zoo_gpu_s44c = _zoo_gpu_of("_s44c", "The forty-fourth session's rows with placed excesses.")
 zoo_gpu_s44v = _zoo_gpu_of("_s44v", "The forty-fourth session's ConvNeXt at 0.1.")
+zoo_gpu_s44d = _zoo_gpu_of("_s44d", "The forty-fourth session's Mistral at 0.1, tie rule.")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -432,6 +433,7 @@ SECTIONS: dict[str, Section] = {
         zoo_gpu_s44c,
     ),
     "zoo_gpu_s44v": Section(("zoo_gpu_convnext_s44v.json",), zoo_gpu_s44v),
+    "zoo_gpu_s44d": Section(("zoo_gpu_mistral_s44d.json",), zoo_gpu_s44d),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),
