@@ -53,7 +53,8 @@ class GraphBuffers:
     fx_outputs: tuple[str | None, ...] = ()
     """The FX output node's argument names, in the same order."""
     nodes: tuple[str, ...] = ()
-    """The names of the FX graph's nodes Inductor lowered (post-grad), in order."""
+    """The names of the ops of the FX graph Inductor lowered (post-grad; no placeholders), in
+    order."""
     module: Any = field(default=None, compare=False, repr=False)
     """The FX GraphModule Inductor lowered (post-grad), to tell which outputs alias inputs."""
 
@@ -238,7 +239,7 @@ def peak_nodes(gb: GraphBuffers, event: int) -> tuple[str, ...]:
     node whose value that event's buffer holds, :data:`PEAK_NODES` of them (the planner's
     graph lacks some of Inductor's post-grad nodes: the first it has is the position). A
     buffer of no known node: from the earliest node of the allocations next to it (a kernel's
-    outputs are allocated together before it runs). The graph's first nodes for the entry
+    outputs are allocated together before it runs). The graph's first ops for the entry
     (-1); () where nothing is known."""
     if not gb.nodes or event >= len(gb.events):
         return ()

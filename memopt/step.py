@@ -61,12 +61,18 @@ smallest-peak plan predicted 100 KB under a measured one, for 13 ms more a step;
 forty-fourth session). A judgment, not fitted."""
 
 
-def rank(feasible: bool, overhead_s: float, peak: int, target: int) -> tuple:
-    """How step plans compare: those that fit first, by overhead; then by step peak in
-    :data:`INFEASIBLE_TIE` steps of the target, by overhead within a step."""
-    if feasible:
-        return (False, overhead_s, 0)
-    return (True, peak // max(1, int(INFEASIBLE_TIE * target)), overhead_s)
+def better(a: tuple[bool, float, int], b: tuple[bool, float, int], target: int) -> bool:
+    """Whether step plan ``a`` beats ``b``, each ``(fits, overhead_s, peak)``: one that fits
+    beats one that does not; of two that fit, the cheaper; of two that do not, the lower peak,
+    but peaks within :data:`INFEASIBLE_TIE` of the target are equals and the cheaper wins."""
+    if a[0] != b[0]:
+        return a[0]
+    if a[0]:
+        return a[1] < b[1]
+    tie = int(INFEASIBLE_TIE * target)
+    if abs(a[2] - b[2]) > tie:
+        return a[2] < b[2]
+    return (a[1], a[2]) < (b[1], b[2])
 
 
 def measured_target(budget: int) -> int:
@@ -380,11 +386,12 @@ def choose(
         {r: min(fronts[r], key=lambda o: (o.peak + o.saved, o.overhead_s)) for r in regions}
     )
 
-    def key(c: Mapping[int, Option]) -> tuple:
-        peak = peak_of(c)
-        return (*rank(peak <= target, step_overhead(sequence, c), peak, target), peak)
-
-    best = min(tried, key=key)
+    scored = [(peak_of(c), step_overhead(sequence, c), c) for c in tried]
+    fits = [x for x in scored if x[0] <= target]
+    if not fits:  # the smallest peak, the cheapest of those within a tie of it (``better``)
+        floor = min(x[0] for x in scored)
+        fits = [x for x in scored if x[0] <= floor + int(INFEASIBLE_TIE * target)]
+    best = min(fits, key=lambda x: (x[1], x[0]))[2]
     peak, at = step_peak(sequence, best, offsets, away)
     keep = {r: _keep(menus[r]) for r in regions}
     return StepChoice(
@@ -510,13 +517,13 @@ def choose_runs(
             saved_before=best.saved_before,
             saved_after=sum(o.saved for o in chosen.values()),
         )
-        if _rank_of(cand) < _rank_of(best):
+        if _better(cand, best):
             best = cand
     return best
 
 
-def _rank_of(c: StepChoice) -> tuple:
-    return rank(c.feasible, c.overhead_s, c.peak, c.target)
+def _better(a: StepChoice, b: StepChoice) -> bool:
+    return better((a.feasible, a.overhead_s, a.peak), (b.feasible, b.overhead_s, b.peak), a.target)
 
 
 def _limit_variants(sequence: Sequence[int], chosen: dict[int, Option]) -> dict[int, Option]:
@@ -571,7 +578,7 @@ def choose_with_offload(
         c = choose_runs(sequence, menus, target, offsets, off.away)
         moved = {j: c.chosen[j].movable for j in off.runs}
         c = replace(c, offload=off, overhead_s=c.overhead_s + offload_overhead(off, moved, timing))
-        if _rank_of(c) < _rank_of(best):
+        if _better(c, best):
             best = c
     return best
 

@@ -48,8 +48,8 @@ def profile(problem: Any, option: Any) -> Any:
     ``problem``; None when they do not apply to it."""
     from memopt.planner import memory_profile, sync_windows
 
-    windows = sync_windows(option.sync, problem.timeline) if option.sync else {}
     try:
+        windows = sync_windows(option.sync, problem.timeline) if option.sync else {}
         return memory_profile(problem, option.decisions, windows)
     except (ValueError, KeyError):
         return None
@@ -125,10 +125,11 @@ def check(st: Any) -> bool:
             runs.append((r, sec, option.peak, None))
         else:
             runs.append((r, sec, sec.get("model_peak"), own))
-        # placed: a step option as compiled, or the region's own plan (no step plan yet); a
-        # run on another variant than its option adds its excess to the step as a number
+        # placed: a step option as compiled, or the region's own plan (no step plan yet, the
+        # region's first compile: a counted plan's variant keeps what the own plan recomputes);
+        # a run on another variant adds its excess to the step as a number
         rp = st.problems.get(r)
-        if not sec or rp is None or not (compiled or st.step_choice is None):
+        if not sec or rp is None or not (compiled or (st.step_choice is None and ri == r)):
             continue
         got = excess(rp.problem, sec, option if compiled else _own(rp))
         if got is not None:
@@ -142,7 +143,8 @@ def check(st: Any) -> bool:
         return False
     over = any(o for _, o in grown.values())
     offsets, c, why = st._offsets(st.last_step, ahead=True), st.step_choice, ""
-    if c is not None and offsets is not None:
+    planned = c is not None and all(p in st.run_plan for p in range(len(st.last_step)))
+    if planned and offsets is not None:
         chosen = {p: _at_items(st, r, st.run_plan[p]) for p, r in enumerate(st.last_step)}
         peak, at = step_peak(range(len(st.last_step)), chosen, offsets, st._away)
         # read on CUDA, the plan is measured at its first steady step: before that, only a

@@ -1,6 +1,6 @@
 """Inductor's excess over the planner's model, placed where it peaks (memopt.step_excess) and
 found from the buffer plan's FX origins (memopt.inductor_buffers.peak_nodes), and the step
-planner's choice when nothing fits (memopt.step.rank): plain data."""
+planner's choice when nothing fits (memopt.step.better): plain data."""
 
 from __future__ import annotations
 
@@ -129,8 +129,9 @@ def test_timeline_names_must_match_its_ops():
 
 def test_when_nothing_fits_peaks_a_tie_apart_are_equal_and_the_cheaper_plan_wins():
     """INFEASIBLE_TIE: 0.1% of a 1,000,000-byte target is 1,000 bytes. A plan 800 bytes under
-    another (same tie step) for 40 ms more is not taken; a plan 50 KB lower is."""
-    from memopt.step import INFEASIBLE_TIE, choose, rank
+    another for 40 ms more is not taken (nor one 2 bytes under, across any grid line); a plan
+    50 KB lower is."""
+    from memopt.step import INFEASIBLE_TIE, better, choose
 
     target = 1_000_000
     assert int(INFEASIBLE_TIE * target) == 1000
@@ -144,4 +145,6 @@ def test_when_nothing_fits_peaks_a_tie_apart_are_equal_and_the_cheaper_plan_wins
     assert got.chosen[0].label == "low" and got.peak == 1_150_000
     fits = choose([0], {0: [keep, cheap, lower, low]}, 1_250_000)  # the cheapest that fits
     assert fits.feasible and fits.chosen[0].label == "cheap"
-    assert rank(True, 0.5, 10**9, target) < rank(False, 0.0, 1, target)  # fitting comes first
+    assert better((False, 0.01, 1_200_001), (False, 0.05, 1_199_999), target)  # a tie: cheaper
+    assert not better((False, 0.01, 1_201_001), (False, 0.05, 1_200_000), target)  # not a tie
+    assert better((True, 0.5, 10**9), (False, 0.0, 1), target)  # fitting comes first

@@ -168,7 +168,8 @@ def _read(wrapper: Any) -> GraphBuffers:
         except Exception:
             outputs.append(None)
     module = getattr(g, "module", None)
-    nodes = tuple(n.name for n in module.graph.nodes) if module is not None else ()
+    ops = module.graph.nodes if module is not None else ()
+    nodes = tuple(n.name for n in ops if n.op not in ("placeholder", "output"))
     fx_out = module.graph.output_node() if module is not None else None
     fx_names = (
         tuple(a.name if isinstance(a, torch.fx.Node) else None for a in fx_out.args[0])
