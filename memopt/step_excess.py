@@ -9,12 +9,13 @@ through its logit soft-cap is one: a 2.1 GB logits tensor at the backward's firs
 excess also lifts plans whose peak lies elsewhere, and says nothing about which saved tensors
 are live where it happens.
 
-Here it is an item of the region's planning problem instead: at the step position of the
+Here it is also an item of the region's planning problem: at the step position of the
 planner's op where Inductor's plan peaks, the bytes Inductor holds there beyond the model's
-live bytes under the same plan. The step's next plan then sees the real peak and what is live
-at it. Where no position is known (a report restored from a compile cache before positions
-were recorded, a graph whose names the planner lacks), the excess stays one number per region
-(memopt.state's ``_compiled_err``), as before.
+live bytes under the same plan. The region's largest excess stays one number at every position
+(memopt.state's ``_compiled_err``, as before); the item holds what the placed excess adds
+beyond it, so the step's next plan sees the real peak and what is live at it. Where no position
+is known (a report restored from a compile cache before positions were recorded, a graph whose
+names the planner lacks), only the number applies.
 """
 
 from __future__ import annotations
@@ -178,8 +179,10 @@ def _own(rp: Any) -> Any:
 def _at_items(st: Any, region: int, option: Any) -> Any:
     """``option`` with its peak on the region's problem corrected by the placed excesses (an
     option solved before the latest was placed is predicted lower than it will run)."""
-    items = remainder(st._compiled_at.get(region), st._compiled_err.get(region, 0))
-    if not items or region not in st.problems:
+    if region not in st.problems:
         return option
-    prof = profile(corrected(st.problems[region].problem, items), option)
+    rp = st._problem(region)
+    if rp is st.problems[region]:  # nothing placed beyond the region's number
+        return option
+    prof = profile(rp.problem, option)
     return option if prof is None else replace(option, peak=max(option.peak, prof.peak))
