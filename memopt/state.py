@@ -106,7 +106,7 @@ class MemoptState(RegionRegistry):
         self._corrections: tuple[int, ...] = ()  # ... run by run, for the step _places_for
         self._places_for: tuple[int, ...] = ()
         self._compiled_err: dict[int, int] = {}  # region -> Inductor's peak over the model's
-        self._compiled_at: dict[int, dict[int, int]] = {}  # ... placed: step position -> bytes
+        self._compiled_at: dict[int, dict[bool, dict[int, int]]] = {}  # placed: offloads? -> pos
         self._record: int | None = None  # a new CUDA peak record set by the step just done
         self._settled = 0  # steps since the step plan last changed or was last measured
         self._steps = 0  # steps finished
@@ -468,7 +468,8 @@ class MemoptState(RegionRegistry):
         if finer is not None:  # use the room the menu's coarse shares left under the target
             again = choose_with_offload(sequence, finer, target, offsets, layers, timing, away)
             choice = again if again.feasible and again.overhead_s < choice.overhead_s else choice
-        problems = {r: self._problem(r) for r in set(sequence)}
+        # a lower bound: on the problems without the placed excesses (each holds for some plans)
+        problems = {r: self.problems[r] for r in set(sequence)}
         choice = with_floor(choice, sequence, problems, target, offsets, away)
         self.step_choice, self._planned_for = choice, tuple(sequence)
         if not self._user_offload:  # the step plan's own offload (replaces an earlier one)
@@ -552,17 +553,20 @@ class MemoptState(RegionRegistry):
             return measured_target(b)
         return step_bytes(b, self.problems[sequence[0]].device_type)
 
-    def _problem(self, index: int) -> Any:
-        """Region ``index``'s planning problem with the compiled plans' placed excesses."""
+    def _problem(self, index: int, offloads: bool | None = None) -> Any:
+        """Region ``index``'s planning problem with the compiled plans' placed excesses: those
+        placed under plans that offload (``offloads=True``) or not (False); None: either."""
         rp, err = self.problems[index], self._compiled_err.get(index, 0)
-        items = step_excess.remainder(self._compiled_at.get(index), err)
+        items = step_excess.items(self._compiled_at.get(index), err, offloads)
         return replace(rp, problem=step_excess.corrected(rp.problem, items)) if items else rp
 
     def _menu(self, index: int) -> list[Option]:
         self.retime((index,))  # kernels that had no room as it compiled are timed now
-        rp = self._problem(index)
-        return region_menu(rp.problem, rp.rates, rp.saved_input_bytes, rp.max_depth)
+        return step_excess.by_kind(self, index, region_menu, merge=list.__add__)
 
     def _solve_at(self, index: int, budget: int) -> Option | None:
-        rp = self._problem(index)
-        return exact_option(rp.problem, rp.rates, budget, rp.saved_input_bytes, rp.max_depth)
+        return step_excess.by_kind(self, index, exact_option, budget, merge=_cheaper)
+
+
+def _cheaper(a: Option | None, b: Option | None) -> Option | None:
+    return min((o for o in (a, b) if o is not None), key=lambda o: o.overhead_s, default=None)

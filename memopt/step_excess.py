@@ -13,7 +13,9 @@ Here it is also an item of the region's planning problem: at the step position o
 planner's op where Inductor's plan peaks, the bytes Inductor holds there beyond the model's
 live bytes under the same plan. The region's largest excess stays one number at every position
 (memopt.state's ``_compiled_err``, as before); the item holds what the placed excess adds
-beyond it, so the step's next plan sees the real peak and what is live at it. Where no position
+beyond it, so the step's next plan sees the real peak and what is live at it. An excess holds
+for plans of the kind it was measured on: plans that offload, or plans that do not
+(:func:`by_kind`). Where no position
 is known (a report restored from a compile cache before positions were recorded, a graph whose
 names the planner lacks), only the number applies.
 """
@@ -86,6 +88,52 @@ def remainder(items: Mapping[int, int] | None, flat: int) -> dict[int, int]:
     return {p: n - flat for p, n in (items or {}).items() if n > flat}
 
 
+def items(
+    placed: Mapping[bool, Mapping[int, int]] | None, flat: int, offloads: bool | None = None
+) -> dict[int, int]:
+    """What a region's placed excesses (plan offloads? -> step position -> bytes) add beyond
+    ``flat`` (:func:`remainder`) for plans that offload (``offloads=True``), plans that do not
+    (False), or any plan (None: the larger at each position)."""
+    out: dict[int, int] = {}
+    for kind, at in (placed or {}).items():
+        for pos, nbytes in at.items() if offloads in (None, kind) else ():
+            grow(out, pos, nbytes)
+    return remainder(out, flat)
+
+
+def by_kind(st: Any, index: int, fn: Any, *args: Any, merge: Any) -> Any:
+    """``fn(problem, rates, *args, saved_inputs, max_depth, offload=...)`` (memopt.step's
+    ``region_menu`` or ``exact_option``) on region ``index``'s problem with its placed
+    excesses. An excess placed under a plan that offloads holds for plans that offload, one
+    placed under a plan that does not for plans that do not: on Mistral at torch 0.1's peak
+    (H200, forty-fourth session) 780 MB placed from plans offloading three layers (Inductor's
+    buffers of their reloads) made a plan without offload predicted 565 MB above its
+    measurement. Where the two kinds' excesses differ, ``fn`` runs once per kind, each
+    restricted to its kind, and ``merge`` joins the two answers."""
+    from memopt.planner.solver import default_leads
+
+    rp, err = st.problems[index], st._compiled_err.get(index, 0)
+    placed = st._compiled_at.get(index)
+
+    def call(offloads: bool | None) -> Any:
+        p = st._problem(index, offloads)
+        kw = {"offload": False} if offloads is False else {}
+        return fn(p.problem, p.rates, *args, p.saved_input_bytes, p.max_depth, **kw)
+
+    if default_leads(rp.problem) == [None]:  # the region cannot offload: one kind
+        return call(False)
+    if items(placed, err, False) == items(placed, err, True):
+        return call(None)
+    return merge(_kind(call(False), False), _kind(call(True), True))
+
+
+def _kind(got: Any, offloads: bool) -> Any:
+    """The options (a list, or one option or None) of ``got`` that offload, or do not."""
+    if isinstance(got, list):
+        return [o for o in got if bool(o.sync) == offloads]
+    return got if got is not None and bool(got.sync) == offloads else None
+
+
 def corrected(problem: Any, items: Mapping[int, int] | None) -> Any:
     """``problem`` with ``items`` (step position -> bytes) live at their positions."""
     if not items:
@@ -132,9 +180,11 @@ def check(st: Any) -> bool:
         rp = st.problems.get(r)
         if not sec or rp is None or not (compiled or (st.step_choice is None and ri == r)):
             continue
-        got = excess(rp.problem, sec, option if compiled else _own(rp))
-        if got is not None:
-            grow(st._compiled_at.setdefault(r, {}), *got)
+        o = option if compiled else _own(rp)
+        got = excess(rp.problem, sec, o)
+        if got is not None:  # kept by kind: does the plan it was measured on offload?
+            kind = bool(o.sync if o is not None else rp.sync)
+            grow(st._compiled_at.setdefault(r, {}).setdefault(kind, {}), *got)
     grown = {
         r: e for r, e in buffers.compiled_errors(runs).items()
         if e[0] > st._compiled_err.get(r, 0)
@@ -155,16 +205,22 @@ def check(st: Any) -> bool:
         over |= peak > (st.config.budget if measuring else c.target)
         why = f" (predicted step peak {peak} at run {at}, the plan's {c.peak}, target {c.target})"
     log.info("memopt: Inductor's buffer plans peak above the planner's model of the compiled "
-             "plans (bytes by region: %s; placed, by region and step position: %s)%s%s",
-             dict(st._compiled_err), {r: dict(v) for r, v in st._compiled_at.items()},
+             "plans (bytes by region: %s; placed, by region, plan kind and step position: %s)%s%s",
+             dict(st._compiled_err), _placed(st, flat=0),
              ": planning the step with them" if over else "", why)  # fmt: skip
     return over
 
 
-def _placed(st: Any) -> dict[int, dict[int, int]]:
-    """Per region, what its placed excesses add to its problem (:func:`remainder`)."""
-    out = {r: remainder(v, st._compiled_err.get(r, 0)) for r, v in st._compiled_at.items()}
-    return {r: v for r, v in out.items() if v}
+def _placed(st: Any, flat: int | None = None) -> dict[str, dict[int, int]]:
+    """Per region and kind, what its placed excesses add to its problem (:func:`items`;
+    ``flat=0``: the excesses themselves)."""
+    out = {
+        f"{r} {'offloading' if k else 'not offloading'}": items(v, err, k)
+        for r, v in st._compiled_at.items()
+        for k in v
+        for err in [st._compiled_err.get(r, 0) if flat is None else flat]
+    }
+    return {key: v for key, v in out.items() if v}
 
 
 def _own(rp: Any) -> Any:
@@ -181,7 +237,7 @@ def _at_items(st: Any, region: int, option: Any) -> Any:
     option solved before the latest was placed is predicted lower than it will run)."""
     if region not in st.problems:
         return option
-    rp = st._problem(region)
+    rp = st._problem(region, bool(option.sync))
     if rp is st.problems[region]:  # nothing placed beyond the region's number
         return option
     prof = profile(rp.problem, option)

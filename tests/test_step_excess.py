@@ -148,3 +148,68 @@ def test_when_nothing_fits_peaks_a_tie_apart_are_equal_and_the_cheaper_plan_wins
     assert better((False, 0.01, 1_200_001), (False, 0.05, 1_199_999), target)  # a tie: cheaper
     assert not better((False, 0.01, 1_201_001), (False, 0.05, 1_200_000), target)  # not a tie
     assert better((True, 0.5, 10**9), (False, 0.0, 1), target)  # fitting comes first
+
+
+def _kinds_state(problem, placed, err=0):
+    """A stand-in for memopt.state's MemoptState holding one region: its real ``_problem``."""
+    from types import MethodType, SimpleNamespace
+
+    from memopt.state import MemoptState
+    from passes.plan_budget import RegionProblem
+    from tests.test_planner_solver import RATES
+
+    rp = RegionProblem(problem=problem, rates=RATES, device_type="cuda")
+    st = SimpleNamespace(problems={0: rp}, _compiled_err={0: err}, _compiled_at={0: placed})
+    st._problem = MethodType(MemoptState._problem, st)
+    return st
+
+
+def test_an_excess_placed_under_an_offloading_plan_holds_only_for_plans_that_offload():
+    """Mistral at torch 0.1's peak (H200): 780 MB placed from plans that offload three layers
+    over-predicted a plan without offload by 565 MB. Excesses are kept by the kind of plan
+    they were measured on; the menu's plans without offload are solved without the other
+    kind's, and its plans that offload with them (their kind's only)."""
+    from memopt.step import region_menu
+
+    p = layered_problem(
+        [LayerTensor("A+", 8 * MiB, 0), LayerTensor("B+", 4 * MiB, 1)],
+        n_layers=3, ops_per_layer=2, fwd_op_s=1e-3,
+    )  # fmt: skip
+    pos = p.timeline.n_fwd + 2  # a backward op
+    placed = {True: {pos: 6 * MiB}, False: {pos + 1: 3 * MiB}}
+    assert step_excess.items(placed, MiB, True) == {pos: 5 * MiB}
+    assert step_excess.items(placed, MiB, False) == {pos + 1: 2 * MiB}
+    assert step_excess.items(placed, MiB) == {pos: 5 * MiB, pos + 1: 2 * MiB}
+    st = _kinds_state(p, placed, err=MiB)
+    calls = []
+
+    def fn(problem, rates, budget, saved_inputs, max_depth, offload=True):
+        tl = problem.timeline
+        calls.append(
+            (offload, [b - a for a, b in zip(p.timeline.bwd_live_bytes, tl.bwd_live_bytes)])
+        )
+        return [
+            Option(("K+:1:1",), label=f"keep {offload}"),
+            Option(("O+:1:1",), sync={0: (True, 1, False, 1)}, label=f"off {offload}"),
+        ]
+
+    got = step_excess.by_kind(st, 0, fn, 123, merge=list.__add__)
+    assert [o.label for o in got] == ["keep False", "off True"]  # each kind's own plans
+    extra = [0] * len(p.timeline.bwd_live_bytes)
+    assert calls == [
+        (False, [2 * MiB if i == 3 else 0 for i in range(len(extra))]),
+        (True, [5 * MiB if i == 2 else 0 for i in range(len(extra))]),  # its kind's only
+    ]
+    # the same excess for both kinds: one call on the problem with it
+    calls.clear()
+    same = _kinds_state(p, {True: {pos: 6 * MiB}, False: {pos: 6 * MiB}}, err=MiB)
+    assert len(step_excess.by_kind(same, 0, fn, 1, merge=list.__add__)) == 2 and len(calls) == 1
+    # the real menu: its plans without offload are those of the problem without the
+    # offloading kind's excess, solved without offload
+    menu = step_excess.by_kind(st, 0, region_menu, merge=list.__add__)
+    plain = region_menu(st._problem(0, False).problem, st.problems[0].rates, 0, 2, offload=False)
+    assert [o for o in menu if not o.sync] == plain and not any(o.sync for o in plain)
+    offloading = [o for o in menu if o.sync]
+    assert offloading and offloading == [
+        o for o in region_menu(st._problem(0, True).problem, st.problems[0].rates) if o.sync
+    ]
