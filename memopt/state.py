@@ -106,7 +106,7 @@ class MemoptState(RegionRegistry):
         self._corrections: tuple[int, ...] = ()  # ... run by run, for the step _places_for
         self._places_for: tuple[int, ...] = ()
         self._compiled_err: dict[int, int] = {}  # region -> Inductor's peak over the model's
-        self._compiled_at: dict[int, dict[bool, dict[int, int]]] = {}  # placed: offloads? -> pos
+        self._compiled_at: dict[int, dict[tuple, int]] = {}  # placed: (pos, signature) -> bytes
         self._record: int | None = None  # a new CUDA peak record set by the step just done
         self._settled = 0  # steps since the step plan last changed or was last measured
         self._steps = 0  # steps finished
@@ -553,19 +553,25 @@ class MemoptState(RegionRegistry):
             return measured_target(b)
         return step_bytes(b, self.problems[sequence[0]].device_type)
 
-    def _problem(self, index: int, offloads: bool | None = None) -> Any:
+    def _problem(self, index: int, option: Option | None = None) -> Any:
         """Region ``index``'s planning problem with the compiled plans' placed excesses: those
-        placed under plans that offload (``offloads=True``) or not (False); None: either."""
+        that hold for ``option`` (memopt.step_excess.holds), or without one all of them."""
         rp, err = self.problems[index], self._compiled_err.get(index, 0)
-        items = step_excess.items(self._compiled_at.get(index), err, offloads)
+        items = step_excess.items(self._compiled_at.get(index), err, rp.problem, option)
         return replace(rp, problem=step_excess.corrected(rp.problem, items)) if items else rp
 
     def _menu(self, index: int) -> list[Option]:
         self.retime((index,))  # kernels that had no room as it compiled are timed now
-        return step_excess.by_kind(self, index, region_menu, merge=list.__add__)
+        return step_excess.conditioned(self, index, region_menu, merge=_union)
 
     def _solve_at(self, index: int, budget: int) -> Option | None:
-        return step_excess.by_kind(self, index, exact_option, budget, merge=_cheaper)
+        return step_excess.conditioned(self, index, exact_option, budget, merge=_cheaper)
+
+
+def _union(a: list[Option], b: list[Option]) -> list[Option]:
+    """``a``, then the options of ``b`` whose plans ``a`` lacks."""
+    keys = {o.key() for o in a}
+    return a + [o for o in b if o.key() not in keys]
 
 
 def _cheaper(a: Option | None, b: Option | None) -> Option | None:

@@ -14,8 +14,8 @@ planner's op where Inductor's plan peaks, the bytes Inductor holds there beyond 
 live bytes under the same plan. The region's largest excess stays one number at every position
 (memopt.state's ``_compiled_err``, as before); the item holds what the placed excess adds
 beyond it, so the step's next plan sees the real peak and what is live at it. An excess holds
-for plans of the kind it was measured on: plans that offload, or plans that do not
-(:func:`by_kind`). Where no position
+for the plans that do with the candidates its op reads what the plan it was measured on did
+(:func:`conditioned`). Where no position
 is known (a report restored from a compile cache before positions were recorded, a graph whose
 names the planner lacks), only the number applies.
 """
@@ -88,50 +88,91 @@ def remainder(items: Mapping[int, int] | None, flat: int) -> dict[int, int]:
     return {p: n - flat for p, n in (items or {}).items() if n > flat}
 
 
+Signature = frozenset  # of (candidate name, strategy name): what a plan does with them
+
+
+def signature(problem: Any, decisions: Mapping[str, Any] | None, pos: int) -> Signature:
+    """The candidates the op at step position ``pos`` reads (in the forward: made and not yet
+    past their last forward use; in the backward: between their first and last backward use)
+    and what the plan of ``decisions`` does with each, as applied."""
+    q = pos - problem.timeline.n_fwd
+    return frozenset(
+        (c.name, _did(c, decisions))
+        for c in problem.candidates
+        if (
+            (c.produce_pos <= pos <= c.fwd_last)
+            if q < 0
+            else (c.first_bwd_use_pos <= q <= c.bwd_last)
+        )
+    )
+
+
+def holds(problem: Any, decisions: Mapping[str, Any] | None, sig: Signature) -> bool:
+    """Whether the plan of ``decisions`` does with the candidates of ``sig`` what the plan an
+    excess was measured on did (:func:`signature`)."""
+    by_name = {c.name: c for c in problem.candidates}
+    return all(name in by_name and _did(by_name[name], decisions) == s for name, s in sig)
+
+
+def _did(c: Any, decisions: Mapping[str, Any] | None) -> str:
+    from memopt.plan import Strategy
+    from memopt.planner.memory import applied_strategy
+
+    return applied_strategy(c, Strategy((decisions or {}).get(c.name, Strategy.KEEP))).name
+
+
 def items(
-    placed: Mapping[bool, Mapping[int, int]] | None, flat: int, offloads: bool | None = None
+    placed: Mapping[tuple[int, Signature], int] | None,
+    flat: int,
+    problem: Any = None,
+    option: Any = None,
 ) -> dict[int, int]:
-    """What a region's placed excesses (plan offloads? -> step position -> bytes) add beyond
-    ``flat`` (:func:`remainder`) for plans that offload (``offloads=True``), plans that do not
-    (False), or any plan (None: the larger at each position)."""
+    """What a region's placed excesses (``(position, signature)`` -> bytes) add beyond ``flat``
+    (:func:`remainder`): those that hold for ``option`` on ``problem`` (:func:`holds`), or,
+    without an option, all of them (the larger at each position)."""
     out: dict[int, int] = {}
-    for kind, at in (placed or {}).items():
-        for pos, nbytes in at.items() if offloads in (None, kind) else ():
+    for (pos, sig), nbytes in (placed or {}).items():
+        if option is None or holds(problem, option.decisions, sig):
             grow(out, pos, nbytes)
     return remainder(out, flat)
 
 
-def by_kind(st: Any, index: int, fn: Any, *args: Any, merge: Any) -> Any:
-    """``fn(problem, rates, *args, saved_inputs, max_depth, offload=...)`` (memopt.step's
-    ``region_menu`` or ``exact_option``) on region ``index``'s problem with its placed
-    excesses. An excess placed under a plan that offloads holds for plans that offload, one
-    placed under a plan that does not for plans that do not: on Mistral at torch 0.1's peak
-    (H200, forty-fourth session) 780 MB placed from plans offloading three layers (Inductor's
-    buffers of their reloads) made a plan without offload predicted 565 MB above its
-    measurement. Where the two kinds' excesses differ, ``fn`` runs once per kind, each
-    restricted to its kind, and ``merge`` joins the two answers."""
-    from memopt.planner.solver import default_leads
+def conditioned(st: Any, index: int, fn: Any, *args: Any, merge: Any) -> Any:
+    """``fn(problem, rates, *args, saved_inputs, max_depth)`` (memopt.step's ``region_menu``
+    or ``exact_option``) on region ``index``'s problem, with each placed excess where it holds.
 
-    rp, err = st.problems[index], st._compiled_err.get(index, 0)
-    placed = st._compiled_at.get(index)
+    An excess holds for the plans that do with the candidates its op reads what the plan it was
+    measured on did. On Mistral at torch 0.1's peak (H200) 780 MB sat at one backward op under
+    every plan that kept the LM head's output, offloading or not (forty-fifth session); a plan
+    that recomputed the LM head (and more) ran 565 MB under the prediction that carried them
+    (forty-fourth). The solver's problem cannot say "unless": ``fn`` runs with every
+    excess (no plan under-predicted) and with none (plans that drop one are found), and each
+    answer is priced with the excesses that hold for it; ``merge`` joins the two."""
+    rp, every = st.problems[index], st._problem(index)
 
-    def call(offloads: bool | None) -> Any:
-        p = st._problem(index, offloads)
-        kw = {"offload": False} if offloads is False else {}
-        return fn(p.problem, p.rates, *args, p.saved_input_bytes, p.max_depth, **kw)
+    def call(p: Any) -> Any:
+        return fn(p.problem, p.rates, *args, p.saved_input_bytes, p.max_depth)
 
-    if default_leads(rp.problem) == [None]:  # the region cannot offload: one kind
-        return call(False)
-    if items(placed, err, False) == items(placed, err, True):
-        return call(None)
-    return merge(_kind(call(False), False), _kind(call(True), True))
+    if every is rp:  # nothing placed beyond the region's number
+        return call(rp)
+    return merge(_priced(st, index, call(every), every.problem, True),
+                 _priced(st, index, call(rp), rp.problem, False))  # fmt: skip
 
 
-def _kind(got: Any, offloads: bool) -> Any:
-    """The options (a list, or one option or None) of ``got`` that offload, or do not."""
+def _priced(st: Any, index: int, got: Any, solved_on: Any, every: bool) -> Any:
+    """``got`` (a list of options, or one option or None) with each option's peak moved by
+    what the excesses that hold for it change in the model's peak against ``solved_on``
+    (``every``: the problem with every excess; an option the model cannot price stays as
+    solved there, and is dropped when solved on the problem with none)."""
     if isinstance(got, list):
-        return [o for o in got if bool(o.sync) == offloads]
-    return got if got is not None and bool(got.sync) == offloads else None
+        out = (_priced(st, index, o, solved_on, every) for o in got)
+        return [o for o in out if o is not None]
+    if got is None:
+        return None
+    here, there = profile(st._problem(index, got).problem, got), profile(solved_on, got)
+    if here is None or there is None:
+        return got if every else None
+    return replace(got, peak=got.peak + here.peak - there.peak)
 
 
 def corrected(problem: Any, items: Mapping[int, int] | None) -> Any:
@@ -182,9 +223,9 @@ def check(st: Any) -> bool:
             continue
         o = option if compiled else _own(rp)
         got = excess(rp.problem, sec, o)
-        if got is not None:  # kept by kind: does the plan it was measured on offload?
-            kind = bool(o.sync if o is not None else rp.sync)
-            grow(st._compiled_at.setdefault(r, {}).setdefault(kind, {}), *got)
+        if got is not None:  # kept with what the plan did with the candidates its op reads
+            sig = signature(rp.problem, o.decisions if o is not None else rp.decisions, got[0])
+            grow(st._compiled_at.setdefault(r, {}), (got[0], sig), got[1])
     grown = {
         r: e for r, e in buffers.compiled_errors(runs).items()
         if e[0] > st._compiled_err.get(r, 0)
@@ -205,22 +246,20 @@ def check(st: Any) -> bool:
         over |= peak > (st.config.budget if measuring else c.target)
         why = f" (predicted step peak {peak} at run {at}, the plan's {c.peak}, target {c.target})"
     log.info("memopt: Inductor's buffer plans peak above the planner's model of the compiled "
-             "plans (bytes by region: %s; placed, by region, plan kind and step position: %s)%s%s",
+             "plans (bytes by region: %s; placed, by region and step position: %s)%s%s",
              dict(st._compiled_err), _placed(st, flat=0),
              ": planning the step with them" if over else "", why)  # fmt: skip
     return over
 
 
-def _placed(st: Any, flat: int | None = None) -> dict[str, dict[int, int]]:
-    """Per region and kind, what its placed excesses add to its problem (:func:`items`;
-    ``flat=0``: the excesses themselves)."""
+def _placed(st: Any, flat: int | None = None) -> dict[int, dict[int, int]]:
+    """Per region, what its placed excesses add to its problem, the larger at each position
+    (:func:`items`; ``flat=0``: the excesses themselves)."""
     out = {
-        f"{r} {'offloading' if k else 'not offloading'}": items(v, err, k)
+        r: items(v, st._compiled_err.get(r, 0) if flat is None else flat)
         for r, v in st._compiled_at.items()
-        for k in v
-        for err in [st._compiled_err.get(r, 0) if flat is None else flat]
     }
-    return {key: v for key, v in out.items() if v}
+    return {r: v for r, v in out.items() if v}
 
 
 def _own(rp: Any) -> Any:
@@ -237,7 +276,7 @@ def _at_items(st: Any, region: int, option: Any) -> Any:
     option solved before the latest was placed is predicted lower than it will run)."""
     if region not in st.problems:
         return option
-    rp = st._problem(region, bool(option.sync))
+    rp = st._problem(region, option)
     if rp is st.problems[region]:  # nothing placed beyond the region's number
         return option
     prof = profile(rp.problem, option)

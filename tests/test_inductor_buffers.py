@@ -267,8 +267,8 @@ def test_a_compiled_plan_above_its_byte_budget_is_replanned_before_any_measureme
     pos = step_excess.position(first, rp.problem.timeline)
     assert pos is not None and rp.problem.timeline.bwd_op_names  # on a backward op it names
     there = step_excess.profile(rp.problem, step_excess._own(rp)).curve[pos]
-    assert set(state._compiled_at[0]) == {False}  # placed under plans that do not offload
-    assert state._compiled_at[0][False][pos] == first["peak"] - there  # exact, at that position
+    own = (pos, step_excess.signature(rp.problem, rp.decisions, pos))  # what its op reads
+    assert own[1] and state._compiled_at[0][own] == first["peak"] - there  # exact, there
     assert first["peak"] - there > first["peak"] - first["model_peak"] > 0  # > a region's number
     assert state._compiled_err == {0: first["peak"] - first["model_peak"]}  # at every position
     torch._dynamo.reset()

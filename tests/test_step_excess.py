@@ -150,7 +150,7 @@ def test_when_nothing_fits_peaks_a_tie_apart_are_equal_and_the_cheaper_plan_wins
     assert better((True, 0.5, 10**9), (False, 0.0, 1), target)  # fitting comes first
 
 
-def _kinds_state(problem, placed, err=0):
+def _stub(problem, placed, err=0):
     """A stand-in for memopt.state's MemoptState holding one region: its real ``_problem``."""
     from types import MethodType, SimpleNamespace
 
@@ -164,52 +164,45 @@ def _kinds_state(problem, placed, err=0):
     return st
 
 
-def test_an_excess_placed_under_an_offloading_plan_holds_only_for_plans_that_offload():
-    """Mistral at torch 0.1's peak (H200): 780 MB placed from plans that offload three layers
-    over-predicted a plan without offload by 565 MB. Excesses are kept by the kind of plan
-    they were measured on; the menu's plans without offload are solved without the other
-    kind's, and its plans that offload with them (their kind's only)."""
-    from memopt.step import region_menu
+def test_an_excess_holds_for_plans_that_treat_the_tensors_its_op_reads_as_its_plan_did():
+    """Mistral at torch 0.1's peak (H200): 780 MB placed at a backward op under plans that kept
+    the LM head's output; a plan recomputing it ran 565 MB under the prediction carrying them.
+    Here layer 1's tensor is read at the backward's op 2 (position 10), layer 0's at op 5 (13):
+    an excess placed at 10 under a plan keeping layer 1's tensor does not hold for a plan that
+    recomputes it; the menu is solved with every excess and with none, each option priced with
+    those that hold for it."""
+    from memopt.state import _union
 
-    p = layered_problem(
-        [LayerTensor("A+", 8 * MiB, 0), LayerTensor("B+", 4 * MiB, 1)],
-        n_layers=3, ops_per_layer=2, fwd_op_s=1e-3,
-    )  # fmt: skip
-    pos = p.timeline.n_fwd + 2  # a backward op
-    placed = {True: {pos: 6 * MiB}, False: {pos + 1: 3 * MiB}}
-    assert step_excess.items(placed, MiB, True) == {pos: 5 * MiB}
-    assert step_excess.items(placed, MiB, False) == {pos + 1: 2 * MiB}
-    assert step_excess.items(placed, MiB) == {pos: 5 * MiB, pos + 1: 2 * MiB}
-    st = _kinds_state(p, placed, err=MiB)
-    calls = []
+    p = _problem()
+    keep, rec = (
+        Option(("K+:1:1",), label="keep"),
+        Option(("MatMul+:1:1",), decisions={"MatMul_1": 1}, label="rec"),
+    )
+    at10, at13 = step_excess.signature(p, {}, 10), step_excess.signature(p, {}, 13)
+    assert (at10, at13) == ({("MatMul_1", "KEEP")}, {("MatMul_0", "KEEP")})
+    assert step_excess.signature(p, rec.decisions, 10) == {("MatMul_1", "RECOMPUTE")}
+    assert step_excess.signature(p, {}, 8) == frozenset()  # an op reading no candidate
+    assert not step_excess.holds(p, rec.decisions, at10) and step_excess.holds(p, {}, at10)
+    placed = {(10, at10): 5 * MiB, (13, at13): 3 * MiB, (8, frozenset()): 2 * MiB}
+    assert step_excess.items(placed, MiB) == {10: 4 * MiB, 13: 2 * MiB, 8: MiB}
+    assert step_excess.items(placed, MiB, p, rec) == {13: 2 * MiB, 8: MiB}
+    assert step_excess.items(placed, MiB, p, keep) == {10: 4 * MiB, 13: 2 * MiB, 8: MiB}
+    st, calls = _stub(p, placed, err=MiB), []
 
-    def fn(problem, rates, budget, saved_inputs, max_depth, offload=True):
-        tl = problem.timeline
-        calls.append(
-            (offload, [b - a for a, b in zip(p.timeline.bwd_live_bytes, tl.bwd_live_bytes)])
-        )
-        return [
-            Option(("K+:1:1",), label=f"keep {offload}"),
-            Option(("O+:1:1",), sync={0: (True, 1, False, 1)}, label=f"off {offload}"),
-        ]
+    def fn(problem, rates, budget, saved_inputs, max_depth):
+        base, tl = p.timeline.base_bytes, problem.timeline.base_bytes
+        calls.append({i: (b - a) // MiB for i, (a, b) in enumerate(zip(base, tl)) if b != a})
+        return [replace(keep, peak=100 * MiB), replace(rec, peak=200 * MiB)]
 
-    got = step_excess.by_kind(st, 0, fn, 123, merge=list.__add__)
-    assert [o.label for o in got] == ["keep False", "off True"]  # each kind's own plans
-    extra = [0] * len(p.timeline.bwd_live_bytes)
-    assert calls == [
-        (False, [2 * MiB if i == 3 else 0 for i in range(len(extra))]),
-        (True, [5 * MiB if i == 2 else 0 for i in range(len(extra))]),  # its kind's only
-    ]
-    # the same excess for both kinds: one call on the problem with it
+    got = step_excess.conditioned(st, 0, fn, 123, merge=_union)
+    assert calls == [{10: 4, 13: 2, 8: 1}, {}]  # every excess, then none
+    # solved with every excess: the recompute plan's peak drops by what the one that does not
+    # hold for it added to the model's peak (25 + 4 MiB at position 10 -> 25 MiB there, 15 + 2
+    # at 13, 15 + 1 at 8)
+    assert [(o.label, o.peak // MiB) for o in got] == [("keep", 100), ("rec", 200 - 4)]
+    # solved with none: both options gain what holds for them, and are kept (other plans)
+    seen = step_excess.conditioned(st, 0, fn, 1, merge=lambda a, b: b)
+    assert [(o.label, o.peak // MiB) for o in seen] == [("keep", 104), ("rec", 200)]
+    nothing = _stub(p, {(10, at10): MiB}, err=MiB)  # nothing beyond the region's number
     calls.clear()
-    same = _kinds_state(p, {True: {pos: 6 * MiB}, False: {pos: 6 * MiB}}, err=MiB)
-    assert len(step_excess.by_kind(same, 0, fn, 1, merge=list.__add__)) == 2 and len(calls) == 1
-    # the real menu: its plans without offload are those of the problem without the
-    # offloading kind's excess, solved without offload
-    menu = step_excess.by_kind(st, 0, region_menu, merge=list.__add__)
-    plain = region_menu(st._problem(0, False).problem, st.problems[0].rates, 0, 2, offload=False)
-    assert [o for o in menu if not o.sync] == plain and not any(o.sync for o in plain)
-    offloading = [o for o in menu if o.sync]
-    assert offloading and offloading == [
-        o for o in region_menu(st._problem(0, True).problem, st.problems[0].rates) if o.sync
-    ]
+    assert len(step_excess.conditioned(nothing, 0, fn, 1, merge=_union)) == 2 and calls == [{}]
