@@ -226,6 +226,9 @@ zoo_gpu_s44m = _zoo_gpu_of("_s44m", "The forty-fourth session's Mistral at 0.3 a
 zoo_gpu_s44c = _zoo_gpu_of("_s44c", "The forty-fourth session's rows with placed excesses.")
 zoo_gpu_s44v = _zoo_gpu_of("_s44v", "The forty-fourth session's ConvNeXt at 0.1.")
 zoo_gpu_s44d = _zoo_gpu_of("_s44d", "The forty-fourth session's Mistral at 0.1, tie rule.")
+zoo_gpu_s45 = _zoo_gpu_of("_s45", "The forty-fifth session's Swin at 0.1 and Mistral (plan kinds).")
+zoo_gpu_s45b = _zoo_gpu_of("_s45b", "The forty-fifth session's rows, excess by what its op reads.")
+zoo_gpu_s45c = _zoo_gpu_of("_s45c", "The forty-fifth session's Mistral at 0.1 again.")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -435,6 +438,9 @@ SECTIONS: dict[str, Section] = {
     ),
     "zoo_gpu_s44v": Section(("zoo_gpu_convnext_s44v.json",), zoo_gpu_s44v),
     "zoo_gpu_s44d": Section(("zoo_gpu_mistral_s44d.json",), zoo_gpu_s44d),
+    "zoo_gpu_s45": Section(("zoo_gpu_mistral_s45.json", "zoo_gpu_swin_s45.json"), zoo_gpu_s45),
+    "zoo_gpu_s45b": Section(("zoo_gpu_mistral_s45b.json", "zoo_gpu_gemma2_s45b.json"), zoo_gpu_s45b),
+    "zoo_gpu_s45c": Section(("zoo_gpu_mistral_s45c.json",), zoo_gpu_s45c),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),
