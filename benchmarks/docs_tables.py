@@ -439,7 +439,9 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s44v": Section(("zoo_gpu_convnext_s44v.json",), zoo_gpu_s44v),
     "zoo_gpu_s44d": Section(("zoo_gpu_mistral_s44d.json",), zoo_gpu_s44d),
     "zoo_gpu_s45": Section(("zoo_gpu_mistral_s45.json", "zoo_gpu_swin_s45.json"), zoo_gpu_s45),
-    "zoo_gpu_s45b": Section(("zoo_gpu_mistral_s45b.json", "zoo_gpu_gemma2_s45b.json"), zoo_gpu_s45b),
+    "zoo_gpu_s45b": Section(
+        ("zoo_gpu_mistral_s45b.json", "zoo_gpu_gemma2_s45b.json"), zoo_gpu_s45b
+    ),
     "zoo_gpu_s45c": Section(("zoo_gpu_mistral_s45c.json",), zoo_gpu_s45c),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
