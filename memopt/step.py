@@ -44,6 +44,7 @@ EXACT_COMBINATIONS = 20_000
 #: Shares of a region's saved bytes at which its menu is solved (1.0: keep everything).
 MENU_SHARES: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 
+
 MEASURED_MARGIN = 0.005
 """Once a step's peak was measured, a byte budget's target is the budget less this share (the
 run-to-run spread of the allocator's peak), instead of the blind CUDA reserve."""
@@ -143,35 +144,31 @@ class Option:
         }
 
 
-def region_menu(
-    problem, rates, saved_inputs: int = 0, max_depth: int = 2, offload: bool = True
-) -> list[Option]:
+def region_menu(problem, rates, saved_inputs: int = 0, max_depth: int = 2) -> list[Option]:
     """A region's menu: at each share of :data:`MENU_SHARES` the one-region planner's fastest
     plan whose own peak fits that share (``memopt.planner.resolve_budget``), and its fastest
     plan that leaves at most that share of the saved bytes for the backward (what later
     regions feel). Entry 0 keeps everything the user did not ask to change; the last is the
     smallest peak found. ``saved_inputs``: bytes of saved graph inputs that are activations
-    of earlier regions (held whatever the plan). ``max_depth``: the region's chain rule.
-    ``offload=False``: no option offloads (its plans solved without offload leads)."""
+    of earlier regions (held whatever the plan). ``max_depth``: the region's chain rule."""
     from functools import partial
 
     from memopt.planner import resolve_budget
     from memopt.planner import solve as planner_solve
 
     solve = partial(planner_solve, max_recompute_depth=max_depth)
-    leads = None if offload else [None]
 
     held = held_problem(problem)
     mark = held.timeline.fwd_live_bytes[-1]
     keep = problem.saved_bytes_baseline()
     out = []
     for share in MENU_SHARES:
-        sol = solve(problem, resolve_budget(share, problem), rates, leads=leads)
+        sol = solve(problem, resolve_budget(share, problem), rates)
         out.append(_option(sol, sol.predicted_peak, f"peak share {share:g}"))
         if share < 1.0:
             sol = solve(held, mark + int(share * keep), rates, leads=[None])
             out.append(_option(sol, _peak(problem, sol), f"saved share {share:g}"))
-    sol = solve(problem, 0, rates, leads=leads)
+    sol = solve(problem, 0, rates)
     out.append(_option(sol, sol.predicted_peak, "smallest peak"))
     every = recompute_all(problem)
     if every is not None:
@@ -181,15 +178,14 @@ def region_menu(
 
 
 def exact_option(
-    problem, rates, budget: int, saved_inputs: int = 0, max_depth: int = 2, offload: bool = True
+    problem, rates, budget: int, saved_inputs: int = 0, max_depth: int = 2
 ) -> Option | None:
     """The one-region planner's fastest plan whose own peak fits ``budget`` bytes (None when
-    none does): an option between the menu's coarse shares (``offload``: as in region_menu)."""
+    none does): an option between the menu's coarse shares."""
     from memopt.planner import solve
     from memopt.symbolic import fmt_bytes
 
-    leads = None if offload else [None]
-    sol = solve(problem, budget, rates, max_recompute_depth=max_depth, leads=leads)
+    sol = solve(problem, budget, rates, max_recompute_depth=max_depth)
     if sol.predicted_peak > budget:
         return None
     o = _option(sol, sol.predicted_peak, f"fits {fmt_bytes(budget)}")
@@ -461,7 +457,8 @@ def _tighten(
                 if peak_of(trial) <= target:
                     chosen, improved = trial, True
                     break
-    # another region may step back then too: pairwise swaps (not done) would be exact for two
+    # a cheaper option of one region may let another region step back too: one more pass of
+    # pairwise swaps would be exact for two regions; the uniform rows cover the rest
     return chosen
 
 
