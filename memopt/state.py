@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -565,7 +566,8 @@ class MemoptState(RegionRegistry):
         return step_excess.conditioned(self, index, region_menu, merge=_union)
 
     def _solve_at(self, index: int, budget: int) -> Option | None:
-        return step_excess.conditioned(self, index, exact_option, budget, merge=_cheaper)
+        fit = partial(_cheaper, budget)  # priced with the excesses that hold: it may not fit
+        return step_excess.conditioned(self, index, exact_option, budget, merge=fit)
 
 
 def _union(a: list[Option], b: list[Option]) -> list[Option]:
@@ -574,5 +576,7 @@ def _union(a: list[Option], b: list[Option]) -> list[Option]:
     return a + [o for o in b if o.key() not in keys]
 
 
-def _cheaper(a: Option | None, b: Option | None) -> Option | None:
-    return min((o for o in (a, b) if o is not None), key=lambda o: o.overhead_s, default=None)
+def _cheaper(budget: int, a: Option | None, b: Option | None) -> Option | None:
+    """The cheaper of ``a`` and ``b`` whose peak fits ``budget`` (None when neither does)."""
+    fits = (o for o in (a, b) if o is not None and o.peak <= budget)
+    return min(fits, key=lambda o: o.overhead_s, default=None)

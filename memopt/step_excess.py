@@ -110,7 +110,7 @@ def signature(problem: Any, decisions: Mapping[str, Any] | None, pos: int) -> Si
 def holds(problem: Any, decisions: Mapping[str, Any] | None, sig: Signature) -> bool:
     """Whether the plan of ``decisions`` does with the candidates of ``sig`` what the plan an
     excess was measured on did (:func:`signature`)."""
-    by_name = {c.name: c for c in problem.candidates}
+    by_name = problem.by_name
     return all(name in by_name and _did(by_name[name], decisions) == s for name, s in sig)
 
 
@@ -142,12 +142,14 @@ def conditioned(st: Any, index: int, fn: Any, *args: Any, merge: Any) -> Any:
     or ``exact_option``) on region ``index``'s problem, with each placed excess where it holds.
 
     An excess holds for the plans that do with the candidates its op reads what the plan it was
-    measured on did. On Mistral at torch 0.1's peak (H200) 780 MB sat at one backward op under
-    every plan that kept the LM head's output, offloading or not (forty-fifth session); a plan
-    that recomputed the LM head (and more) ran 565 MB under the prediction that carried them
-    (forty-fourth). The solver's problem cannot say "unless": ``fn`` runs with every
-    excess (no plan under-predicted) and with none (plans that drop one are found), and each
-    answer is priced with the excesses that hold for it; ``merge`` joins the two."""
+    measured on did (where that plan is not known, the signature is empty: it holds for every
+    plan). On Mistral at torch 0.1's peak (H200) 780 MB sat at one backward op under every plan
+    that kept the LM head's output, offloading or not (forty-fifth session); a plan that
+    recomputed the LM head (and more) ran 565 MB under the prediction that carried them
+    (forty-fourth). The solver's problem cannot say "unless": ``fn`` runs with every excess and
+    with none (so plans that change what an op reads are found), and each answer is priced with
+    the excesses that hold for it; ``merge`` joins the two (a priced option may no longer fit
+    what it was solved for: ``merge`` checks)."""
     rp, every = st.problems[index], st._problem(index)
 
     def call(p: Any) -> Any:
@@ -205,7 +207,7 @@ def check(st: Any) -> bool:
     if not isinstance(st.config.budget, int):
         return False
     runs = []
-    was = _placed(st)
+    was = _beyond(st)
     for pos, (r, ri) in enumerate(zip(st.last_step, st.last_report_step)):
         region, option = st.regions[ri], st.run_plan.get(pos)
         sec, plan = region.extra.get("inductor") or {}, region.extra.get("planner") or {}
@@ -224,14 +226,14 @@ def check(st: Any) -> bool:
         o = option if compiled else _own(rp)
         got = excess(rp.problem, sec, o)
         if got is not None:  # kept with what the plan did with the candidates its op reads
-            sig = signature(rp.problem, o.decisions if o is not None else rp.decisions, got[0])
+            sig = signature(rp.problem, o.decisions, got[0]) if o is not None else frozenset()
             grow(st._compiled_at.setdefault(r, {}), (got[0], sig), got[1])
     grown = {
         r: e for r, e in buffers.compiled_errors(runs).items()
         if e[0] > st._compiled_err.get(r, 0)
     }  # fmt: skip
     st._compiled_err.update({r: e for r, (e, _) in grown.items()})
-    if not grown and _placed(st) == was:  # nothing new beyond the regions' numbers
+    if not grown and _beyond(st) == was:  # nothing new beyond the regions' numbers
         return False
     over = any(o for _, o in grown.values())
     offsets, c, why = st._offsets(st.last_step, ahead=True), st.step_choice, ""
@@ -247,16 +249,20 @@ def check(st: Any) -> bool:
         why = f" (predicted step peak {peak} at run {at}, the plan's {c.peak}, target {c.target})"
     log.info("memopt: Inductor's buffer plans peak above the planner's model of the compiled "
              "plans (bytes by region: %s; placed, by region and step position: %s)%s%s",
-             dict(st._compiled_err), _placed(st, flat=0),
+             dict(st._compiled_err), _placed(st),
              ": planning the step with them" if over else "", why)  # fmt: skip
     return over
 
 
-def _placed(st: Any, flat: int | None = None) -> dict[int, dict[int, int]]:
-    """Per region, what its placed excesses add to its problem, the larger at each position
-    (:func:`items`; ``flat=0``: the excesses themselves)."""
+def _placed(st: Any) -> dict[int, dict[int, int]]:
+    """Per region, its placed excesses by position (the larger at each), for the log."""
+    return {r: items(v, 0) for r, v in st._compiled_at.items() if v}
+
+
+def _beyond(st: Any) -> dict[int, dict[tuple, int]]:
+    """Per region, its placed excesses (by position and signature) above its number."""
     out = {
-        r: items(v, st._compiled_err.get(r, 0) if flat is None else flat)
+        r: {k: n for k, n in v.items() if n > st._compiled_err.get(r, 0)}
         for r, v in st._compiled_at.items()
     }
     return {r: v for r, v in out.items() if v}

@@ -182,6 +182,9 @@ def test_an_excess_holds_for_plans_that_treat_the_tensors_its_op_reads_as_its_pl
     assert (at10, at13) == ({("MatMul_1", "KEEP")}, {("MatMul_0", "KEEP")})
     assert step_excess.signature(p, rec.decisions, 10) == {("MatMul_1", "RECOMPUTE")}
     assert step_excess.signature(p, {}, 8) == frozenset()  # an op reading no candidate
+    # in the forward: made at 2 (layer 0) and 5 (layer 1), read by nothing after
+    fwd = [step_excess.signature(p, {}, q) for q in (1, 2, 3, 5)]
+    assert fwd == [set(), {("MatMul_0", "KEEP")}, set(), {("MatMul_1", "KEEP")}]
     assert not step_excess.holds(p, rec.decisions, at10) and step_excess.holds(p, {}, at10)
     placed = {(10, at10): 5 * MiB, (13, at13): 3 * MiB, (8, frozenset()): 2 * MiB}
     assert step_excess.items(placed, MiB) == {10: 4 * MiB, 13: 2 * MiB, 8: MiB}
@@ -189,20 +192,70 @@ def test_an_excess_holds_for_plans_that_treat_the_tensors_its_op_reads_as_its_pl
     assert step_excess.items(placed, MiB, p, keep) == {10: 4 * MiB, 13: 2 * MiB, 8: MiB}
     st, calls = _stub(p, placed, err=MiB), []
 
+    other = Option(("O+:1:1",), decisions={"MatMul_0": 1}, label="other")
+
     def fn(problem, rates, budget, saved_inputs, max_depth):
         base, tl = p.timeline.base_bytes, problem.timeline.base_bytes
         calls.append({i: (b - a) // MiB for i, (a, b) in enumerate(zip(base, tl)) if b != a})
+        if len(calls) % 2 == 0:  # solved with none: a plan the other solve did not find
+            return [replace(keep, peak=100 * MiB), replace(other, peak=300 * MiB)]
         return [replace(keep, peak=100 * MiB), replace(rec, peak=200 * MiB)]
 
     got = step_excess.conditioned(st, 0, fn, 123, merge=_union)
     assert calls == [{10: 4, 13: 2, 8: 1}, {}]  # every excess, then none
     # solved with every excess: the recompute plan's peak drops by what the one that does not
     # hold for it added to the model's peak (25 + 4 MiB at position 10 -> 25 MiB there, 15 + 2
-    # at 13, 15 + 1 at 8)
-    assert [(o.label, o.peak // MiB) for o in got] == [("keep", 100), ("rec", 200 - 4)]
-    # solved with none: both options gain what holds for them, and are kept (other plans)
+    # at 13, 15 + 1 at 8); the plan only the second solve found is kept, priced with what
+    # holds for it: it keeps layer 1's tensor (the excess at 10 holds: its peak 15 -> 19 MiB
+    # there) and recomputes layer 0's (the one at 13 does not)
+    assert [(o.label, o.peak // MiB) for o in got] == [("keep", 100), ("rec", 196), ("other", 304)]
+    # solved with none: each option gains what holds for it
+    calls.clear()
     seen = step_excess.conditioned(st, 0, fn, 1, merge=lambda a, b: b)
-    assert [(o.label, o.peak // MiB) for o in seen] == [("keep", 104), ("rec", 200)]
+    assert [(o.label, o.peak // MiB) for o in seen] == [("keep", 104), ("other", 304)]
     nothing = _stub(p, {(10, at10): MiB}, err=MiB)  # nothing beyond the region's number
     calls.clear()
     assert len(step_excess.conditioned(nothing, 0, fn, 1, merge=_union)) == 2 and calls == [{}]
+
+
+def test_a_finer_solve_takes_the_cheaper_plan_that_still_fits_once_priced():
+    """30 MiB placed at position 10 under the plan keeping layer 1's tensor, a 50 MiB budget:
+    solved with no excess, keeping everything fits (25 MiB) but, priced with the excess that
+    holds for it, runs at 55 MiB; the plan solved with every excess recomputes layer 0's
+    tensor (15 + 30 MiB at 10). Taking the cheaper of the two regardless of the budget
+    returned the 55 MiB plan."""
+    from functools import partial
+
+    from memopt.state import _cheaper, _union
+    from memopt.step import exact_option, region_menu
+
+    p = _problem()
+    st = _stub(p, {(10, step_excess.signature(p, {}, 10)): 30 * MiB})
+    got = step_excess.conditioned(st, 0, exact_option, 50 * MiB, merge=partial(_cheaper, 50 * MiB))
+    assert got is not None and (got.peak, got.decisions) == (45 * MiB, {"MatMul_0": 1})
+    assert got.overhead_s > 0  # the keep plan (no overhead) was over once priced
+    # the limit of two solves: at 40 MiB neither finds the plan recomputing only layer 1's
+    # tensor (25 MiB once priced, the excess does not hold for it; 55 MiB solved with every
+    # excess, and no lower than keeping everything solved with none). No finer option then;
+    # the menu's cheapest entry that fits recomputes both tensors (15 MiB, twice the time)
+    fit = partial(_cheaper, 40 * MiB)
+    assert step_excess.conditioned(st, 0, exact_option, 40 * MiB, merge=fit) is None
+    menu = step_excess.conditioned(st, 0, region_menu, merge=_union)
+    fits = sorted((o.overhead_s, o.peak, dict(o.decisions)) for o in menu if o.peak <= 40 * MiB)
+    assert fits[0][1:] == (15 * MiB, {"MatMul_0": 1, "MatMul_1": 1})
+    assert fits[0][0] == pytest.approx(2 * got.overhead_s)
+
+
+def test_a_smaller_excess_under_another_plan_at_the_same_op_is_new():
+    """What the step's check compares to decide a re-plan: by position and signature, not the
+    largest excess per position (which hides a second plan's own excess there)."""
+    from types import SimpleNamespace
+
+    a, b = frozenset({("MatMul_1", "KEEP")}), frozenset({("MatMul_1", "RECOMPUTE")})
+    st = SimpleNamespace(_compiled_at={0: {(10, a): 5 * MiB}}, _compiled_err={0: MiB})
+    was, log = step_excess._beyond(st), step_excess._placed(st)
+    st._compiled_at[0][(10, b)] = 3 * MiB
+    assert step_excess._placed(st) == log == {0: {10: 5 * MiB}}  # the log's view: unchanged
+    assert step_excess._beyond(st) != was  # new: the plan it was measured on is another
+    st._compiled_at[0][(11, b)] = MiB  # not above the region's number: nothing new
+    assert step_excess._beyond(st) == {0: {(10, a): 5 * MiB, (10, b): 3 * MiB}}
