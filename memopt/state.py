@@ -108,6 +108,7 @@ class MemoptState(RegionRegistry):
         self._places_for: tuple[int, ...] = ()
         self._compiled_err: dict[int, int] = {}  # region -> Inductor's peak over the model's
         self._compiled_at: dict[int, dict[tuple, int]] = {}  # placed: (pos, signature) -> bytes
+        self._compiled_num: dict[int, dict[frozenset, int]] = {}  # ... and signature -> number
         self._record: int | None = None  # a new CUDA peak record set by the step just done
         self._settled = 0  # steps since the step plan last changed or was last measured
         self._steps = 0  # steps finished
@@ -517,7 +518,8 @@ class MemoptState(RegionRegistry):
         what is allocated now beyond the last step's start (optimizer states made by its
         optimizer step: without them the first step plan outgrew itself at once)."""
         err = [self._compiled_err.get(r, 0) for r in sequence]  # placed beyond it: _problem
-        if not self._entry_last and any(err) and set(sequence) <= self.problems.keys():
+        placed = any(r in self._compiled_at for r in sequence)  # their problems hold them
+        if not self._entry_last and (any(err) or placed) and set(sequence) <= self.problems.keys():
             return err  # nothing read (a CPU): the compiled plans' errors alone
         if len(self._entry_last) != len(sequence) or not set(sequence) <= self.problems.keys():
             return None  # a region restored from a compile cache without its problem
@@ -555,10 +557,12 @@ class MemoptState(RegionRegistry):
         return step_bytes(b, self.problems[sequence[0]].device_type)
 
     def _problem(self, index: int, option: Option | None = None) -> Any:
-        """Region ``index``'s planning problem with the compiled plans' placed excesses: those
-        that hold for ``option`` (memopt.step_excess.holds), or without one all of them."""
-        rp, err = self.problems[index], self._compiled_err.get(index, 0)
-        items = step_excess.items(self._compiled_at.get(index), err, rp.problem, option)
+        """Region ``index``'s planning problem with the compiled plans' placed excesses and
+        numbers: those that hold for ``option`` (memopt.step_excess.holds), or all of them."""
+        rp, err, at = self.problems[index], self._compiled_err.get(index, 0), self._compiled_at
+        items = step_excess.items(
+            at.get(index), err, rp.problem, option, self._compiled_num.get(index)
+        )
         return replace(rp, problem=step_excess.corrected(rp.problem, items)) if items else rp
 
     def _menu(self, index: int) -> list[Option]:

@@ -15,7 +15,9 @@ live bytes under the same plan. The region's largest excess stays one number at 
 (memopt.state's ``_compiled_err``, as before); the item holds what the placed excess adds
 beyond it, so the step's next plan sees the real peak and what is live at it. An excess holds
 for the plans that do with the candidates its op reads what the plan it was measured on did
-(:func:`conditioned`). Where no position
+(:func:`conditioned`), and so does the number measured with it: at every position of those
+plans' problem instead of an offset of every plan (Gemma 2's soft-capped head: the plan that
+recomputes the soft-cap runs a logits tensor lower, and was priced as high). Where no position
 is known (a report restored from a compile cache before positions were recorded, a graph whose
 names the planner lacks), only the number applies.
 """
@@ -126,13 +128,17 @@ def items(
     flat: int,
     problem: Any = None,
     option: Any = None,
+    numbers: Mapping[Signature, int] | None = None,
 ) -> dict[int, int]:
-    """What a region's placed excesses (``(position, signature)`` -> bytes) add beyond ``flat``
-    (:func:`remainder`): those that hold for ``option`` on ``problem`` (:func:`holds`), or,
-    without an option, all of them (the larger at each position)."""
-    out: dict[int, int] = {}
+    """What a region's placed excesses (``(position, signature)`` -> bytes) and its numbers
+    (signature -> bytes, at every position) add beyond ``flat`` (:func:`remainder`): those
+    that hold for ``option`` on ``problem`` (:func:`holds`), or, without an option, all of
+    them (the larger at each position)."""
+    ok = lambda sig: option is None or holds(problem, option.decisions, sig)  # noqa: E731
+    n = max((b for sig, b in (numbers or {}).items() if ok(sig)), default=0)
+    out = dict.fromkeys(range(problem.timeline.n_positions), n) if n > flat else {}
     for (pos, sig), nbytes in (placed or {}).items():
-        if option is None or holds(problem, option.decisions, sig):
+        if ok(sig):
             grow(out, pos, nbytes)
     return remainder(out, flat)
 
@@ -197,45 +203,53 @@ def check(st: Any) -> bool:
     (``st``: memopt.state's MemoptState); whether the step must be (re-)planned now (before
     any measurement; on a CPU the only check): under a step plan by its target, never by a
     region's own budget (negative for a tight step's head region: a fit step re-planned).
-    The largest excess per region is kept as a number (``st._compiled_err``: the region's
-    runs' offset, at every position, as before), and each excess whose position is known is
-    placed there too (``st._compiled_at``): the region's problem holds what it adds there
-    beyond that number (:func:`remainder`), so no position gets less than before and the
-    peak's own gets all of it."""
+    An excess whose position is known is placed there (``st._compiled_at``, by position and
+    signature) and the plan's peak over its model is kept as the number of the plans like it
+    (``st._compiled_num``, by signature): the problem of a plan holds, at every position, the
+    largest number that holds for it and at the placed positions the excesses that hold
+    (:func:`items`). The largest excess of a run with no known position stays one number of
+    the region (``st._compiled_err``: the region's runs' offset, at every position)."""
     from memopt.step import step_peak
 
     if not isinstance(st.config.budget, int):
         return False
-    runs = []
+    runs, flat_runs = [], []  # every run; those whose excess no placement conditions
     was = _beyond(st)
     for pos, (r, ri) in enumerate(zip(st.last_step, st.last_report_step)):
         region, option = st.regions[ri], st.run_plan.get(pos)
         sec, plan = region.extra.get("inductor") or {}, region.extra.get("planner") or {}
         own = plan.get("budget_bytes") if st.step_choice is None else None
         compiled = option is not None and st.compiled_as(ri, option)
-        if compiled:
-            runs.append((r, sec, option.peak, None))
-        else:
-            runs.append((r, sec, sec.get("model_peak"), own))
+        runs.append((r, sec, option.peak, None) if compiled else
+                    (r, sec, sec.get("model_peak"), own))  # fmt: skip
         # placed: a step option as compiled, or the region's own plan (no step plan yet, the
         # region's first compile: a counted plan's variant keeps what the own plan recomputes);
         # a run on another variant adds its excess to the step as a number
         rp = st.problems.get(r)
-        if not sec or rp is None or not (compiled or (st.step_choice is None and ri == r)):
+        got = None
+        if sec and rp is not None and (compiled or (st.step_choice is None and ri == r)):
+            o = option if compiled else _own(rp)
+            got = excess(rp.problem, sec, o)
+        if got is None:
+            flat_runs.append(runs[-1])
             continue
-        o = option if compiled else _own(rp)
-        got = excess(rp.problem, sec, o)
-        if got is not None:  # kept with what the plan did with the candidates its op reads
-            sig = signature(rp.problem, o.decisions, got[0]) if o is not None else frozenset()
-            grow(st._compiled_at.setdefault(r, {}), (got[0], sig), got[1])
+        # kept with what the plan did with the candidates its op reads: the excess there, and
+        # the plan's peak over its model as the number of the plans it holds for
+        sig = signature(rp.problem, o.decisions, got[0]) if o is not None else frozenset()
+        grow(st._compiled_at.setdefault(r, {}), (got[0], sig), got[1])
+        if runs[-1][2] is not None and sec["peak"] > runs[-1][2]:
+            grow(st._compiled_num.setdefault(r, {}), sig, sec["peak"] - runs[-1][2])
+    errs = buffers.compiled_errors(runs)
     grown = {
-        r: e for r, e in buffers.compiled_errors(runs).items()
-        if e[0] > st._compiled_err.get(r, 0)
+        r: e for r, (e, _) in buffers.compiled_errors(flat_runs).items()
+        if e > st._compiled_err.get(r, 0)
     }  # fmt: skip
-    st._compiled_err.update({r: e for r, (e, _) in grown.items()})
-    if not grown and _beyond(st) == was:  # nothing new beyond the regions' numbers
+    st._compiled_err.update(grown)
+    now = _beyond(st)
+    changed = set(grown) | {r for r in set(was) | set(now) if was.get(r) != now.get(r)}
+    if not changed:  # nothing new beyond the regions' numbers
         return False
-    over = any(o for _, o in grown.values())
+    over = any(o for r, (_, o) in errs.items() if r in changed)
     offsets, c, why = st._offsets(st.last_step, ahead=True), st.step_choice, ""
     planned = c is not None and all(p in st.run_plan for p in range(len(st.last_step)))
     if planned and offsets is not None:
@@ -248,8 +262,9 @@ def check(st: Any) -> bool:
         over |= peak > (st.config.budget if measuring else c.target)
         why = f" (predicted step peak {peak} at run {at}, the plan's {c.peak}, target {c.target})"
     log.info("memopt: Inductor's buffer plans peak above the planner's model of the compiled "
-             "plans (bytes by region: %s; placed, by region and step position: %s)%s%s",
-             dict(st._compiled_err), _placed(st),
+             "plans (bytes by region: %s; placed, by region and step position: %s; held for "
+             "the plans like those measured, by region: %s)%s%s",
+             dict(st._compiled_err), _placed(st), _numbers(st),
              ": planning the step with them" if over else "", why)  # fmt: skip
     return over
 
@@ -259,13 +274,22 @@ def _placed(st: Any) -> dict[int, dict[int, int]]:
     return {r: items(v, 0) for r, v in st._compiled_at.items() if v}
 
 
+def _numbers(st: Any) -> dict[int, list[int]]:
+    """Per region, the numbers held for the plans like those they were measured on (log)."""
+    return {r: sorted(v.values()) for r, v in st._compiled_num.items() if v}
+
+
 def _beyond(st: Any) -> dict[int, dict[tuple, int]]:
-    """Per region, its placed excesses (by position and signature) above its number."""
-    out = {
-        r: {k: n for k, n in v.items() if n > st._compiled_err.get(r, 0)}
-        for r, v in st._compiled_at.items()
-    }
-    return {r: v for r, v in out.items() if v}
+    """Per region, its placed excesses (by position and signature) and its numbers (by
+    signature) above its unconditioned number."""
+    out: dict[int, dict[tuple, int]] = {}
+    for r in set(st._compiled_at) | set(st._compiled_num):
+        err = st._compiled_err.get(r, 0)
+        at = {k: n for k, n in st._compiled_at.get(r, {}).items() if n > err}
+        at.update({("number", k): n for k, n in st._compiled_num.get(r, {}).items() if n > err})
+        if at:
+            out[r] = at
+    return out
 
 
 def _own(rp: Any) -> Any:

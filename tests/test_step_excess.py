@@ -159,7 +159,9 @@ def _stub(problem, placed, err=0):
     from tests.test_planner_solver import RATES
 
     rp = RegionProblem(problem=problem, rates=RATES, device_type="cuda")
-    st = SimpleNamespace(problems={0: rp}, _compiled_err={0: err}, _compiled_at={0: placed})
+    st = SimpleNamespace(
+        problems={0: rp}, _compiled_err={0: err}, _compiled_at={0: placed}, _compiled_num={}
+    )
     st._problem = MethodType(MemoptState._problem, st)
     return st
 
@@ -252,10 +254,38 @@ def test_a_smaller_excess_under_another_plan_at_the_same_op_is_new():
     from types import SimpleNamespace
 
     a, b = frozenset({("MatMul_1", "KEEP")}), frozenset({("MatMul_1", "RECOMPUTE")})
-    st = SimpleNamespace(_compiled_at={0: {(10, a): 5 * MiB}}, _compiled_err={0: MiB})
+    st = SimpleNamespace(
+        _compiled_at={0: {(10, a): 5 * MiB}}, _compiled_err={0: MiB}, _compiled_num={}
+    )
     was, log = step_excess._beyond(st), step_excess._placed(st)
     st._compiled_at[0][(10, b)] = 3 * MiB
     assert step_excess._placed(st) == log == {0: {10: 5 * MiB}}  # the log's view: unchanged
     assert step_excess._beyond(st) != was  # new: the plan it was measured on is another
     st._compiled_at[0][(11, b)] = MiB  # not above the region's number: nothing new
     assert step_excess._beyond(st) == {0: {(10, a): 5 * MiB, (10, b): 3 * MiB}}
+    st._compiled_num[0] = {b: 2 * MiB}  # a number held for plans like b's: new too
+    assert step_excess._beyond(st)[0][("number", b)] == 2 * MiB
+
+
+def test_a_regions_number_holds_at_every_position_for_the_plans_like_its_own():
+    """Gemma 2's tiny soft-capped head on the CPU: the whole excess was the region's number,
+    applied to every plan, so the plan that recomputes the soft-cap (one logits tensor less at
+    that kernel) was priced as high as keeping it. A number measured on a plan whose excess
+    has a place holds, at every position, for the plans that treat its op's tensors alike."""
+    p = _problem()
+    keep, rec = Option(("K+:1:1",)), Option(("MatMul+:1:1",), decisions={"MatMul_1": 1})
+    at10 = step_excess.signature(p, {}, 10)
+    n = p.timeline.n_positions
+    numbers = {at10: 3 * MiB}
+    assert step_excess.items({}, MiB, p, keep, numbers) == dict.fromkeys(range(n), 2 * MiB)
+    assert step_excess.items({}, MiB, p, rec, numbers) == {}  # not for the recompute plan
+    assert step_excess.items({}, 0, p, None, numbers) == dict.fromkeys(range(n), 3 * MiB)
+    placed = {(10, at10): 5 * MiB}
+    assert step_excess.items(placed, 0, p, keep, numbers) == {
+        **dict.fromkeys(range(n), 3 * MiB),
+        10: 5 * MiB,
+    }
+    st = _stub(p, placed)
+    st._compiled_num = {0: numbers}
+    assert step_excess.profile(st._problem(0, rec).problem, rec).peak == 25 * MiB  # the model's
+    assert step_excess.profile(st._problem(0, keep).problem, keep).peak == 30 * MiB  # 25 + 5
