@@ -517,7 +517,7 @@ class MemoptState(RegionRegistry):
         the step's real peak, so they count. ``ahead``: for the step beginning now, plus
         what is allocated now beyond the last step's start (optimizer states made by its
         optimizer step: without them the first step plan outgrew itself at once)."""
-        err = [self._compiled_err.get(r, 0) for r in sequence]  # placed beyond it: _problem
+        err = [self._compiled_err.get(r, 0) for r in sequence]  # placed ones: in _problem
         placed = any(r in self._compiled_at for r in sequence)  # their problems hold them
         if not self._entry_last and (any(err) or placed) and set(sequence) <= self.problems.keys():
             return err  # nothing read (a CPU): the compiled plans' errors alone

@@ -9,17 +9,17 @@ through its logit soft-cap is one: a 2.1 GB logits tensor at the backward's firs
 excess also lifts plans whose peak lies elsewhere, and says nothing about which saved tensors
 are live where it happens.
 
-Here it is also an item of the region's planning problem: at the step position of the
+Here it is an item of the region's planning problem instead: at the step position of the
 planner's op where Inductor's plan peaks, the bytes Inductor holds there beyond the model's
-live bytes under the same plan. The region's largest excess stays one number at every position
-(memopt.state's ``_compiled_err``, as before); the item holds what the placed excess adds
-beyond it, so the step's next plan sees the real peak and what is live at it. An excess holds
-for the plans that do with the candidates its op reads what the plan it was measured on did
-(:func:`conditioned`), and so does the number measured with it: at every position of those
-plans' problem instead of an offset of every plan (Gemma 2's soft-capped head: the plan that
-recomputes the soft-cap runs a logits tensor lower, and was priced as high). Where no position
-is known (a report restored from a compile cache before positions were recorded, a graph whose
-names the planner lacks), only the number applies.
+live bytes under the same plan, and, at every position, the plan's peak over its model (the
+region's *number*). Both hold only for the plans that do with the candidates that op reads
+what the plan they were measured on did (:func:`signature`, :func:`holds`,
+:func:`conditioned`): on Mistral a plan recomputing the LM head ran 565 MB under a prediction
+that carried an excess measured on plans keeping it, and on Gemma 2's soft-capped head the
+plan that recomputes the soft-cap runs a logits tensor lower and was priced as high. Where no
+position is known (a report restored from a compile cache before positions were recorded, a
+graph whose names the planner lacks), the excess stays one number of the region at every
+position of every plan (memopt.state's ``_compiled_err``, the runs' offset).
 """
 
 from __future__ import annotations
