@@ -14,7 +14,7 @@ planner's op where Inductor's plan peaks, the bytes Inductor holds there beyond 
 live bytes under the same plan, and, at every position, the plan's peak over its model (the
 region's *number*). Both hold only for the plans that do with the candidates that op reads
 what the plan they were measured on did (:func:`signature`, :func:`holds`,
-:func:`conditioned`): on Mistral a plan recomputing the LM head ran 565 MB under a prediction
+:func:`conditioned`, and :func:`flips` for the plans that avoid one cheaply): on Mistral a plan recomputing the LM head ran 565 MB under a prediction
 that carried an excess measured on plans keeping it, and on Gemma 2's soft-capped head the
 plan that recomputes the soft-cap runs a logits tensor lower and was priced as high. Where no
 position is known (a report restored from a compile cache before positions were recorded, a
@@ -93,15 +93,26 @@ def remainder(items: Mapping[int, int] | None, flat: int) -> dict[int, int]:
 Signature = frozenset  # of (candidate name, strategy name): what a plan does with them
 
 
-def signature(problem: Any, decisions: Mapping[str, Any] | None, pos: int) -> Signature:
+#: A candidate under this share of an excess's bytes is left out of its signature. A
+#: judgment: Inductor's excess is a buffer it realizes, whose size a tensor that small does not
+#: change; without it a plan recomputing a 32 KB pad read at Gemma 2's soft-capped loss
+#: kernel (CPU) was priced without the 8.4 MB excess it still runs with.
+SIGNATURE_SHARE = 1 / 8
+
+
+def signature(
+    problem: Any, decisions: Mapping[str, Any] | None, pos: int, nbytes: int = 0
+) -> Signature:
     """The candidates the op at step position ``pos`` reads (in the forward: made and not yet
     past their last forward use; in the backward: between their first and last backward use)
-    and what the plan of ``decisions`` does with each, as applied."""
-    q = pos - problem.timeline.n_fwd
+    of at least :data:`SIGNATURE_SHARE` of ``nbytes`` (the excess), and what the plan of
+    ``decisions`` does with each, as applied."""
+    q, least = pos - problem.timeline.n_fwd, SIGNATURE_SHARE * nbytes
     return frozenset(
         (c.name, _did(c, decisions))
         for c in problem.candidates
-        if (
+        if c.nbytes >= least
+        and (
             (c.produce_pos <= pos <= c.fwd_last)
             if q < 0
             else (c.first_bwd_use_pos <= q <= c.bwd_last)
@@ -152,10 +163,10 @@ def conditioned(st: Any, index: int, fn: Any, *args: Any, merge: Any) -> Any:
     plan). On Mistral at torch 0.1's peak (H200) 780 MB sat at one backward op under every plan
     that kept the LM head's output, offloading or not (forty-fifth session); a plan that
     recomputed the LM head (and more) ran 565 MB under the prediction that carried them
-    (forty-fourth). The solver's problem cannot say "unless": ``fn`` runs with every excess and
-    with none (so plans that change what an op reads are found), and each answer is priced with
-    the excesses that hold for it; ``merge`` joins the two (a priced option may no longer fit
-    what it was solved for: ``merge`` checks)."""
+    (forty-fourth). The solver's problem cannot say "unless": ``fn`` runs with every excess,
+    with none, and with none on each of :func:`flips` (a plan that changes what an excess's op
+    reads, cheaply), and each answer is priced with the excesses that hold for it; ``merge``
+    joins them (a priced option may no longer fit what it was solved for: ``merge`` checks)."""
     rp, every = st.problems[index], st._problem(index)
 
     def call(p: Any) -> Any:
@@ -163,8 +174,51 @@ def conditioned(st: Any, index: int, fn: Any, *args: Any, merge: Any) -> Any:
 
     if every is rp:  # nothing placed beyond the region's number
         return call(rp)
-    return merge(_priced(st, index, call(every), every.problem, True),
-                 _priced(st, index, call(rp), rp.problem, False))  # fmt: skip
+    got = merge(_priced(st, index, call(every), every.problem, True),
+                _priced(st, index, call(rp), rp.problem, False))  # fmt: skip
+    for fp in flips(st, index):  # plans that change what an excess's op reads
+        got = merge(got, _priced(st, index, call(fp), fp.problem, False))
+    return got
+
+
+#: Flipped problems solved per region solve (the cheapest first). A judgment, not fitted:
+#: each costs one more menu; Gemma 2's soft-cap flip is the cheapest of its op's.
+FLIPS = 3
+
+
+def flips(st: Any, index: int) -> list[Any]:
+    """Region ``index``'s problem with no excess, once per flip: one cluster fixed to recompute
+    up to a candidate that an excess's op reads and its plan kept. Such a plan changes what
+    the op reads, so the excess does not hold for it, which neither of :func:`conditioned`'s
+    two solves finds when it is cheap: solved with none, the plans keep the candidate (the
+    excess holds); solved with every excess, they lower the peak elsewhere. On Gemma 2 at
+    torch 0.3's peak (H200, forty-sixth session) the step paid 8.7 ms of predicted recompute
+    (LM head included) to lower a 2.1 GB excess that the soft-cap's recompute alone removes
+    on the CPU. The :data:`FLIPS` cheapest, by the recompute seconds of what the fixed count
+    covers (a count covers occurrences below it, as a plan string's does)."""
+    from memopt.plan import Strategy
+    from memopt.planner.problem import covered
+    from memopt.planner.timing import recompute_s
+
+    rp, err = st.problems[index], st._compiled_err.get(index, 0)
+    p = rp.problem
+    sigs = [sig for (_, sig), n in st._compiled_at.get(index, {}).items() if n > err]
+    sigs += [sig for sig, n in st._compiled_num.get(index, {}).items() if n > err]
+    cost: dict[tuple[str, int], float] = {}
+    for name, did in sorted(frozenset().union(*sigs)):
+        c = p.by_name.get(name)
+        if did != Strategy.KEEP.name or c is None or not c.recomputable:
+            continue
+        key = (c.cluster_id, c.occurrence + 1)
+        if c.cluster_id in p.fixed or key in cost:
+            continue
+        cands = covered(p.clusters[c.cluster_id], key[1])
+        cost[key] = sum(recompute_s(x, Strategy.RECOMPUTE, rp.rates) for x in cands)
+    out = []
+    for cid, n in sorted(cost, key=lambda k: (cost[k], k))[:FLIPS]:
+        fixed = {**p.fixed, cid: (int(Strategy.RECOMPUTE), n)}
+        out.append(replace(rp, problem=replace(p, fixed=fixed)))
+    return out
 
 
 def _priced(st: Any, index: int, got: Any, solved_on: Any, every: bool) -> Any:
@@ -235,7 +289,7 @@ def check(st: Any) -> bool:
             continue
         # kept with what the plan did with the candidates its op reads: the excess there, and
         # the plan's peak over its model as the number of the plans it holds for
-        sig = signature(rp.problem, o.decisions, got[0]) if o is not None else frozenset()
+        sig = signature(rp.problem, o.decisions, *got) if o is not None else frozenset()
         grow(st._compiled_at.setdefault(r, {}), (got[0], sig), got[1])
         if runs[-1][2] is not None and sec["peak"] > runs[-1][2]:
             grow(st._compiled_num.setdefault(r, {}), sig, sec["peak"] - runs[-1][2])

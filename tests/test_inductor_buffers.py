@@ -267,7 +267,8 @@ def test_a_compiled_plan_above_its_byte_budget_is_replanned_before_any_measureme
     pos = step_excess.position(first, rp.problem.timeline)
     assert pos is not None and rp.problem.timeline.bwd_op_names  # on a backward op it names
     there = step_excess.profile(rp.problem, step_excess._own(rp)).curve[pos]
-    own = (pos, step_excess.signature(rp.problem, rp.decisions, pos))  # what its op reads
+    sig = step_excess.signature(rp.problem, rp.decisions, pos, first["peak"] - there)
+    own = (pos, sig)  # what its op reads, of at least an eighth of the excess
     assert own[1] and state._compiled_at[0][own] == first["peak"] - there  # exact, there
     assert first["peak"] - there > first["peak"] - first["model_peak"] > 0  # > a region's number
     # the region's number, held at every position for the plans like its own (not an offset)

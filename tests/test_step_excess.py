@@ -198,13 +198,18 @@ def test_an_excess_holds_for_plans_that_treat_the_tensors_its_op_reads_as_its_pl
 
     def fn(problem, rates, budget, saved_inputs, max_depth):
         base, tl = p.timeline.base_bytes, problem.timeline.base_bytes
+        if problem.fixed:  # a flip (test_a_flip_finds_...): nothing new here
+            calls.append(dict(problem.fixed))
+            return []
         calls.append({i: (b - a) // MiB for i, (a, b) in enumerate(zip(base, tl)) if b != a})
         if len(calls) % 2 == 0:  # solved with none: a plan the other solve did not find
             return [replace(keep, peak=100 * MiB), replace(other, peak=300 * MiB)]
         return [replace(keep, peak=100 * MiB), replace(rec, peak=200 * MiB)]
 
     got = step_excess.conditioned(st, 0, fn, 123, merge=_union)
-    assert calls == [{10: 4, 13: 2, 8: 1}, {}]  # every excess, then none
+    # every excess, then none, then each flip of a candidate an excess's op reads, the
+    # cheaper first: layer 0's tensor (read at 13), then layer 1's (a count covers both)
+    assert calls == [{10: 4, 13: 2, 8: 1}, {}, {"MatMul+": (1, 1)}, {"MatMul+": (1, 2)}]
     # solved with every excess: the recompute plan's peak drops by what the one that does not
     # hold for it added to the model's peak (25 + 4 MiB at position 10 -> 25 MiB there, 15 + 2
     # at 13, 15 + 1 at 8); the plan only the second solve found is kept, priced with what
@@ -213,7 +218,7 @@ def test_an_excess_holds_for_plans_that_treat_the_tensors_its_op_reads_as_its_pl
     assert [(o.label, o.peak // MiB) for o in got] == [("keep", 100), ("rec", 196), ("other", 304)]
     # solved with none: each option gains what holds for it
     calls.clear()
-    seen = step_excess.conditioned(st, 0, fn, 1, merge=lambda a, b: b)
+    seen = step_excess.conditioned(st, 0, fn, 1, merge=lambda a, b: b or a)
     assert [(o.label, o.peak // MiB) for o in seen] == [("keep", 104), ("other", 304)]
     nothing = _stub(p, {(10, at10): MiB}, err=MiB)  # nothing beyond the region's number
     calls.clear()
@@ -236,16 +241,77 @@ def test_a_finer_solve_takes_the_cheaper_plan_that_still_fits_once_priced():
     got = step_excess.conditioned(st, 0, exact_option, 50 * MiB, merge=partial(_cheaper, 50 * MiB))
     assert got is not None and (got.peak, got.decisions) == (45 * MiB, {"MatMul_0": 1})
     assert got.overhead_s > 0  # the keep plan (no overhead) was over once priced
-    # the limit of two solves: at 40 MiB neither finds the plan recomputing only layer 1's
-    # tensor (25 MiB once priced, the excess does not hold for it; 55 MiB solved with every
-    # excess, and no lower than keeping everything solved with none). No finer option then;
-    # the menu's cheapest entry that fits recomputes both tensors (15 MiB, twice the time)
+    # at 40 MiB neither of the two solves fits (55 MiB solved with every excess, and no lower
+    # than keeping everything solved with none); the flip of layer 1's tensor, which the
+    # excess's op reads, does: a count covers layer 0's too (occurrences below it, as a plan
+    # string's), so it recomputes both (15 MiB, twice the time), as the menu's cheapest entry
+    # that fits does
     fit = partial(_cheaper, 40 * MiB)
-    assert step_excess.conditioned(st, 0, exact_option, 40 * MiB, merge=fit) is None
+    flip = step_excess.conditioned(st, 0, exact_option, 40 * MiB, merge=fit)
+    assert flip is not None and flip.plans == ("MatMul+:1:2",) and flip.peak == 15 * MiB
+    assert flip.overhead_s == pytest.approx(2 * got.overhead_s)
     menu = step_excess.conditioned(st, 0, region_menu, merge=_union)
     fits = sorted((o.overhead_s, o.peak, dict(o.decisions)) for o in menu if o.peak <= 40 * MiB)
     assert fits[0][1:] == (15 * MiB, {"MatMul_0": 1, "MatMul_1": 1})
     assert fits[0][0] == pytest.approx(2 * got.overhead_s)
+
+
+def test_a_flip_finds_the_cheap_recompute_that_changes_what_the_excesss_op_reads(monkeypatch):
+    """Gemma 2 at torch 0.3's peak (H200): 2.1 GB placed at the backward's first kernel, which
+    reads the soft-capped logits; solved with every excess the step recomputed the LM head and
+    more (8.7 ms predicted), solved with none it kept everything (the excess holds). Here one
+    layer saves a dear tensor (slot 0, read last in the backward) and a cheap one (slot 2,
+    read first); 8 MiB is placed where the cheap one is read, under the plan keeping it. The
+    flip recomputes the cheap one: the excess does not hold, and the plan fits for a
+    thousandth of the dear recompute's time."""
+    from functools import partial
+
+    from memopt.planner import OpCost
+    from memopt.state import _cheaper, _union
+    from memopt.step import exact_option, region_menu
+
+    p = layered_problem(
+        [
+            LayerTensor("Dear+", 10 * MiB, slot=0, recompute_ops=(OpCost(flops=1e12),)),
+            LayerTensor("Cheap+", 10 * MiB, slot=2, recompute_ops=(OpCost(flops=1e9),)),
+        ],
+        n_layers=1,
+        ops_per_layer=3,
+        fwd_op_s=1e-3,
+        live_bytes=MiB,
+        static_bytes=4 * MiB,
+    )
+    tl = p.timeline
+    names = dict(
+        fwd_op_names=tuple(f"f{i}" for i in range(tl.n_fwd)),
+        bwd_op_names=tuple(f"b{i}" for i in range(len(tl.bwd_op_s))),
+    )
+    p = replace(p, timeline=replace(tl, **names))
+    q = tl.n_fwd + p.by_name["Cheap_0"].first_bwd_use_pos
+    sig = step_excess.signature(p, {}, q)
+    assert sig == {("Cheap_0", "KEEP")}  # the dear tensor is held there, not read
+    # a tensor under an eighth of the excess is not in its signature (SIGNATURE_SHARE)
+    assert step_excess.signature(p, {}, q, 80 * MiB) == sig
+    assert step_excess.signature(p, {}, q, 80 * MiB + 8) == frozenset()
+    keep = step_excess.profile(p, Option(())).peak
+    assert keep == 25 * MiB
+    st = _stub(p, {(q, sig): 8 * MiB})
+    assert [f.problem.fixed for f in step_excess.flips(st, 0)] == [{"Cheap+": (1, 1)}]
+    budget = keep + MiB  # the model's keep plan fits; with the excess it does not
+    got = step_excess.conditioned(st, 0, exact_option, budget, merge=partial(_cheaper, budget))
+    assert got is not None and got.plans == ("Cheap+:1:1",)
+    assert (got.peak, dict(got.decisions)) == (keep, {"Cheap_0": 1})
+    monkeypatch.setattr(step_excess, "FLIPS", 0)  # the two solves alone: the dear plan
+    dear = step_excess.conditioned(st, 0, exact_option, budget, merge=partial(_cheaper, budget))
+    assert dear is not None and dict(dear.decisions) == {"Dear_0": 1}
+    assert dear.overhead_s == pytest.approx(1000 * got.overhead_s)
+    # the menu's saved-share entries reach the cheap recompute without a flip
+    menu = step_excess.conditioned(st, 0, region_menu, merge=_union)
+    fits = sorted((o.overhead_s, o.peak, dict(o.decisions)) for o in menu if o.peak <= budget)
+    assert fits[0] == (got.overhead_s, keep, {"Cheap_0": 1})
+    monkeypatch.undo()
+    st._compiled_at[0] = {(q, frozenset({("Cheap_0", "RECOMPUTE")})): 8 * MiB}
+    assert step_excess.flips(st, 0) == []  # nothing kept to flip
 
 
 def test_a_smaller_excess_under_another_plan_at_the_same_op_is_new():
