@@ -117,6 +117,7 @@ class MemoptState(RegionRegistry):
         self.measured_peak: int | None = None
         self.went_back_from: int | None = None  # the overrun the step went back from (step_fit)
         self._fit: step_fit.FitPlan | None = None  # the plan to go back to (memopt.step_fit)
+        self._fixes_left = step_fit.OVERRUN_FIXES  # plans past the last, for an overrun
 
     def known_cluster_ids(self) -> set[str]:
         return {c["cluster_id"] for r in self.regions for c in r.clusters}
@@ -294,7 +295,10 @@ class MemoptState(RegionRegistry):
     def _decide(self) -> None:
         """A step plan for the step just done, when it is new or outgrew its plan."""
         if self._step_plans >= MAX_STEP_PLANS:
-            step_fit.last_plan(self, self._fit)
+            if step_fit.last_plan(self, self._fit) == "fix" and self._outgrown():
+                self._fixes_left -= 1  # the overrun measured, its correction is planned
+                self._step_plans += 1
+                self.plan_step(self.last_step)
             return
         if self.last_step == self._planned_for:
             if self.step_choice is None and self._probed is not None and self._off_target():

@@ -345,6 +345,7 @@ def test_the_last_step_plans_measurement_reaches_the_report_and_an_overrun_is_sa
     _two_run_step(state, entry, probed=pair + 5000)  # a step plan, measured over: re-planned
     assert state.measured_peak == pair + 5000
     state._step_plans = MAX_STEP_PLANS
+    state._fixes_left = 0  # the correction past the last plan spent (test_an_overrun_...)
     choice = state.step_choice
     with caplog.at_level(logging.WARNING, logger="memopt"):
         _two_run_step(state, entry, probed=pair - 100)  # under: said nothing
@@ -388,6 +389,7 @@ def test_a_last_plan_over_the_budget_goes_back_to_the_plan_measured_inside_it(ca
         assert state.went_back_from == pair + 3000  # StepInfo.went_back_from
         _two_run_step(state, entry, probed=inside)  # as before: it stays
         assert state.step_choice is first and state.measured_peak == inside
+        state._fixes_left = 0  # going back came first; with no correction left:
         _two_run_step(state, entry, probed=pair + 3000)  # now its own overrun: said, kept
         _two_run_step(state, entry, probed=pair + 3000)
     assert state.step_choice is first and state.measured_peak == pair + 3000
@@ -427,7 +429,7 @@ def test_no_plan_inside_the_budget_goes_back_to_the_lowest_measured_unless_it_is
         assert state._fit.measured == pair + 2000 and state._fit.choice is low
         _two_run_step(state, entry, probed=pair + 6000)  # the next: over, more
         assert state._fit.choice is low  # still the lowest
-        state._step_plans = MAX_STEP_PLANS
+        state._step_plans, state._fixes_left = MAX_STEP_PLANS, 0
         last = state.step_choice
         assert last is not low
         last_peak = pair + (1000 if last_lower else 4000)
@@ -451,6 +453,39 @@ def test_no_plan_inside_the_budget_goes_back_to_the_lowest_measured_unless_it_is
         text = step_section(state.report())
         assert "the step went back to the step plan above" in text
         assert "(still over: no plan measured inside the budget)" in text
+
+
+def test_an_overrun_of_the_last_plan_with_none_inside_is_corrected_by_one_plan_more(caplog):
+    """Every step plan spent, none measured inside the budget, the last measured over it: one
+    step plan more is made with the measured overrun as its correction (step_fit's
+    OVERRUN_FIXES), before going back to a plan measured lower. On an H200 Mistral's fourth
+    plan at torch's 0.1 point measured 9.5 MB over, its first 0.55% over (forty-sixth
+    session). The correction's own overrun is said, with no plan left."""
+    import logging
+
+    from memopt.state import MAX_STEP_PLANS
+    from memopt.step_fit import OVERRUN_FIXES
+
+    assert OVERRUN_FIXES == 1
+    pair = 450_000
+    state = _state(pair)
+    entry = _static(state) + 1000
+    _two_run_step(state, entry)
+    _two_run_step(state, entry, probed=pair + 5000)  # over: planned at the measured target
+    state._step_plans = MAX_STEP_PLANS
+    last = state.step_choice
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        _two_run_step(state, entry, probed=pair + 2000)  # the last plan: over, none inside
+        fix = state.step_choice
+        assert state._step_plans == MAX_STEP_PLANS + 1 and state._fixes_left == 0
+        assert fix is not last and fix.peak <= fix.target  # planned with the overrun
+        assert state.measured_peak == pair + 2000 and state.went_back_from is None
+        assert not [r for r in caplog.records if "no step plan left" in r.getMessage()]
+        _two_run_step(state, entry, probed=pair + 1000)  # the correction over too: said
+    assert state.step_choice is fix and state.measured_peak == pair + 1000
+    said = [r.getMessage() for r in caplog.records if "no step plan left" in r.getMessage()]
+    n = MAX_STEP_PLANS + 1
+    assert len(said) == 1 and f"the last step plan ({n} of {n} allowed)" in said[0]
 
 
 def test_going_back_to_the_regions_own_plan_runs_its_first_compile():
