@@ -166,3 +166,13 @@ def memopt_log(prefix=lambda: "", width: int = 300) -> list[str]:
     logger.addHandler(handler)
     logger.setLevel(min(logger.level or logging.INFO, logging.INFO))
     return lines
+
+
+def running_plans(report) -> list[str]:
+    """The plan strings of the compiled regions the step runs now (the report's frozen plan:
+    a region compiled for a step plan, not the region's first plan); [] where the regions
+    offload on different sync dicts (no one plan file holds them)."""
+    try:
+        return list(report.frozen_plan()["config"])
+    except ValueError:
+        return []

@@ -127,14 +127,14 @@ def _outer_layers(model) -> int:
 def _memopt_facts(compiled) -> dict[str, Any]:
     """The report's verdict: feasible, predicted peak and overhead, plans, offloaded bytes."""
     import memopt
+    from benchmarks.common import running_plans
 
     rep = memopt.report(compiled)
     plans = [r.extra["planner"] for r in rep.regions if "planner" in r.extra]
     out: dict[str, Any] = {
         "regions": len(rep.regions),
         "offloaded_bytes": rep.offloaded_bytes(),
-        "plan_strings": [s for p in plans for s in p.get("plan_strings", [])]
-        or rep.config.plan_strings(),
+        "plan_strings": running_plans(rep) or rep.config.plan_strings(),  # the step runs
     }
     step = rep.step
     if plans:

@@ -389,10 +389,14 @@ def test_regions_compiled_for_a_step_plan_leave_the_verdict_to_the_solved_ones(m
         step=SimpleNamespace(
             peak=None, step_plans=4, went_back_from=6698, measured_peak=6500, overhead_floor_s=None
         ),
+        frozen_plan=lambda: {"config": ["Div+Tanh+Mul+:1:1"], "sync": {}},
     )
     monkeypatch.setattr(memopt, "report", lambda compiled: rep)
     facts = _memopt_facts(None)
     assert facts["feasible"] is True
+    # the plans the step runs (a region compiled for the step plan), not the first region's:
+    # Gemma 2's row named its first plan while the step ran the soft-cap flip (H200)
+    assert facts["plan_strings"] == ["Div+Tanh+Mul+:1:1"]
     assert (facts["step_plans"], facts["went_back_from"], facts["step_measured_peak"]) == (
         4,
         6698,
