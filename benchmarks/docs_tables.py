@@ -229,6 +229,8 @@ zoo_gpu_s44d = _zoo_gpu_of("_s44d", "The forty-fourth session's Mistral at 0.1, 
 zoo_gpu_s45 = _zoo_gpu_of("_s45", "The forty-fifth session's Swin at 0.1 and Mistral (plan kinds).")
 zoo_gpu_s45b = _zoo_gpu_of("_s45b", "The forty-fifth session's rows, excess by what its op reads.")
 zoo_gpu_s45c = _zoo_gpu_of("_s45c", "The forty-fifth session's Mistral at 0.1 again.")
+zoo_gpu_s46 = _zoo_gpu_of("_s46", "The forty-sixth session's rows, the conditioned number.")
+zoo_gpu_s46b = _zoo_gpu_of("_s46b", "The forty-sixth session's rows with flips.")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -443,6 +445,13 @@ SECTIONS: dict[str, Section] = {
         ("zoo_gpu_mistral_s45b.json", "zoo_gpu_gemma2_s45b.json"), zoo_gpu_s45b
     ),
     "zoo_gpu_s45c": Section(("zoo_gpu_mistral_s45c.json",), zoo_gpu_s45c),
+    "zoo_gpu_s46": Section(("zoo_gpu_gemma2_s46.json", "zoo_gpu_mistral_s46.json"), zoo_gpu_s46),
+    "zoo_gpu_s46b": Section(
+        ("zoo_gpu_gemma2_s46b.json", "zoo_gpu_mistral_s46b.json"), zoo_gpu_s46b
+    ),
+    "zoo_gpu_s46n": Section(
+        ("zoo_gpu_qwen2_moe_s46.json", "zoo_gpu_roberta_s46.json"), zoo_gpu_s46
+    ),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),
