@@ -60,7 +60,8 @@ def test_hf_trainer_trains_an_optimized_model_with_the_default_columns(tmp_path)
     _need("accelerate")
     from memopt.integrations.hf import MemoptCallback
 
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=32, vocab_size=97)
+    # one block: the Trainer's columns and steps are the point, not the depth
+    cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=32, vocab_size=97)
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(cfg)
     before = model.transformer.h[0].mlp.c_fc.weight.detach().clone()

@@ -68,10 +68,11 @@ def test_level_1_and_a_budget_are_exact_under_autocast_and_with_frozen_weights(m
             assert rep.regions[0].extra["planner"]["plan_strings"], kwargs
 
 
-@pytest.mark.parametrize("kwargs", [dict(level=1), dict(budget=0.5)], ids=["level1", "budget"])
-def test_evaluation_between_training_steps_is_not_a_region_and_changes_nothing(kwargs):
-    # An evaluation loop between steps compiles an inference graph (no backward, nothing
-    # saved): it is no region of the step, and the next training step is planned as before.
+@pytest.fixture(scope="module")
+def evaluated():
+    """torch.compile's step, an evaluation and the next step on the fp32 Llama (its model,
+    inputs, evaluation loss, and the next step's loss, gradients and saved bytes): one plain
+    compile (training and inference graphs) shared by both evaluation tests."""
     model, inputs = _setup("fp32")
     torch._dynamo.reset()
     ref = torch.compile(model)
@@ -79,6 +80,15 @@ def test_evaluation_between_training_steps_is_not_a_region_and_changes_nothing(k
     with torch.no_grad():
         e0 = ref(**inputs).loss
     l0, g0, b0 = _step("fp32", model, ref, inputs)
+    torch._dynamo.reset()
+    return model, inputs, e0, l0, g0, b0
+
+
+@pytest.mark.parametrize("kwargs", [dict(level=1), dict(budget=0.5)], ids=["level1", "budget"])
+def test_evaluation_between_training_steps_is_not_a_region_and_changes_nothing(kwargs, evaluated):
+    # An evaluation loop between steps compiles an inference graph (no backward, nothing
+    # saved): it is no region of the step, and the next training step is planned as before.
+    model, inputs, e0, l0, g0, b0 = evaluated
     torch._dynamo.reset()
     opt = memopt.optimize(model, **kwargs)
     _, _, b1 = _step("fp32", model, opt, inputs)
