@@ -493,9 +493,9 @@ class MemoptState(RegionRegistry):
         self.run_plan = dict(choice.chosen)
         self._probe_next = isinstance(self.config.budget, int)  # measure the plan's real peak
         if not choice.feasible:
-            log.warning("memopt: budget %s is infeasible for this step; the smallest predicted "
-                        "step peak is %d bytes (using that plan)", self.config.budget,
-                        choice.peak)  # fmt: skip
+            log.warning(
+                "memopt: %s", step_notes.infeasible(self.config.budget, choice.peak, target)
+            )
         log.info("memopt step plan: %s", describe_choice(choice, sequence, len(menus), changed))
         return choice
 

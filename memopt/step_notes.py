@@ -44,3 +44,32 @@ def went_back(plans: int, measured: int, budget: int, fit: int) -> str:
         f"{measured - budget:,} over the budget {budget:,}: the step went back to an earlier "
         f"plan measured at {fit:,} bytes, {where}"
     )
+
+
+def infeasible(budget: object, peak: int, target: int) -> str:
+    """The step plan found no plan under its target: said as it is planned. A byte budget the
+    smallest step peak still fits is not called infeasible: its target keeps a reserve (the
+    blind CUDA reserve before any measurement, the allocator's run-to-run spread after), and
+    on an H200 Gemma 2's step was called infeasible at a peak predicted and measured under
+    the budget (forty-sixth session)."""
+    if isinstance(budget, int) and peak <= budget:
+        return (
+            f"budget {budget} leaves no room for its reserve in this step: the smallest "
+            f"predicted step peak is {peak} bytes, {budget - peak} under the budget but over "
+            f"its target {target} (using that plan)"
+        )
+    return (
+        f"budget {budget} is infeasible for this step; the smallest predicted step peak is "
+        f"{peak} bytes (using that plan)"
+    )
+
+
+def fit_word(budget: object, peak: int, feasible: bool | None) -> str:
+    """The step plan's verdict in the step report: ``fits``, ``INFEASIBLE, smallest found``,
+    or, for a byte budget the smallest peak fits without its reserve, ``over the target,
+    under the budget: smallest found``."""
+    if feasible:
+        return "fits"
+    if isinstance(budget, int) and peak <= budget:
+        return "over the target, under the budget: smallest found"
+    return "INFEASIBLE, smallest found"

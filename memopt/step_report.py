@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
+from memopt import step_notes
 from memopt.format import ranges
 from memopt.symbolic import fmt_bytes
 
@@ -178,7 +179,7 @@ def step_section(report: Report) -> str:
             "hooks (activation checkpointing) own what those runs save"
         )
     if step.peak is not None:
-        fits = "fits" if step.feasible else "INFEASIBLE, smallest found"
+        fits = step_notes.fit_word(report.config.budget, step.peak, step.feasible)
         lines.append(
             f"Step plan: predicted step peak {fmt_bytes(step.peak)} ({fits}; target "
             f"{fmt_bytes(step.target)}), predicted overhead {1e3 * (step.overhead_s or 0):.3f} "
