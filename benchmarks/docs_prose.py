@@ -21,6 +21,16 @@ from benchmarks import docs_prose_core as core
 from benchmarks import docs_prose_history as history
 from benchmarks.docs_prose_base import MARKER  # noqa: F401 -- docs_numbers reads it here
 
+
+def zoo_standing(what: str) -> str:
+    """benchmarks/zoo_standing.py's count over docs/zoo.md's standing table: ``met`` (points
+    where memopt's peak is at most torch's at most half its overhead, kernel time) or
+    ``total`` (points measured)."""
+    from benchmarks.zoo_standing import met, standing
+
+    return str(dict(zip(("met", "total"), met(standing())))[what])
+
+
 VALUES: dict[str, Callable[..., str]] = {
     "mg": core.mg,
     "pcie": core.pcie,
@@ -38,6 +48,7 @@ VALUES: dict[str, Callable[..., str]] = {
     "zoo": core.zoo,
     "zoo_row": core.zoo_row,
     "zoo_pts": core.zoo_pts,
+    "zoo_standing": zoo_standing,
     "zoo_cpu": core.zoo_cpu,
     "dpk": core.dpk,
     "peers": core.peers,
