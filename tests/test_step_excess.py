@@ -58,13 +58,15 @@ def test_peak_nodes_keep_at_most_peak_nodes_names():
     assert peak_nodes(g, 0) == nodes[5 : 5 + PEAK_NODES]
 
 
-def _problem():
-    """Two layers of one 10 MiB recomputable tensor each; 2 + 2 * 3 = 8 ops a phase, named."""
+def _problem(tensors=None, n_layers=2):
+    """Two layers of one 10 MiB recomputable tensor each; 2 + 2 * 3 = 8 ops a phase, named
+    (or ``n_layers`` of ``tensors``)."""
     from memopt.planner import OpCost
 
+    one = LayerTensor("MatMul+", 10 * MiB, slot=1, recompute_ops=(OpCost(flops=1e9),))
     p = layered_problem(
-        [LayerTensor("MatMul+", 10 * MiB, slot=1, recompute_ops=(OpCost(flops=1e9),))],
-        n_layers=2,
+        tensors or [one],
+        n_layers=n_layers,
         ops_per_layer=3,
         fwd_op_s=1e-3,
         live_bytes=MiB,
@@ -270,24 +272,10 @@ def test_a_flip_finds_the_cheap_recompute_that_changes_what_the_excesss_op_reads
     from memopt.state import _cheaper, _union
     from memopt.step import exact_option, region_menu
 
-    p = layered_problem(
-        [
-            LayerTensor("Dear+", 10 * MiB, slot=0, recompute_ops=(OpCost(flops=1e12),)),
-            LayerTensor("Cheap+", 10 * MiB, slot=2, recompute_ops=(OpCost(flops=1e9),)),
-        ],
-        n_layers=1,
-        ops_per_layer=3,
-        fwd_op_s=1e-3,
-        live_bytes=MiB,
-        static_bytes=4 * MiB,
-    )
-    tl = p.timeline
-    names = dict(
-        fwd_op_names=tuple(f"f{i}" for i in range(tl.n_fwd)),
-        bwd_op_names=tuple(f"b{i}" for i in range(len(tl.bwd_op_s))),
-    )
-    p = replace(p, timeline=replace(tl, **names))
-    q = tl.n_fwd + p.by_name["Cheap_0"].first_bwd_use_pos
+    dear = LayerTensor("Dear+", 10 * MiB, slot=0, recompute_ops=(OpCost(flops=1e12),))
+    cheap = LayerTensor("Cheap+", 10 * MiB, slot=2, recompute_ops=(OpCost(flops=1e9),))
+    p = _problem([dear, cheap], n_layers=1)
+    q = p.timeline.n_fwd + p.by_name["Cheap_0"].first_bwd_use_pos
     sig = step_excess.signature(p, {}, q)
     assert sig == {("Cheap_0", "KEEP")}  # the dear tensor is held there, not read
     # a tensor under an eighth of the excess is not in its signature (SIGNATURE_SHARE)
