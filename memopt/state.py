@@ -99,7 +99,7 @@ class MemoptState(RegionRegistry):
         self._probed: int | None = None  # the peak the probe measured in the step just done
         self._probed_runs: tuple[int, ...] | None = None  # ... and each run's (step_places)
         self._start_now: int | None = None  # CUDA bytes allocated as the step now begins
-        self._probes_left = MAX_STEP_PLANS + 2
+        self._probes_left = MAX_STEP_PLANS + 2 + step_fit.OVERRUN_FIXES
         self._measured = False  # a probe measured a planned step (the target drops its reserve)
         self._relaxed = False  # the step was re-planned once to spend measured room
         self._compiled_in_step = True
@@ -295,10 +295,15 @@ class MemoptState(RegionRegistry):
     def _decide(self) -> None:
         """A step plan for the step just done, when it is new or outgrew its plan."""
         if self._step_plans >= MAX_STEP_PLANS:
-            if step_fit.last_plan(self, self._fit) == "fix" and self._outgrown():
-                self._fixes_left -= 1  # the overrun measured, its correction is planned
+            if step_fit.last_plan(self, self._fit) != "fix":
+                return
+            self._fixes_left -= 1  # one rank alone re-planning would break the agreed state
+            agreed = self._settled < SETTLE_STEPS or ranks.world_size() == 1
+            if agreed and self._outgrown():  # the overrun measured, its correction planned
                 self._step_plans += 1
                 self.plan_step(self.last_step)
+            else:  # nothing to correct it with: go back or say it
+                step_fit.last_plan(self, self._fit)
             return
         if self.last_step == self._planned_for:
             if self.step_choice is None and self._probed is not None and self._off_target():

@@ -14,8 +14,8 @@ planner's op where Inductor's plan peaks, the bytes Inductor holds there beyond 
 live bytes under the same plan, and, at every position, the plan's peak over its model (the
 region's *number*). Both hold only for the plans that do with the candidates that op reads
 what the plan they were measured on did (:func:`signature`, :func:`holds`,
-:func:`conditioned`, and :func:`flips` for the plans that avoid one cheaply): on Mistral a plan recomputing the LM head ran 565 MB under a prediction
-that carried an excess measured on plans keeping it, and on Gemma 2's soft-capped head the
+:func:`conditioned`, and :func:`flips` for the plans that avoid one cheaply): on Mistral a
+plan recomputing the LM head ran 565 MB under a prediction that carried an excess measured on plans keeping it, and on Gemma 2's soft-capped head the
 plan that recomputes the soft-cap runs a logits tensor lower and was priced as high. Where no
 position is known (a report restored from a compile cache before positions were recorded, a
 graph whose names the planner lacks), the excess stays one number of the region at every
@@ -209,16 +209,26 @@ def flips(st: Any, index: int) -> list[Any]:
         c = p.by_name.get(name)
         if did != Strategy.KEEP.name or c is None or not c.recomputable:
             continue
-        key = (c.cluster_id, c.occurrence + 1)
+        cluster = p.clusters[c.cluster_id]
+        n = -1 if c.occurrence >= max(x.occurrence for x in cluster) else c.occurrence + 1
+        key = (c.cluster_id, _flip_strategy(c), n)  # -1: all, as the solver writes it
         if c.cluster_id in p.fixed or key in cost:
             continue
-        cands = covered(p.clusters[c.cluster_id], key[1])
-        cost[key] = sum(recompute_s(x, Strategy.RECOMPUTE, rp.rates) for x in cands)
+        cost[key] = sum(recompute_s(x, key[1], rp.rates) for x in covered(cluster, n))
     out = []
-    for cid, n in sorted(cost, key=lambda k: (cost[k], k))[:FLIPS]:
-        fixed = {**p.fixed, cid: (int(Strategy.RECOMPUTE), n)}
+    for cid, how, n in sorted(cost, key=lambda k: (cost[k], k))[:FLIPS]:
+        fixed = {**p.fixed, cid: (int(how), n)}
         out.append(replace(rp, problem=replace(p, fixed=fixed)))
     return out
+
+
+def _flip_strategy(c: Any) -> Any:
+    """Recompute, or the compromise where that is all the candidate's cluster has (its
+    recompute ops are the compromise's: memopt.decide ignores strategy 1 there)."""
+    from memopt.plan import Strategy
+
+    only = c.compromise_kept_bytes is not None and c.compromise_ops in (None, c.recompute_ops)
+    return Strategy.COMPROMISE if only else Strategy.RECOMPUTE
 
 
 def _priced(st: Any, index: int, got: Any, solved_on: Any, every: bool) -> Any:

@@ -74,10 +74,10 @@ OVERRUN_FIXES = 1
 
 def last_plan(state: Any, kept: FitPlan | None) -> str:
     """No step plan left: the last plan's measurement still reaches the report. Over the
-    byte budget, the step goes back to ``kept`` where that is another plan of this step with
-    the same offload measured inside the budget (``"back"``); else, while a correction is
-    left (``state._fixes_left``), ``"fix"``: the caller plans the step once more with the
-    measured overrun as its correction; else it goes back to ``kept`` measured lower
+    byte budget with no plan of this step measured inside it (``kept`` is the best measured),
+    while a correction is left (``state._fixes_left``): ``"fix"``, the caller plans the step
+    once more with the measured overrun as its correction. Else the step goes back to
+    ``kept`` where that is another plan of this step with the same offload, measured lower
     (``"back"``), or the overrun is said (``""``)."""
     measured = state._probed if state._probed is not None else state._record
     c, budget = state.step_choice, state.config.budget
@@ -93,8 +93,8 @@ def last_plan(state: Any, kept: FitPlan | None) -> str:
         and kept.choice is not c
         and kept.offload is state.offload
     )
-    if not (other and kept.measured <= budget) and state._fixes_left > 0:
-        return "fix"
+    if (kept is None or kept.measured > budget) and state._fixes_left > 0:
+        return "fix"  # no plan of this step measured inside the budget
     if other and kept.measured < measured:
         state.step_choice, state.run_plan = kept.choice, dict(kept.run_plan)
         state.measured_peak, state.went_back_from = kept.measured, measured

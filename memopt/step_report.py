@@ -179,7 +179,8 @@ def step_section(report: Report) -> str:
             "hooks (activation checkpointing) own what those runs save"
         )
     if step.peak is not None:
-        fits = step_notes.fit_word(report.config.budget, step.peak, step.feasible)
+        peak = max(step.peak, step.measured_peak or 0)  # "under the budget" as measured too
+        fits = step_notes.fit_word(report.config.budget, peak, step.feasible)
         lines.append(
             f"Step plan: predicted step peak {fmt_bytes(step.peak)} ({fits}; target "
             f"{fmt_bytes(step.target)}), predicted overhead {1e3 * (step.overhead_s or 0):.3f} "

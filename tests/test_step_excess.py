@@ -210,8 +210,9 @@ def test_an_excess_holds_for_plans_that_treat_the_tensors_its_op_reads_as_its_pl
 
     got = step_excess.conditioned(st, 0, fn, 123, merge=_union)
     # every excess, then none, then each flip of a candidate an excess's op reads, the
-    # cheaper first: layer 0's tensor (read at 13), then layer 1's (a count covers both)
-    assert calls == [{10: 4, 13: 2, 8: 1}, {}, {"MatMul+": (1, 1)}, {"MatMul+": (1, 2)}]
+    # cheaper first: layer 0's tensor (read at 13), then layer 1's (a count covers both:
+    # -1, all, as the solver writes it)
+    assert calls == [{10: 4, 13: 2, 8: 1}, {}, {"MatMul+": (1, 1)}, {"MatMul+": (1, -1)}]
     # solved with every excess: the recompute plan's peak drops by what the one that does not
     # hold for it added to the model's peak (25 + 4 MiB at position 10 -> 25 MiB there, 15 + 2
     # at 13, 15 + 1 at 8); the plan only the second solve found is kept, priced with what
@@ -250,7 +251,7 @@ def test_a_finer_solve_takes_the_cheaper_plan_that_still_fits_once_priced():
     # that fits does
     fit = partial(_cheaper, 40 * MiB)
     flip = step_excess.conditioned(st, 0, exact_option, 40 * MiB, merge=fit)
-    assert flip is not None and flip.plans == ("MatMul+:1:2",) and flip.peak == 15 * MiB
+    assert flip is not None and flip.plans == ("MatMul+:1:-1",) and flip.peak == 15 * MiB
     assert flip.overhead_s == pytest.approx(2 * got.overhead_s)
     menu = step_excess.conditioned(st, 0, region_menu, merge=_union)
     fits = sorted((o.overhead_s, o.peak, dict(o.decisions)) for o in menu if o.peak <= 40 * MiB)
@@ -284,15 +285,15 @@ def test_a_flip_finds_the_cheap_recompute_that_changes_what_the_excesss_op_reads
     keep = step_excess.profile(p, Option(())).peak
     assert keep == 25 * MiB
     st = _stub(p, {(q, sig): 8 * MiB})
-    assert [f.problem.fixed for f in step_excess.flips(st, 0)] == [{"Cheap+": (1, 1)}]
+    assert [f.problem.fixed for f in step_excess.flips(st, 0)] == [{"Cheap+": (1, -1)}]
     budget = keep + MiB  # the model's keep plan fits; with the excess it does not
     got = step_excess.conditioned(st, 0, exact_option, budget, merge=partial(_cheaper, budget))
-    assert got is not None and got.plans == ("Cheap+:1:1",)
+    assert got is not None and got.plans == ("Cheap+:1:-1",)
     assert (got.peak, dict(got.decisions)) == (keep, {"Cheap_0": 1})
     monkeypatch.setattr(step_excess, "FLIPS", 0)  # the two solves alone: the dear plan
-    dear = step_excess.conditioned(st, 0, exact_option, budget, merge=partial(_cheaper, budget))
-    assert dear is not None and dict(dear.decisions) == {"Dear_0": 1}
-    assert dear.overhead_s == pytest.approx(1000 * got.overhead_s)
+    two = step_excess.conditioned(st, 0, exact_option, budget, merge=partial(_cheaper, budget))
+    assert two is not None and dict(two.decisions) == {"Dear_0": 1}
+    assert two.overhead_s == pytest.approx(1000 * got.overhead_s)
     # the menu's saved-share entries reach the cheap recompute without a flip
     menu = step_excess.conditioned(st, 0, region_menu, merge=_union)
     fits = sorted((o.overhead_s, o.peak, dict(o.decisions)) for o in menu if o.peak <= budget)
@@ -300,6 +301,12 @@ def test_a_flip_finds_the_cheap_recompute_that_changes_what_the_excesss_op_reads
     monkeypatch.undo()
     st._compiled_at[0] = {(q, frozenset({("Cheap_0", "RECOMPUTE")})): 8 * MiB}
     assert step_excess.flips(st, 0) == []  # nothing kept to flip
+    # a cluster with only a compromise (its recompute ops are the compromise's) is flipped to
+    # strategy 2: memopt.decide ignores strategy 1 there
+    comp = replace(cheap, compromise_kept_bytes=MiB, compromise_ops=cheap.recompute_ops)
+    p2 = _problem([dear, comp], n_layers=1)
+    st2 = _stub(p2, {(q, step_excess.signature(p2, {}, q)): 8 * MiB})
+    assert [f.problem.fixed for f in step_excess.flips(st2, 0)] == [{"Cheap+": (2, -1)}]
 
 
 def test_a_smaller_excess_under_another_plan_at_the_same_op_is_new():

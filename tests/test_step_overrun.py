@@ -345,7 +345,6 @@ def test_the_last_step_plans_measurement_reaches_the_report_and_an_overrun_is_sa
     _two_run_step(state, entry, probed=pair + 5000)  # a step plan, measured over: re-planned
     assert state.measured_peak == pair + 5000
     state._step_plans = MAX_STEP_PLANS
-    state._fixes_left = 0  # the correction past the last plan spent (test_an_overrun_...)
     choice = state.step_choice
     with caplog.at_level(logging.WARNING, logger="memopt"):
         _two_run_step(state, entry, probed=pair - 100)  # under: said nothing
@@ -389,7 +388,6 @@ def test_a_last_plan_over_the_budget_goes_back_to_the_plan_measured_inside_it(ca
         assert state.went_back_from == pair + 3000  # StepInfo.went_back_from
         _two_run_step(state, entry, probed=inside)  # as before: it stays
         assert state.step_choice is first and state.measured_peak == inside
-        state._fixes_left = 0  # going back came first; with no correction left:
         _two_run_step(state, entry, probed=pair + 3000)  # now its own overrun: said, kept
         _two_run_step(state, entry, probed=pair + 3000)
     assert state.step_choice is first and state.measured_peak == pair + 3000
@@ -486,6 +484,32 @@ def test_an_overrun_of_the_last_plan_with_none_inside_is_corrected_by_one_plan_m
     said = [r.getMessage() for r in caplog.records if "no step plan left" in r.getMessage()]
     n = MAX_STEP_PLANS + 1
     assert len(said) == 1 and f"the last step plan ({n} of {n} allowed)" in said[0]
+
+
+def test_a_settled_rank_does_not_correct_an_overrun_alone(monkeypatch, caplog):
+    """Ranks agree their measurements only while a plan settles: a rank whose later reading
+    alone is over the budget must not re-plan alone (its next agreement would be a collective
+    the others do not call). It says the overrun instead, and the correction is spent."""
+    import logging
+
+    from memopt import ranks
+    from memopt.state import MAX_STEP_PLANS, SETTLE_STEPS
+
+    pair = 450_000
+    state = _state(pair)
+    entry = _static(state) + 1000
+    _two_run_step(state, entry)
+    _two_run_step(state, entry, probed=pair + 5000)
+    state._step_plans, last = MAX_STEP_PLANS, state.step_choice
+    monkeypatch.setattr(ranks, "world_size", lambda: 2)
+    state._settled = SETTLE_STEPS + 5  # as _finish_step leaves it: settled
+    state._probe, state._probed, state._record = None, pair + 2000, None
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        state._decide()
+    assert state.step_choice is last and state._step_plans == MAX_STEP_PLANS
+    assert state._fixes_left == 0
+    said = [r.getMessage() for r in caplog.records if "no step plan left" in r.getMessage()]
+    assert len(said) == 1
 
 
 def test_going_back_to_the_regions_own_plan_runs_its_first_compile():
