@@ -230,7 +230,7 @@ def recompute_all(problem):
 
     fixed = dict(problem.fixed)
     for cid, cands in problem.clusters.items():
-        if cid not in fixed and all(c.recomputable for c in cands):
+        if cid not in fixed and all(c.recomputable and not c.compromise_only for c in cands):
             fixed[cid] = (1, -1)
     if fixed == dict(problem.fixed):
         return None

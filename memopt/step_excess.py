@@ -223,12 +223,11 @@ def flips(st: Any, index: int) -> list[Any]:
 
 
 def _flip_strategy(c: Any) -> Any:
-    """Recompute, or the compromise where that is all the candidate's cluster has (its
-    recompute ops are the compromise's: memopt.decide ignores strategy 1 there)."""
+    """Recompute, or the compromise where that is all the candidate has (memopt.decide
+    ignores strategy 1 there)."""
     from memopt.plan import Strategy
 
-    only = c.compromise_kept_bytes is not None and c.compromise_ops in (None, c.recompute_ops)
-    return Strategy.COMPROMISE if only else Strategy.RECOMPUTE
+    return Strategy.COMPROMISE if c.compromise_only else Strategy.RECOMPUTE
 
 
 def _priced(st: Any, index: int, got: Any, solved_on: Any, every: bool) -> Any:

@@ -336,6 +336,7 @@ def _candidate(
         first_bwd_use_pos=g.bw_reads.first(users),
         last_bwd_use_pos=max(uses),
         recomputable=Strategy.RECOMPUTE in a.savings or Strategy.COMPROMISE in a.savings,
+        compromise_only=Strategy.RECOMPUTE not in a.savings and Strategy.COMPROMISE in a.savings,
         recompute_ops=cost(rec or comp or ()),
         compromise_kept_bytes=kept,
         recompute_kept_bytes=rec_kept,

@@ -264,3 +264,27 @@ def test_two_thousand_candidates_under_two_seconds() -> None:
         assert min(times) < 2.0, f"solve took {min(times):.2f} s (best of {len(times)})"
         assert sol.feasible and sol.predicted_peak <= budget
         assert sol.overhead_lower_bound_s <= sol.predicted_overhead_s
+
+
+def test_a_compromise_only_candidate_is_never_planned_as_a_recompute():
+    """A saved tensor whose subgraph rebuilds it only from a smaller cast input (compromise
+    only) takes strategy 2, never 1: memopt.decide ignores strategy 1 there, so a plan that
+    asked for it would be predicted recomputed and run kept. Nor does the step menu's
+    "recompute all" fix its cluster to strategy 1."""
+    from dataclasses import replace
+
+    from memopt.planner import OpCost, solve
+    from memopt.planner.synthetic import LayerTensor, layered_problem
+    from memopt.step import recompute_all
+
+    mib = 1 << 20
+    ops = (OpCost(flops=1e9),)
+    t = LayerTensor("C+", 10 * mib, slot=1, recompute_ops=ops, compromise_kept_bytes=2 * mib)
+    p = layered_problem(
+        [t], n_layers=2, ops_per_layer=3, fwd_op_s=1e-3, live_bytes=mib, static_bytes=4 * mib
+    )
+    assert solve(p, 0, RATES).plan_strings == ("C+:1:1",)  # as long as strategy 1 is there
+    only = replace(p, candidates=tuple(replace(c, compromise_only=True) for c in p.candidates))
+    sol = solve(only, 0, RATES)
+    assert sol.plan_strings == ("C+:2:1",) and {int(s) for s in sol.decisions.values()} == {2}
+    assert recompute_all(only) is None and recompute_all(p).fixed == {"C+": (1, -1)}

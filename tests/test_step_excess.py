@@ -301,10 +301,12 @@ def test_a_flip_finds_the_cheap_recompute_that_changes_what_the_excesss_op_reads
     monkeypatch.undo()
     st._compiled_at[0] = {(q, frozenset({("Cheap_0", "RECOMPUTE")})): 8 * MiB}
     assert step_excess.flips(st, 0) == []  # nothing kept to flip
-    # a cluster with only a compromise (its recompute ops are the compromise's) is flipped to
-    # strategy 2: memopt.decide ignores strategy 1 there
+    # a cluster with only a compromise is flipped to strategy 2: memopt.decide ignores
+    # strategy 1 there
     comp = replace(cheap, compromise_kept_bytes=MiB, compromise_ops=cheap.recompute_ops)
     p2 = _problem([dear, comp], n_layers=1)
+    only = tuple(replace(c, compromise_only=c.name == "Cheap_0") for c in p2.candidates)
+    p2 = replace(p2, candidates=only)
     st2 = _stub(p2, {(q, step_excess.signature(p2, {}, q)): 8 * MiB})
     assert [f.problem.fixed for f in step_excess.flips(st2, 0)] == [{"Cheap+": (2, -1)}]
 

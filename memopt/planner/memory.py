@@ -46,7 +46,7 @@ def strategy_valid(
     if strategy == Strategy.KEEP:
         return True
     if strategy == Strategy.RECOMPUTE:
-        return c.recomputable
+        return c.recomputable and not c.compromise_only
     if strategy == Strategy.COMPROMISE:
         return c.has_compromise
     return offload_valid(c, window, n_fwd)

@@ -105,6 +105,9 @@ class Candidate:
     fused_at: tuple[str, ...] = ()
     """The backward kernel (node name) of each of ``fused_charges``: where the CLI's liveness
     sweep of the applied graph charges them too (:func:`memopt.cli.liveness.step_profile`)."""
+    compromise_only: bool = False
+    """Its subgraph rebuilds it only from a smaller cast input: strategy 1 does not apply to
+    it (:func:`memopt.decide.decide` ignores a plan string asking for it), strategy 2 does."""
     kept_by_chain: bool = False
     """The plan strings cannot recompute it: :func:`memopt.decide.decide` keeps it even when
     its cluster's plan covers it (a recompute chain would be too deep). Recompute and
