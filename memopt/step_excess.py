@@ -15,8 +15,9 @@ live bytes under the same plan, and, at every position, the plan's peak over its
 region's *number*). Both hold only for the plans that do with the candidates that op reads
 what the plan they were measured on did (:func:`signature`, :func:`holds`,
 :func:`conditioned`, and :func:`flips` for the plans that avoid one cheaply): on Mistral a
-plan recomputing the LM head ran 565 MB under a prediction that carried an excess measured on plans keeping it, and on Gemma 2's soft-capped head the
-plan that recomputes the soft-cap runs a logits tensor lower and was priced as high. Where no
+plan recomputing the LM head ran 565 MB under a prediction that carried an excess measured on
+plans keeping it, and on Gemma 2's soft-capped head the plan that recomputes the soft-cap runs
+a logits tensor lower and was priced as high. Where no
 position is known (a report restored from a compile cache before positions were recorded, a
 graph whose names the planner lacks), the excess stays one number of the region at every
 position of every plan (memopt.state's ``_compiled_err``, the runs' offset).
@@ -188,7 +189,8 @@ FLIPS = 3
 
 def flips(st: Any, index: int) -> list[Any]:
     """Region ``index``'s problem with no excess, once per flip: one cluster fixed to recompute
-    up to a candidate that an excess's op reads and its plan kept. Such a plan changes what
+    (or compromise, :func:`_flip_strategy`) up to a candidate that an excess's op reads and its
+    plan kept. Such a plan changes what
     the op reads, so the excess does not hold for it, which neither of :func:`conditioned`'s
     two solves finds when it is cheap: solved with none, the plans keep the candidate (the
     excess holds); solved with every excess, they lower the peak elsewhere. On Gemma 2 at
@@ -204,7 +206,7 @@ def flips(st: Any, index: int) -> list[Any]:
     p = rp.problem
     sigs = [sig for (_, sig), n in st._compiled_at.get(index, {}).items() if n > err]
     sigs += [sig for sig, n in st._compiled_num.get(index, {}).items() if n > err]
-    cost: dict[tuple[str, int], float] = {}
+    cost: dict[tuple[str, Strategy, int], float] = {}
     for name, did in sorted(frozenset().union(*sigs)):
         c = p.by_name.get(name)
         if did != Strategy.KEEP.name or c is None or not c.recomputable:
