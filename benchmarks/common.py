@@ -170,9 +170,17 @@ def memopt_log(prefix=lambda: "", width: int = 300) -> list[str]:
 
 def running_plans(report) -> list[str]:
     """The plan strings of the compiled regions the step runs now (the report's frozen plan:
-    a region compiled for a step plan, not the region's first plan); [] where the regions
-    offload on different sync dicts (no one plan file holds them)."""
+    a region compiled for a step plan, not the region's first plan). Where no one plan file
+    holds them (regions that plan one cluster differently, as BART's graph-broken encoder and
+    decoder runs, or offload on different sync dicts), each running region's own, prefixed
+    ``region <i>:``."""
     try:
         return list(report.frozen_plan()["config"])
     except ValueError:
-        return []
+        out = []
+        for r in report.regions:
+            if report.runs(r):
+                frozen = r.extra.get("frozen") or {}
+                mine = frozen.get("step_config", frozen.get("config", ()))
+                out += [f"region {r.index}: {text}" for text in dict.fromkeys(mine)]
+        return out

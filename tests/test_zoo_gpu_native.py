@@ -407,3 +407,24 @@ def test_regions_compiled_for_a_step_plan_leave_the_verdict_to_the_solved_ones(m
     assert _memopt_facts(None)["feasible"] is False
     regions.pop(0)
     assert _memopt_facts(None)["feasible"] is None  # no verdict at all: none is made up
+
+
+def test_a_step_without_one_plan_file_lists_each_running_regions_plans():
+    """BART's graph-broken encoder and decoder runs plan one cluster differently, so no one plan
+    file holds the step (``frozen_plan`` refuses): the row lists each running region's plan
+    strings, prefixed, instead of none (the H200's BART rows had ``plan_strings: []``)."""
+    from types import SimpleNamespace
+
+    from benchmarks.common import running_plans
+
+    def refuse():
+        raise ValueError("cluster 'Gelu+' is planned 1:-1 in region 0 and none in region 2")
+
+    frozen = [
+        {"config": ["Gelu+:1:-1", "Gelu+:1:-1"]},
+        {"config": ["Softmax+:1:2"]},
+        {"config": ["Gelu+:2:-1"], "step_config": ["Gelu+:1:1"]},  # the step's plan wins
+    ]
+    regions = [SimpleNamespace(index=i, extra={"frozen": f}) for i, f in enumerate(frozen)]
+    rep = SimpleNamespace(regions=regions, frozen_plan=refuse, runs=lambda r: r.index != 1)
+    assert running_plans(rep) == ["region 0: Gelu+:1:-1", "region 2: Gelu+:1:1"]
