@@ -297,10 +297,11 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
-        "multi_gpu_steps_w1_s45.json",
+        "multi_gpu_steps_w1_s4[57]*.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only budgets,auto,level,offload --warmup 9 --iters 20 --memopt-log memopt_w1_s45.log "
-        "--out docs/data/{file} (one H200, code 090a13f)",
+        "--out docs/data/{file} (one H200, code 090a13f; _s47_partial: --only budgets,auto, "
+        "code 4463694, cut by the device call's limit after four rows)",
         "gpu",
     ),
     Producer(

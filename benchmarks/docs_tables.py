@@ -231,6 +231,7 @@ zoo_gpu_s45b = _zoo_gpu_of("_s45b", "The forty-fifth session's rows, excess by w
 zoo_gpu_s45c = _zoo_gpu_of("_s45c", "The forty-fifth session's Mistral at 0.1 again.")
 zoo_gpu_s46 = _zoo_gpu_of("_s46", "The forty-sixth session's rows, the conditioned number.")
 zoo_gpu_s46b = _zoo_gpu_of("_s46b", "The forty-sixth session's rows with flips.")
+zoo_gpu_s47 = _zoo_gpu_of("_s47", "The forty-seventh session's Qwen2 and BART with flips.")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -452,6 +453,7 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s46n": Section(
         ("zoo_gpu_qwen2_moe_s46.json", "zoo_gpu_roberta_s46.json"), zoo_gpu_s46
     ),
+    "zoo_gpu_s47": Section(("zoo_gpu_qwen2_s47.json", "zoo_gpu_bart_s47.json"), zoo_gpu_s47),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),
