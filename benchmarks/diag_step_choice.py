@@ -46,6 +46,7 @@ def main(argv=None) -> None:
 
     import multi_gpu as mg
     import torch
+    from fsdp_step import plan_fingerprint
 
     import memopt
     import memopt.state as st
@@ -88,7 +89,7 @@ def main(argv=None) -> None:
         extra = {"offload_layers": "auto"} if a.offload_auto else {}
         compiled = memopt.optimize(model, budget=budget, **extra)
         times, peak, _ = mg.train(model, init, compiled, ids, a.steps, 3, dev)
-        records[-1].update(peak=peak, ms=sorted(times)[1], plan=mg.plan_fingerprint(compiled)[1])
+        records[-1].update(peak=peak, ms=sorted(times)[1], plan=plan_fingerprint(compiled)[1])
         print(budget, "peak", peak, "ms", records[-1]["ms"], "calls", len(records[-1]["calls"]))
         del compiled
         torch._dynamo.reset()

@@ -14,6 +14,7 @@ steps are recorded (they must agree across variants within bf16 noise).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -138,6 +139,22 @@ def memopt_extra(compiled) -> dict:
         "offload_by": step.offload_by if step else "",
         "kernels_timed": [r.extra.get("planner", {}).get("kernels_timed") for r in rep.regions],
     }
+
+
+def plan_fingerprint(compiled) -> tuple[str, str]:
+    """The step plan as chosen: per run of the step, the plan strings its region was compiled
+    with, the offloaded runs and the target; a short hash and the text."""
+    import memopt
+    from memopt.report import _frozen_config
+
+    rep = memopt.report(compiled)
+    step, by_index = rep.step, {r.index: r for r in rep.regions}
+    seq = [i for i in getattr(step, "sequence", ()) if i in by_index]
+    plan = {"runs": [sorted(_frozen_config(by_index[i])) for i in seq]}
+    for key in ("offload_runs", "planned_offload_layers", "target", "feasible"):
+        plan[key] = getattr(step, key, None)
+    text = json.dumps(plan, sort_keys=True, default=list)
+    return hashlib.sha1(text.encode()).hexdigest()[:12], text
 
 
 def measure(args) -> None:

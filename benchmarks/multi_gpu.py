@@ -21,7 +21,6 @@ import datetime
 import functools
 import gc
 import glob
-import hashlib
 import json
 import os
 import signal
@@ -107,14 +106,21 @@ def build(cfg: dict, dev, dtype):
     return model
 
 
-def train(model, init, compiled, ids, warmup: int, iters: int, dev):
+def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="adamw"):
     """This rank's step times (ms), steady-state peak and warmup losses (no collectives
-    besides FSDP2's own, so a rank that fails cannot leave the other in a mismatched one)."""
+    besides FSDP2's own, so a rank that fails cannot leave the other in a mismatched one).
+    ``optimizer="device_overlap"``: memopt's HostAdamW updating each device shard as its
+    group's gradients land, freeing them (memopt.params.device_overlap), for every variant."""
+    from memopt.params import HostAdamW
+
     cuda = dev.type == "cuda"
     reset = torch.cuda.reset_peak_memory_stats if cuda else lambda: None
     reset()
     model.load_state_dict(init)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
+    if optimizer == "device_overlap":
+        kw = dict(overlap=True, device_overlap=True, model=model)
+        opt = HostAdamW(model.parameters(), lr=1e-4, **kw)  # type: ignore[assignment]
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -132,23 +138,8 @@ def train(model, init, compiled, ids, warmup: int, iters: int, dev):
         step()
         sync(dev)
         times.append(1e3 * (time.perf_counter() - t0))
+    getattr(opt, "close", lambda: None)()  # its hooks off the model the next variant reuses
     return times, torch.cuda.max_memory_allocated() if cuda else 0, losses
-
-
-def plan_fingerprint(compiled) -> tuple[str, str]:
-    """The step plan as chosen: per run of the step, the plan strings its region was compiled
-    with, the offloaded runs and the target; a short hash and the text."""
-    import memopt
-    from memopt.report import _frozen_config
-
-    rep = memopt.report(compiled)
-    step, by_index = rep.step, {r.index: r for r in rep.regions}
-    seq = [i for i in getattr(step, "sequence", ()) if i in by_index]
-    plan = {"runs": [sorted(_frozen_config(by_index[i])) for i in seq]}
-    for key in ("offload_runs", "planned_offload_layers", "target", "feasible"):
-        plan[key] = getattr(step, key, None)
-    text = json.dumps(plan, sort_keys=True, default=list)
-    return hashlib.sha1(text.encode()).hexdigest()[:12], text
 
 
 def _reshard(model) -> None:
@@ -164,7 +155,7 @@ def _reshard(model) -> None:
 
 def steps(args) -> None:
     import torch.distributed as dist
-    from fsdp_step import memopt_extra
+    from fsdp_step import memopt_extra, plan_fingerprint
 
     import memopt
 
@@ -194,7 +185,7 @@ def steps(args) -> None:
             if budget is not None:
                 torch._functorch.config.activation_memory_budget = budget
             compiled = make()
-            got = train(model, init, compiled, ids, args.warmup, args.iters, dev)
+            got = train(model, init, compiled, ids, args.warmup, args.iters, dev, args.optimizer)
             local = dict(zip(("times", "peak", "losses"), got))
             if memopt_row:
                 local["memopt"] = memopt_extra(compiled)
@@ -561,6 +552,7 @@ def main(argv=None) -> None:
         s.add_argument(f"--{key}", type=int, help=f"default {full}; --tiny {tiny}")
     s.add_argument("--only", help="comma list of budgets,level,offload,auto (compile always runs)")
     s.add_argument("--memopt-log", help="memopt's INFO log (rank r > 0: PATH.rank<r>)")
+    s.add_argument("--optimizer", default="adamw", choices=("adamw", "device_overlap"))
     for name, run_help in (("params", "part 2: the driver"), ("param-variant", "under torchrun")):
         p = sub.add_parser(name, parents=[common], help=run_help)
         p.add_argument("--name", default="memopt")
@@ -570,10 +562,8 @@ def main(argv=None) -> None:
         p.add_argument("--largest-seq", type=int, default=1024)
         p.add_argument("--world", type=int, default=2)
         p.add_argument("--size", default="1b", choices=("1b", "tiny"))
-        p.add_argument("--bs", type=int, default=2)
-        p.add_argument("--seq", type=int, default=512)
-        p.add_argument("--steps", type=int, default=12)
-        p.add_argument("--cap-gib", type=float, default=3.5)
+        for flag, default in (("bs", 2), ("seq", 512), ("steps", 12), ("cap-gib", 3.5)):
+            p.add_argument(f"--{flag}", type=type(default), default=default)
         p.add_argument("--fraction", type=float, default=1.0)
         p.add_argument("--options", default="", help="HostAdamW keywords (param_peers)")
         p.add_argument("--timeout", type=int, default=240, help="per job (s)")

@@ -226,3 +226,46 @@ def test_fsdp_cuda_world1_staging_moves_copies_off_the_compute_stream(cuda_group
         assert on_compute > 0, fraction  # FSDP2 alone: the copies stall the compute stream
         staged_compute, staged_side = h2d(events)
         assert staged_side > 0 and staged_compute < on_compute, (fraction, host_layers)
+
+
+def _device_shards(opt_of):
+    """4 steps of the stack sharded on the device; losses, weights and the bytes allocated
+    right after the last backward (before ``step``)."""
+    from torch.distributed.fsdp import fully_shard
+
+    model = _model().cuda()
+    for layer in model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    opt = opt_of(model)
+    losses, after = [], 0
+    for s in range(STEPS):
+        g = torch.Generator().manual_seed(s)
+        ids = torch.randint(0, VOCAB, (8, 128), generator=g).cuda()
+        loss = model(ids)
+        loss.backward()
+        torch.cuda.synchronize()
+        after = torch.cuda.memory_allocated()
+        grads = sum(p.grad.to_local().nbytes for p in model.parameters() if p.grad is not None)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, _weights(model), after, grads
+
+
+def test_fsdp_cuda_device_overlap_updates_in_backward_to_the_bit_and_frees_the_gradients(
+    cuda_group,
+):
+    """Device shards updated on the side stream as each group's reduce lands: the losses and
+    weights of torch's fused AdamW stepping after backward, and no gradient left at its end."""
+    from memopt.params import HostAdamW
+
+    ref = _device_shards(lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, fused=True))
+    got = _device_shards(
+        lambda m: HostAdamW(m.parameters(), lr=1e-3, overlap=True, device_overlap=True, model=m)
+    )
+    assert got[0] == ref[0]
+    for name, w in ref[1].items():
+        assert torch.equal(got[1][name], w), name
+    assert got[3] == 0 and ref[3] > 0  # no gradient left after backward
+    assert ref[2] - got[2] >= ref[3]  # and their bytes are back with the allocator

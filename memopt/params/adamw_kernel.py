@@ -152,3 +152,18 @@ def pick_kernel(kernel: str) -> str:
         )
         return "torch"
     return "native"
+
+
+def step_scalars(group: dict, step: int, grad_scale: float = 1.0) -> AdamWStep:
+    """``group``'s hyperparameters at update ``step`` (``grad_scale``: clipping's factor)."""
+    b1, b2 = group["betas"]
+    return AdamWStep(
+        lr=float(group["lr"]),
+        beta1=float(b1),
+        beta2=float(b2),
+        eps=float(group["eps"]),
+        weight_decay=float(group["weight_decay"]),
+        step=step,
+        maximize=bool(group["maximize"]),
+        grad_scale=grad_scale,
+    )

@@ -43,10 +43,12 @@ from memopt.params.adamw_kernel import (
     check_adamw_args,
     device_update,
     pick_kernel,
+    step_scalars,
     torch_update,
 )
 from memopt.params.adamw_native import group_update, native_ok, sumsq_ok
 from memopt.params.clip import clip_coef, total_norm
+from memopt.params.device_overlap import device_overlap_for
 from memopt.params.fsdp import MASTER_FLAG
 from memopt.params.grad_acc import Fp32Grads
 from memopt.params.host_nvme import MomentFile
@@ -73,10 +75,13 @@ class HostAdamW(torch.optim.Optimizer):
     :mod:`memopt.params.adamw_native` where a C compiler builds it, else ``"torch"``, torch's
     fused kernel; ``"native"`` insists on the loop), ``threads`` (the update worker's CPU threads:
     ``"auto"`` (default) for this process's share of the host's cores less one, None for
-    torch's count, or an int; see :mod:`memopt.params.threads`), ``batch`` (``"group"``: one task and one fused kernel call
-    per FSDP2 group once all its gradients are on the host; ``"param"``: one per parameter),
+    torch's count, or an int; see :mod:`memopt.params.threads`), ``batch`` (``"group"``: one
+    task and one fused call per FSDP2 group once its gradients are on the host; ``"param"``),
     ``nice`` (Linux: the update worker and its CPU team run at this lower priority, 0..19, so
-    the threads that launch GPU work are not kept waiting for a core; 0: the default).
+    the threads that launch GPU work are not kept waiting for a core; 0: the default),
+    ``device_overlap`` (with ``overlap``: device shards too are updated during backward and
+    their gradients freed, :mod:`memopt.params.device_overlap`; ``model``: the FSDP2-sharded
+    model whose groups it watches when no ``offload`` record names them).
     """
 
     def __init__(
@@ -96,6 +101,8 @@ class HostAdamW(torch.optim.Optimizer):
         batch: str = "group",
         nvme_dir: str | None = None,
         nice: int = 0,
+        device_overlap: bool = False,
+        model: torch.nn.Module | None = None,
     ) -> None:
         check_adamw_args(lr, betas, eps, weight_decay, accumulation_steps)
         self._nice = check_nice(nice)
@@ -144,6 +151,7 @@ class HostAdamW(torch.optim.Optimizer):
         )
         self.pipelined = bool(overlap and offload is not None and self._wait_in_forward(offload))
         self._offload = offload
+        self._device = device_overlap_for(self, device_overlap, mods, model)
         if offload is not None:
             offload.attach_optimizer(self)
 
@@ -287,7 +295,7 @@ class HostAdamW(torch.optim.Optimizer):
         scale = 1.0  # clip_grad_norm_'s factor, while p's gradient is the one it measured
         if self._clip is not None and self._clip[1].get(id(p)) is p.grad is not None:
             scale = self._clip[0]
-        return _Item(p, grad, _scalars(group, int(st["step"]), scale), ev)
+        return _Item(p, grad, step_scalars(group, int(st["step"]), scale), ev)
 
     def _push(self, items: list[_Item]) -> None:
         self._queue.push([id(it.p) for it in items], partial(self._run_items, items))
@@ -429,6 +437,7 @@ class HostAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._device.finish()  # updates made during backward come first
         self._flush()  # groups whose parameters did not all get a gradient
         self._fp32.settle()
         for group in self.param_groups:
@@ -470,6 +479,7 @@ class HostAdamW(torch.optim.Optimizer):
             self.wait()  # queued updates read the gradient tensors that this would zero
         self._micro.clear()
         self._fp32.clear()
+        self._device.clear()
         self._clip = None
         super().zero_grad(set_to_none=set_to_none)
 
@@ -525,6 +535,7 @@ class HostAdamW(torch.optim.Optimizer):
         return out
 
     def close(self) -> None:
+        self._device.close()
         self._fp32.close()
         for h in self._hooks:
             h.remove()
@@ -572,20 +583,6 @@ def _count_by_key(key_of: dict[int, int], ids) -> dict[int, int]:
         if i in key_of:
             out[key_of[i]] = out.get(key_of[i], 0) + 1
     return out
-
-
-def _scalars(group: dict, step: int, grad_scale: float = 1.0) -> AdamWStep:
-    b1, b2 = group["betas"]
-    return AdamWStep(
-        lr=float(group["lr"]),
-        beta1=float(b1),
-        beta2=float(b2),
-        eps=float(group["eps"]),
-        weight_decay=float(group["weight_decay"]),
-        step=step,
-        maximize=bool(group["maximize"]),
-        grad_scale=grad_scale,
-    )
 
 
 def _wait_hook(queue: UpdateQueue, keys: list[int], module, args) -> None:

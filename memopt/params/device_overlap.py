@@ -1,0 +1,157 @@
+"""Device shards updated during backward: ``HostAdamW(overlap=True, device_overlap=True)``.
+
+Without it every device shard keeps its gradient until ``step()``: at the end of backward the
+step holds the gradients of every layer at once, which is where an FSDP2 step of a model
+trained on one device peaks (docs/steps.md: the bottom layer's backward and the optimizer
+step). With it, a device shard is updated as soon as its gradient is final and the gradient is
+freed, so the end of backward holds the gradients of the groups not yet reduced only:
+
+* an FSDP2 group: at the end of the group's ``post_backward`` (``_fsdp_compat.on_reduced``),
+  all its device shards in one fused call (``adamw_kernel.device_update``, the kernel ``step()``
+  runs), on a side stream that first waits for the group's reduce (its post-reduce event, no
+  host synchronization), so the next layers' backward is not held behind it;
+* any other parameter: its post-accumulate-grad hook, the same way.
+
+A freed gradient's memory is recorded on the side stream before the reference is dropped, so
+the caching allocator does not hand it to the next reduce while the update still reads it.
+``step()`` (:meth:`DeviceOverlap.finish`) makes the current stream wait for the side stream,
+then updates what was not updated yet. The numbers are those of ``step()``'s one fused call:
+the fused kernel is elementwise per tensor.
+
+With ``accumulation_steps = n`` a shard is updated at every ``n``-th landing of its gradient
+(the micro-batches before accumulate into ``.grad`` as usual). What overlap rules out, it rules
+out here too: global-norm clipping (no gradient is left to measure), and reading ``.grad``
+after backward (device shards have none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import partial
+
+import torch
+
+from memopt.params import _fsdp_compat as fc
+from memopt.params.adamw_kernel import device_update
+
+
+class DeviceOverlap:
+    """The device half of ``HostAdamW``'s overlap (see the module docstring): ``modules`` are
+    the ``fully_shard``-ed modules whose groups are watched; every other parameter of the
+    optimizer that lives on a device and needs a gradient gets its own hook."""
+
+    def __init__(self, opt, modules: Iterable[torch.nn.Module]) -> None:
+        self.opt = opt
+        self.updates = 0  # device shards updated during backward (a counter)
+        self._micro: dict[int, int] = {}
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+        self._used: set[torch.device] = set()  # side streams with work current has not waited
+        self._hooks = []
+        watched = set()
+        for mod in modules:
+            if fc.is_fsdp(mod) and fc.group_params(mod):
+                watched.update(id(p) for p in fc.group_params(mod))
+                self._hooks.append(fc.on_reduced(mod, partial(self._on_group, mod)))
+        for p in opt.state:
+            if id(p) not in watched and p.requires_grad and not opt._on_host(p):
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._on_param))
+
+    # ---- the hooks --------------------------------------------------------------------------
+    def _on_group(self, module, params) -> None:
+        group = fc.param_group(module)
+        self._update(params, getattr(group, "_post_reduce_event", None))
+
+    def _on_param(self, p: torch.Tensor) -> None:
+        self._update([p], None)
+
+    def _due(self, p: torch.Tensor) -> bool:
+        """Whether ``p``'s gradient landing now is the one its update waits for."""
+        if p not in self.opt.state or self.opt._on_host(p) or p.grad is None:
+            return False
+        n = self._micro.get(id(p), 0) + 1
+        if n < self.opt.accumulation_steps:
+            self._micro[id(p)] = n
+            return False
+        self._micro[id(p)] = 0
+        return True
+
+    def _update(self, params, event) -> None:
+        due = [p for p in params if self._due(p)]
+        if not due:
+            return
+        by_group: dict[int, list] = {}
+        for p in due:
+            by_group.setdefault(id(self.opt._group_of[id(p)]), []).append(p)
+        dev = fc.local(due[0]).device
+        stream = self._stream(dev)
+        if stream is None:
+            self._run(by_group)
+        else:
+            if event is not None:  # the group's reduce: the gradients it wrote
+                stream.wait_event(event)
+            stream.wait_stream(torch.cuda.current_stream(dev))  # the backward that made them
+            with torch.cuda.stream(stream):
+                self._run(by_group)
+            for p in due:
+                fc.local(p.grad).record_stream(stream)
+            self._used.add(dev)
+        for p in due:
+            p.grad = None
+            self.opt._done.add(id(p))
+        self.updates += len(due)
+
+    def _run(self, by_group: dict[int, list]) -> None:
+        for params in by_group.values():
+            device_update(params, self.opt._group_of[id(params[0])], self.opt.state)
+
+    def _stream(self, dev: torch.device) -> torch.cuda.Stream | None:
+        if dev.type != "cuda":
+            return None
+        if dev not in self._streams:
+            self._streams[dev] = torch.cuda.Stream(dev)
+        return self._streams[dev]
+
+    # ---- the optimizer's calls --------------------------------------------------------------
+    def finish(self) -> None:
+        """``step()`` begins: what runs next on the current stream (the rest of the step, the
+        next forward's all-gathers) waits for the updates made during backward."""
+        for dev in self._used:
+            torch.cuda.current_stream(dev).wait_stream(self._streams[dev])
+        self._used.clear()
+
+    def clear(self) -> None:
+        """``zero_grad``: the micro-batches counted so far are dropped with their gradients."""
+        self._micro.clear()
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+
+
+class _Off:
+    """No device shard is updated during backward (the default)."""
+
+    updates = 0
+
+    def finish(self) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def device_overlap_for(opt, device_overlap: bool, modules, model) -> DeviceOverlap | _Off:
+    """HostAdamW's device half: off, or watching the FSDP2 groups of ``modules`` (the offload
+    record's) and of ``model`` (a model sharded without one)."""
+    from memopt.errors import ConfigError
+
+    if not device_overlap:
+        return _Off()
+    if not opt.overlap:
+        raise ConfigError(
+            "HostAdamW(device_overlap=True) needs overlap=True: device shards updated during "
+            "backward rule out what overlap rules out (clip_grad_norm_, .grad after backward)"
+        )
+    mods = list(modules) + ([m for m in model.modules() if fc.is_fsdp(m)] if model else [])
+    return DeviceOverlap(opt, list({id(m): m for m in mods}.values()))
