@@ -300,6 +300,34 @@ def check_auto_placement(rank):
         opt.close()
 
 
+def check_device_overlap(rank):
+    """Device shards updated as each group's reduce-scatter lands (CPU shards taken for device
+    ones: on the CPU every shard is a host shard): FSDP2 + torch's fused AdamW's losses, and no
+    gradient left after any backward."""
+    from memopt.params import HostAdamW
+
+    ref = _reference(rank, 3)
+    on_host = HostAdamW.__dict__["_on_host"]
+    HostAdamW._on_host = staticmethod(lambda p: False)
+    try:
+        model = _fsdp_plain(_model())
+        opt = HostAdamW(model.parameters(), lr=1e-2, overlap=True, device_overlap=True, model=model)
+        left = []
+        orig_step = opt.step
+
+        def step():
+            left.append(sum(p.grad is not None for p in model.parameters()))
+            return orig_step()
+
+        opt.step = step
+        got = _train(model, opt, 3, rank)
+        torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-6)
+        assert left == [0, 0, 0] and opt._device.updates == 3 * (LAYERS * 6 + 3)
+        opt.close()
+    finally:
+        HostAdamW._on_host = on_host
+
+
 def _checks(rank: int, tmp: str) -> None:
     check_offload_matches_fsdp(rank)
     check_user_sharded_model(rank)
@@ -309,6 +337,7 @@ def _checks(rank: int, tmp: str) -> None:
     check_bf16_host_shards(rank)
     check_checkpoint_round_trip(rank, os.path.join(tmp, "ckpt"))
     check_auto_placement(rank)
+    check_device_overlap(rank)
 
 
 JOB = ("params_fsdp", spawn_gloo_job("tests.test_params_fsdp"), 900)
