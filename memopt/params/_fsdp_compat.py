@@ -67,6 +67,22 @@ def grad_copy_event(fsdp_param) -> torch.cuda.Event | None:
     return getattr(fsdp_param, "grad_offload_event", None)
 
 
+def wait_for_reduced(module: nn.Module, stream) -> None:
+    """Make CUDA ``stream`` wait (no host synchronization) until the gradients the group of
+    ``module`` just reduced are written: the group's post-reduce event, or where it has none
+    the streams FSDP2 reduces on."""
+    group = param_group(module)
+    event = getattr(group, "_post_reduce_event", None)
+    if event is not None:
+        stream.wait_event(event)
+        return
+    ctx = getattr(group, "comm_ctx", None)
+    for name in ("reduce_scatter_stream", "all_reduce_stream"):
+        other = getattr(ctx, name, None)
+        if isinstance(other, torch.cuda.Stream):
+            stream.wait_stream(other)
+
+
 class _Notice:
     def __init__(self, group, fns: list, fn) -> None:
         self._group, self._fns, self._fn = group, fns, fn

@@ -58,8 +58,7 @@ class DeviceOverlap:
 
     # ---- the hooks --------------------------------------------------------------------------
     def _on_group(self, module, params) -> None:
-        group = fc.param_group(module)
-        self._update(params, getattr(group, "_post_reduce_event", None))
+        self._update(params, module)
 
     def _on_param(self, p: torch.Tensor) -> None:
         self._update([p], None)
@@ -75,7 +74,9 @@ class DeviceOverlap:
         self._micro[id(p)] = 0
         return True
 
-    def _update(self, params, event) -> None:
+    def _update(self, params, module) -> None:
+        """Update ``params`` whose gradients are final (``module``: the FSDP2 group that
+        reduced them, None for a parameter's own hook) and free their gradients."""
         due = [p for p in params if self._due(p)]
         if not due:
             return
@@ -87,8 +88,8 @@ class DeviceOverlap:
         if stream is None:
             self._run(by_group)
         else:
-            if event is not None:  # the group's reduce: the gradients it wrote
-                stream.wait_event(event)
+            if module is not None:  # the group's reduce: the gradients it wrote
+                fc.wait_for_reduced(module, stream)
             stream.wait_stream(torch.cuda.current_stream(dev))  # the backward that made them
             with torch.cuda.stream(stream):
                 self._run(by_group)
