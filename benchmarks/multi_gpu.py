@@ -237,6 +237,9 @@ def steps(args) -> None:
         peaks[b] = run(f"torch{b}", f"torch.compile budget={b}", plain, budget=b).get("peak")
     if "level" in want:
         run("level1", "memopt level=1", lambda: memopt.optimize(model, level=1), memopt_row=True)
+    for text in filter(None, args.targets.split(",")):  # aims given: another run's peaks
+        b, _, peak = text.partition("=")
+        peaks[float(b)] = int(peak)
     for b, peak in peaks.items():
         if peak is None:  # torch's variant failed: no peak to aim at
             continue
@@ -553,6 +556,7 @@ def main(argv=None) -> None:
     s.add_argument("--only", help="comma list of budgets,level,offload,auto (compile always runs)")
     s.add_argument("--memopt-log", help="memopt's INFO log (rank r > 0: PATH.rank<r>)")
     s.add_argument("--optimizer", default="adamw", choices=("adamw", "device_overlap"))
+    s.add_argument("--targets", default="", help="POINT=BYTES,...: memopt aims at these peaks")
     for name, run_help in (("params", "part 2: the driver"), ("param-variant", "under torchrun")):
         p = sub.add_parser(name, parents=[common], help=run_help)
         p.add_argument("--name", default="memopt")
