@@ -21,6 +21,8 @@ valid only when ``lf < R <= Q <= F+f`` (no forward use after the release, reload
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -96,12 +98,7 @@ def add_intervals(diff: list[int], ivs: list[Interval], sign: int = 1) -> None:
 
 def curve_from_diff(base: tuple[int, ...] | list[int], diff: list[int]) -> list[int]:
     """Prefix-sum a difference array on top of the non-candidate bytes."""
-    out = []
-    run = 0
-    for x, d in zip(base, diff):
-        run += d
-        out.append(x + run)
-    return out
+    return list(map(operator.add, base, itertools.accumulate(diff)))
 
 
 def chain_intervals(problem: PlanningProblem, decisions: Mapping[str, Strategy]) -> list[Interval]:

@@ -107,6 +107,8 @@ class Space:
         self._saves_memo: dict[tuple[int, int], dict[Strategy, list[int]]] = {}
         self._time_memo: dict[tuple[Option, ...], StepTime] = {}
         self._stall_memo: dict[tuple[tuple[int, int], ...], float] = {}
+        self._limits_memo: dict[tuple, dict[Strategy, int]] = {}
+        self._chain_memo: dict[tuple, list] = {}
         self._fixed_rec: dict[int, float] = {}
         self._fixed_off: list[OffloadItem] = []
         for name, s in self.fixed_decisions.items():
@@ -204,6 +206,11 @@ class Space:
         cs = self.clusters[ci]
         if not self.chains.active:
             return cs.maxn
+        # memoized on what the other clusters rebuild (descents revisit it); callers only read
+        key = (ci, *((k, s, n) for k, (s, n) in enumerate(state) if k != ci and s in REBUILT))
+        got = self._limits_memo.get(key)
+        if got is not None:
+            return got
         chosen = dict(self._fixed_rebuilt)
         for k, (other, (s, n)) in enumerate(zip(self.clusters, state)):
             if k != ci and s in REBUILT:
@@ -213,6 +220,7 @@ class Space:
         for s in REBUILT:
             if out[s]:
                 out[s] = self.chains.limit(chosen, order[: out[s]], s)
+        self._limits_memo[key] = out
         return out
 
     def chain_ok(self, state: State) -> bool:
@@ -281,8 +289,12 @@ class Space:
                 for a, b, d in cs.saves[i][s]:
                     diff[a] -= d
                     diff[b] += d
-        if self._chained:
-            add_intervals(diff, chain_intervals(self.problem, self.decisions(state)))
+        if self._chained:  # memoized on what the state rebuilds: descents revisit it
+            key = tuple((k, s, n) for k, (s, n) in enumerate(state) if s in REBUILT and n)
+            ivs = self._chain_memo.get(key)
+            if ivs is None:
+                ivs = self._chain_memo[key] = chain_intervals(self.problem, self.decisions(state))
+            add_intervals(diff, ivs)
         return curve_from_diff(self.base, diff)
 
     def saves_at(self, ci: int, pos: int) -> dict[Strategy, list[int]]:
