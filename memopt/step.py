@@ -155,20 +155,22 @@ def region_menu(problem, rates, saved_inputs: int = 0, max_depth: int = 2) -> li
 
     from memopt.planner import resolve_budget
     from memopt.planner import solve as planner_solve
+    from memopt.planner.solver import descending
 
     solve = partial(planner_solve, max_recompute_depth=max_depth)
-
     held = held_problem(problem)
     mark = held.timeline.fwd_live_bytes[-1]
     keep = problem.saved_bytes_baseline()
+    at_peak = descending(lambda b: solve(problem, b, rates))  # shares in descending order
+    at_saved = descending(lambda b: solve(held, b, rates, leads=[None]))
     out = []
     for share in MENU_SHARES:
-        sol = solve(problem, resolve_budget(share, problem), rates)
+        sol = at_peak(resolve_budget(share, problem))
         out.append(_option(sol, sol.predicted_peak, f"peak share {share:g}"))
         if share < 1.0:
-            sol = solve(held, mark + int(share * keep), rates, leads=[None])
+            sol = at_saved(mark + int(share * keep))
             out.append(_option(sol, _peak(problem, sol), f"saved share {share:g}"))
-    sol = solve(problem, 0, rates)
+    sol = at_peak(0)
     out.append(_option(sol, sol.predicted_peak, "smallest peak"))
     every = recompute_all(problem)
     if every is not None:

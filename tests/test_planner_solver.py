@@ -288,3 +288,34 @@ def test_a_compromise_only_candidate_is_never_planned_as_a_recompute():
     sol = solve(only, 0, RATES)
     assert sol.plan_strings == ("C+:2:1",) and {int(s) for s in sol.decisions.values()} == {2}
     assert recompute_all(only) is None and recompute_all(p).fixed == {"C+": (1, -1)}
+
+
+def test_descending_budgets_solve_again_only_where_the_last_answer_may_not_hold():
+    """memopt.step.region_menu's shares: a feasible answer is reused while it fits, an
+    infeasible one only at its proven lower bound; a looser budget is always solved."""
+    from types import SimpleNamespace
+
+    from memopt.planner.solver import descending
+
+    answers = {  # budget -> (feasible, predicted peak, peak lower bound)
+        100: (True, 60, 10),
+        50: (True, 45, 10),
+        45: (True, 45, 10),
+        30: (False, 40, 35),
+        20: (False, 35, 35),
+        90: (True, 80, 10),
+    }
+    asked = []
+
+    def solve_at(budget):
+        asked.append(budget)
+        f, peak, bound = answers[budget]
+        return SimpleNamespace(feasible=f, predicted_peak=peak, peak_lower_bound=bound)
+
+    at = descending(solve_at)
+    peaks = [at(b).predicted_peak for b in (100, 80, 60, 50, 45, 30, 20, 10, 0, 90)]
+    assert peaks == [60, 60, 60, 45, 45, 40, 35, 35, 35, 80]
+    # 80 and 60: 100's plan (peak 60) fits; 45: 50's fits; 30: over 45, solved, infeasible above
+    # its bound 35, so 20 is solved again; 20's answer is at its bound: 10 and 0 reuse it; 90 is
+    # looser than the last budget: solved
+    assert asked == [100, 50, 30, 20, 90]
