@@ -39,6 +39,8 @@ def _train(fsdp: bool, steps: int, accumulate: int = 1, **kw):
     """Weights after ``steps`` optimizer steps of ``accumulate`` micro-batches each, and what
     was left in ``.grad`` after each backward and updated during it."""
     model = _model(fsdp)
+    if kw.get("device_overlap"):
+        kw["model"] = model  # its FSDP2 groups (an FSDP2 parameter outside them is refused)
     opt = HostAdamW(model.parameters(), lr=1e-2, accumulation_steps=accumulate, **kw)
     g = torch.Generator().manual_seed(1)
     left, during = [], []
@@ -103,3 +105,61 @@ def test_clipping_is_refused_as_with_overlap(cpu_as_device):
     opt.close()
     model(torch.randn(2, 8)).sum().backward()  # closed: the hooks are gone
     assert all(p.grad is not None for p in model.parameters())
+
+
+class _Twice(nn.Module):
+    """One block used twice per forward (a shared block), optionally checkpointed."""
+
+    def __init__(self, checkpoint: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.block = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+        self.head = nn.Linear(8, 1)
+        self.checkpoint = checkpoint
+
+    def forward(self, x):
+        for _ in range(2):
+            if self.checkpoint:
+                x = torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False)
+            else:
+                x = self.block(x)
+        return self.head(x).pow(2).mean()
+
+
+def _shared(checkpoint: bool, **kw):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from memopt.params.fsdp import ensure_process_group
+
+    ensure_process_group("cpu")
+    mesh = init_device_mesh("cpu", (1,))
+    model = _Twice(checkpoint)
+    fully_shard(model.block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = HostAdamW(model.parameters(), lr=1e-2, model=model, **kw)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        model(torch.randn(4, 8, generator=g)).backward()
+        opt.step()
+        opt.zero_grad()
+    return [p.detach().full_tensor().clone() for p in model.parameters()], opt
+
+
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["shared", "shared_checkpointed"])
+def test_a_block_used_twice_is_updated_once_with_its_whole_gradient(cpu_as_device, checkpoint):
+    """FSDP2 reduces a block used twice once per use: the update waits for the last landing
+    (an update at the first would step on half the gradient, and the second use's backward
+    would read shards being updated); a checkpoint's recomputed forward is not a use."""
+    ref, _ = _shared(checkpoint, overlap=False)
+    got, opt = _shared(checkpoint, overlap=True, device_overlap=True)
+    for a, b in zip(ref, got, strict=True):
+        assert torch.equal(a, b)
+    assert opt._device.updates == 3 * 4  # each of the 4 parameters once per step
+
+
+def test_an_fsdp2_parameter_outside_every_watched_group_is_refused(cpu_as_device):
+    model = _model(True)
+    with pytest.raises(ConfigError, match=r"FSDP2 parameter of shape \(16, 8\) is in no watched"):
+        HostAdamW(model.parameters(), overlap=True, device_overlap=True)
+    HostAdamW(model.parameters(), overlap=True, device_overlap=True, model=model).close()

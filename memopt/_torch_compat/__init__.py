@@ -76,6 +76,12 @@ def packing_in_compiled_region(max_depth: int = 256) -> bool:
     return False
 
 
+def in_backward() -> bool:
+    """Whether autograd's engine is running a backward on this thread (a checkpoint's
+    recomputed forward runs there)."""
+    return torch._C._current_graph_task_id() != -1
+
+
 def register_backend(name: str, fn) -> None:
     from torch._dynamo.backends.registry import _BACKENDS
     from torch._dynamo.backends.registry import register_backend as _reg

@@ -67,6 +67,13 @@ def grad_copy_event(fsdp_param) -> torch.cuda.Event | None:
     return getattr(fsdp_param, "grad_offload_event", None)
 
 
+def post_backward_calls(module: nn.Module) -> int:
+    """How many times the group of ``module`` ran ``post_backward`` since a notice was first
+    registered on it (:func:`on_reduced`): once per use of the module in the forward (torch
+    2.13 reduces at the last of them)."""
+    return getattr(param_group(module), "_memopt_calls", 0)
+
+
 def wait_for_reduced(module: nn.Module, stream) -> None:
     """Make CUDA ``stream`` wait (no host synchronization) until the gradients the group of
     ``module`` just reduced are written: the group's post-reduce event, or where it has none
@@ -117,6 +124,7 @@ def on_reduced(module: nn.Module, fn) -> _Notice:
         original = group.post_backward
 
         def post_backward(*args, **kwargs):
+            group._memopt_calls = getattr(group, "_memopt_calls", 0) + 1
             before = [(fp, fp.sharded_param.grad) for fp in group.fsdp_params]
             versions = [_version(g) for _, g in before]
             out = original(*args, **kwargs)

@@ -12,6 +12,14 @@ freed, so the end of backward holds the gradients of the groups not yet reduced 
   host synchronization), so the next layers' backward is not held behind it;
 * any other parameter: its post-accumulate-grad hook, the same way.
 
+A group whose module runs more than once before a backward (a shared block) runs its
+``post_backward`` once per use: its shards are updated at a landing only once its
+``post_backward`` has run as many times as its module ran forward since its last update
+(forwards counted outside backward: a checkpoint's recomputation is no use). No update then
+reads part of a gradient, and no later use's backward reads a shard being updated; where the
+counts never meet (a use without a backward), ``step()`` updates the shards. An
+FSDP2 parameter outside every watched group is refused by name (``model=`` names them).
+
 A freed gradient's memory is recorded on the side stream before the reference is dropped, so
 the caching allocator does not hand it to the next reduce while the update still reads it.
 ``step()`` (:meth:`DeviceOverlap.finish`) makes the current stream wait for the side stream,
@@ -21,7 +29,9 @@ the fused kernel is elementwise per tensor.
 With ``accumulation_steps = n`` a shard is updated at every ``n``-th landing of its gradient
 (the micro-batches before accumulate into ``.grad`` as usual). What overlap rules out, it rules
 out here too: global-norm clipping (no gradient is left to measure), and reading ``.grad``
-after backward (device shards have none).
+after backward (device shards have none). Skipping ``step()`` no longer skips the update, so
+``torch.amp.GradScaler`` (its inf check) and loss-spike skips cannot work with it, and
+``torch.nn.utils.clip_grad_norm_`` would see no device gradient.
 """
 
 from __future__ import annotations
@@ -31,6 +41,8 @@ from functools import partial
 
 import torch
 
+from memopt import _torch_compat as compat
+from memopt.errors import ConfigError
 from memopt.params import _fsdp_compat as fc
 from memopt.params.adamw_kernel import device_update
 
@@ -47,18 +59,42 @@ class DeviceOverlap:
         self._streams: dict[torch.device, torch.cuda.Stream] = {}
         self._used: set[torch.device] = set()  # side streams with work current has not waited
         self._hooks = []
+        self._uses: dict[int, int] = {}  # forwards of each watched group since its update
+        self._calls: dict[int, int] = {}  # its post_backward calls then (_fsdp_compat)
+        self._modules: list[torch.nn.Module] = []
         watched = set()
         for mod in modules:
             if fc.is_fsdp(mod) and fc.group_params(mod):
                 watched.update(id(p) for p in fc.group_params(mod))
                 self._hooks.append(fc.on_reduced(mod, partial(self._on_group, mod)))
+                self._hooks.append(mod.register_forward_pre_hook(self._on_forward))
+                self._modules.append(mod)
         for p in opt.state:
-            if id(p) not in watched and p.requires_grad and not opt._on_host(p):
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._on_param))
+            if id(p) in watched or not p.requires_grad or opt._on_host(p):
+                continue
+            if fc.is_dtensor(p):
+                raise ConfigError(
+                    "HostAdamW(device_overlap=True): an FSDP2 parameter of shape "
+                    f"{tuple(p.shape)} is in no watched group; pass model= (the FSDP2-sharded "
+                    "model) or offload= (the record of shard_with_offload)"
+                )
+            self._hooks.append(p.register_post_accumulate_grad_hook(self._on_param))
 
     # ---- the hooks --------------------------------------------------------------------------
+    def _on_forward(self, module, args) -> None:
+        if torch.is_grad_enabled() and not compat.in_backward():
+            self._uses[id(module)] = self._uses.get(id(module), 0) + 1
+
     def _on_group(self, module, params) -> None:
+        calls = fc.post_backward_calls(module) - self._calls.get(id(module), 0)
+        if calls < self._uses.get(id(module), 1):  # another use's gradient is still to come
+            return
+        self._reset(module)
         self._update(params, module)
+
+    def _reset(self, module) -> None:
+        self._uses[id(module)] = 0
+        self._calls[id(module)] = fc.post_backward_calls(module)
 
     def _on_param(self, p: torch.Tensor) -> None:
         self._update([p], None)
@@ -113,18 +149,25 @@ class DeviceOverlap:
         return self._streams[dev]
 
     # ---- the optimizer's calls --------------------------------------------------------------
-    def finish(self) -> None:
-        """``step()`` begins: what runs next on the current stream (the rest of the step, the
-        next forward's all-gathers) waits for the updates made during backward."""
+    def finish(self, new_step: bool = False) -> None:
+        """What runs next on the current stream (the rest of the step, the next forward's
+        all-gathers, a state dict's reads) waits for the updates made during backward.
+        ``new_step`` (``step()`` begins): the uses counted so far are done with."""
         for dev in self._used:
             torch.cuda.current_stream(dev).wait_stream(self._streams[dev])
         self._used.clear()
+        for mod in self._modules if new_step else ():
+            self._reset(mod)
 
     def clear(self) -> None:
-        """``zero_grad``: the micro-batches counted so far are dropped with their gradients."""
+        """``zero_grad``: the micro-batches and uses counted so far are dropped with their
+        gradients."""
         self._micro.clear()
+        for mod in self._modules:
+            self._reset(mod)
 
     def close(self) -> None:
+        self.finish()
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
@@ -135,7 +178,7 @@ class _Off:
 
     updates = 0
 
-    def finish(self) -> None: ...
+    def finish(self, new_step: bool = False) -> None: ...
 
     def clear(self) -> None: ...
 
@@ -145,8 +188,6 @@ class _Off:
 def device_overlap_for(opt, device_overlap: bool, modules, model) -> DeviceOverlap | _Off:
     """HostAdamW's device half: off, or watching the FSDP2 groups of ``modules`` (the offload
     record's) and of ``model`` (a model sharded without one)."""
-    from memopt.errors import ConfigError
-
     if not device_overlap:
         return _Off()
     if not opt.overlap:

@@ -419,7 +419,9 @@ class HostAdamW(torch.optim.Optimizer):
 
     def wait(self) -> None:
         """Block until every queued host update has run (before reading the weights outside
-        a forward, e.g. a state dict; ``state_dict`` and the other methods do it)."""
+        a forward, e.g. a state dict; ``state_dict`` and the other methods do it); the device
+        updates made during backward (``device_overlap``) come before what runs next."""
+        self._device.finish()
         self._queue.wait()
 
     _drain = wait
@@ -437,7 +439,7 @@ class HostAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._device.finish()  # updates made during backward come first
+        self._device.finish(new_step=True)  # updates made during backward come first
         self._flush()  # groups whose parameters did not all get a gradient
         self._fp32.settle()
         for group in self.param_groups:

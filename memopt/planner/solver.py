@@ -139,8 +139,12 @@ def descending(solve_at: Callable[[int], Solution]) -> Callable[[int], Solution]
     """``solve_at`` over budgets asked in descending order, solved again only where the last
     answer may not hold. A plan found for a looser budget that fits this one stays the fastest
     found: every plan fitting this budget fits the looser one. Where no plan fit a looser
-    budget and its peak is the proven smallest (``peak_lower_bound``), none fits this one and
-    that plan is the answer again. An infeasible answer above its bound is solved again: the
+    budget and its peak is at its ``peak_lower_bound``, none fits this one and that plan is
+    the answer again. That bound is the floor of prefix plans, clamped to the chosen plan's
+    peak (:func:`_better`): at it, the plan is the smallest peak of the prefix plans or below
+    all of them, a judgment, not a proof, for plans that skip inside a cluster (the menus'
+    options were unchanged on every test and on the CLI's Mistral). An infeasible answer
+    above its bound is solved again: the
     search for the smallest peak starts from the budget (a 4-layer Mistral traced by
     ``memopt plan`` got a cheaper plan at one share, fewer saved bytes at the next). The step
     planner's menus ask 20 budgets per region (memopt.step.region_menu)."""
