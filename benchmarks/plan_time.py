@@ -21,6 +21,7 @@ the planner (``plan_budget``) under 10%.
     python benchmarks/plan_time.py --smoke        # CPU check: tiny models (~5 min on 2 cores)
     # CPU: the planner alone (trace once, solve at each budget; CPU seconds per phase)
     python benchmarks/plan_time.py --planner llama:8:2048 llama:4:2048 gpt2:8:1024 llama-7b:8:2048
+    python benchmarks/plan_time.py --planner mistral:2:2048 --budgets 0.5 --menu   # + step menu
 """
 
 from __future__ import annotations
@@ -218,13 +219,19 @@ HF = {
     "num_key_value_heads=16 vocab_size=32000 max_position_embeddings=4096",
     "gpt2": "n_layer=12 n_embd=768 n_head=12 vocab_size=32000 n_positions=4096",
     "llama-7b": "",  # transformers' LlamaConfig defaults: 32 layers, 6.7B parameters
+    "mistral": "hidden_size=4096 intermediate_size=14336 num_hidden_layers=4 "
+    "num_attention_heads=32 num_key_value_heads=8 vocab_size=32000 max_position_embeddings=4096",
 }
 BUDGETS = ("0.8", "0.5", "0.3", "0.1", "3GiB", "5GiB", "8GiB")
 
 
-def planner_rows(model: str, batch: int, seq: int, budgets: list[str]) -> list[dict]:
+def planner_rows(
+    model: str, batch: int, seq: int, budgets: list[str], menu: bool = False
+) -> list[dict]:
     """Trace ``hf:<model>`` as ``memopt plan --budget`` does (fake tensors, static shapes),
-    keep the planning problem, then solve it at each budget. CPU seconds throughout."""
+    keep the planning problem, then solve it at each budget. CPU seconds throughout.
+    ``menu``: also the step planner's menu of the region (``memopt.step.region_menu``, budget
+    ``step menu``: its smallest peak and the options in ``options``)."""
     from memopt.cli import models
     from memopt.cli.analyze import Request, analyze
     from memopt.config import parse_budget, resolve_config
@@ -281,6 +288,17 @@ def planner_rows(model: str, batch: int, seq: int, budgets: list[str]) -> list[d
             }
         )
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "plan_strings"}), flush=True)
+    if menu:
+        from memopt.step import region_menu
+
+        t0 = time.process_time()
+        opts = region_menu(problem, rates)
+        low = min(opts, key=lambda o: o.peak)
+        rows.append({**rows[-1], "budget": "step menu", "solve_s": time.process_time() - t0,
+                     "feasible": True, "predicted_peak": low.peak, "plan_strings": [],
+                     "predicted_overhead_s": low.overhead_s,
+                     "options": [(o.label, o.peak, o.saved, o.overhead_s) for o in opts]})  # fmt: skip
+        print(json.dumps({k: rows[-1][k] for k in ("model", "budget", "solve_s")}), flush=True)
     return rows
 
 
@@ -463,12 +481,13 @@ def main() -> None:
         help=f"CPU: trace each (models: {', '.join(HF)}), solve at --budgets, print CPU seconds",
     )
     p.add_argument("--budgets", default=",".join(BUDGETS))
+    p.add_argument("--menu", action="store_true", help="with --planner: the step menu too")
     args = p.parse_args()
     if args.planner:
         rows = []
         for spec in args.planner:
             model, batch, seq = spec.split(":")
-            rows += planner_rows(model, int(batch), int(seq), args.budgets.split(","))
+            rows += planner_rows(model, int(batch), int(seq), args.budgets.split(","), args.menu)
             if args.out:
                 with open(args.out, "w") as f:
                     json.dump(rows, f, indent=1)
