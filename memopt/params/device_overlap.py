@@ -55,7 +55,6 @@ class DeviceOverlap:
     def __init__(self, opt, modules: Iterable[torch.nn.Module]) -> None:
         self.opt = opt
         self.updates = 0  # device shards updated during backward (a counter)
-        self._micro: dict[int, int] = {}
         self._streams: dict[torch.device, torch.cuda.Stream] = {}
         self._used: set[torch.device] = set()  # side streams with work current has not waited
         self._hooks = []
@@ -103,12 +102,7 @@ class DeviceOverlap:
         """Whether ``p``'s gradient landing now is the one its update waits for."""
         if p not in self.opt.state or self.opt._on_host(p) or p.grad is None:
             return False
-        n = self._micro.get(id(p), 0) + 1
-        if n < self.opt.accumulation_steps:
-            self._micro[id(p)] = n
-            return False
-        self._micro[id(p)] = 0
-        return True
+        return self.opt._landed(p)  # HostAdamW's count of micro-batches
 
     def _update(self, params, module) -> None:
         """Update ``params`` whose gradients are final (``module``: the FSDP2 group that
@@ -160,9 +154,8 @@ class DeviceOverlap:
             self._reset(mod)
 
     def clear(self) -> None:
-        """``zero_grad``: the micro-batches and uses counted so far are dropped with their
-        gradients."""
-        self._micro.clear()
+        """``zero_grad``: the uses counted so far are dropped with the gradients (HostAdamW
+        drops its count of micro-batches)."""
         for mod in self._modules:
             self._reset(mod)
 

@@ -406,11 +406,15 @@ class HostAdamW(torch.optim.Optimizer):
             self._scratch = torch.empty(min(g.numel(), CHUNK), dtype=w.dtype)
         torch_update(w, g, m, v, out, s, self._scratch)
 
+    def _landed(self, p: torch.Tensor) -> bool:
+        """Count a landing of ``p``'s gradient: True at every ``accumulation_steps``-th."""
+        n = self._micro.get(id(p), 0) + 1
+        self._micro[id(p)] = n % self.accumulation_steps
+        return n >= self.accumulation_steps
+
     def _on_grad(self, p: torch.Tensor) -> None:
-        n = self._micro[id(p)] = self._micro.get(id(p), 0) + 1
-        if n < self.accumulation_steps:
+        if not self._landed(p):
             return  # a 16-bit host shard's gradient is folded into fp32 next (_on_reduced)
-        self._micro[id(p)] = 0
         self._done.add(id(p))
         self.overlapped_updates += 1
         fold = self._fp32.take_fold(p) if p in self._fp32 else None  # folded with the update
