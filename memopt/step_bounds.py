@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from memopt.plan import Strategy
 from memopt.planner.bounds import cluster_floors, option_hull, relaxed_cost
 from memopt.planner.solver import default_leads
-from memopt.planner.space import Space
+from memopt.planner.space import space_of
 
 #: Positions per run whose constraint is relaxed: the run's highest base bytes (its peak
 #: without a plan) and the last forward position (what it holds into its backward).
@@ -54,8 +54,7 @@ class _Region:
 
     def __init__(self, problem, rates, saved_inputs: int) -> None:
         leads = [None, *(lead for lead in default_leads(problem) if lead is not None)]
-        shared: dict = {}  # what does not depend on the lead, built once (memopt.planner.space)
-        spaces = [Space(problem, rates, lead, shared, max_recompute_depth=None) for lead in leads]
+        spaces = [space_of(problem, rates, lead, max_recompute_depth=None) for lead in leads]
         self.spaces = [
             (sp, cluster_floors(sp), {cs.cid: k for k, cs in enumerate(sp.clusters)})
             for sp in spaces

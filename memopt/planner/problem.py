@@ -278,6 +278,13 @@ class PlanningProblem:
     def by_name(self) -> dict[str, Candidate]:
         return {c.name: c for c in self.candidates}
 
+    @cached_property
+    def memo(self) -> dict:
+        """What the solver derives from this problem whatever the budget (its search spaces,
+        their enumerations: memopt.planner.space.space_of), kept with the problem for every
+        budget it is solved at (a step menu asks twenty)."""
+        return {}
+
     def saved_bytes_baseline(self) -> int:
         """Saved-activation bytes of the unoptimized plan (every candidate kept)."""
         return sum(c.nbytes for c in self.candidates)

@@ -12,7 +12,6 @@ ways, the better plan wins (:func:`solve`).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -28,7 +27,7 @@ from memopt.planner.greedy import descend, lowest_peak, tighten
 from memopt.planner.memory import applied_strategy, memory_profile, saved_bytes
 from memopt.planner.problem import PlanningProblem
 from memopt.planner.solution import Solution, fmt_bytes
-from memopt.planner.space import KEEP0, ClusterSpace, Option, Space, State
+from memopt.planner.space import KEEP0, ClusterSpace, Option, Space, State, space_of
 from memopt.planner.timing import step_time
 
 #: Largest lead tried by default (more in flight rarely pays once the link keeps up).
@@ -54,20 +53,19 @@ class _Result:
 
 
 def _enumerate(space: Space, budget: int) -> tuple[_Result | None, _Result]:
-    """Best feasible and smallest-peak states of a small space, by trying every combination."""
-    best = smallest = None
-    for combo in itertools.product(*(cs.options() for cs in space.clusters)):
-        state = list(combo)
-        if not space.chain_ok(state):
-            continue
-        peak = max(space.curve(state))
-        r = _Result(space, state, peak, space.step_time(state).overhead_s, True)
-        if peak <= budget and (best is None or r.key(True) < best.key(True)):
-            best = r
-        if smallest is None or r.key(False) < smallest.key(False):
-            smallest = r
-    assert smallest is not None
-    return best, smallest
+    """Best feasible and smallest-peak states of a small space, by trying every combination
+    (the space's enumeration, made once: :meth:`Space.enumerated`). Ties go to the first in
+    product order, as :meth:`_Result.key` orders them."""
+    table = space.enumerated()
+    assert table
+    fits = (e for e in table if e[1] <= budget)
+    best = min(fits, key=lambda e: (e[2], e[3], e[1]), default=None)
+    low = min(table, key=lambda e: (e[1], e[2], e[3]))
+
+    def result(e: tuple) -> _Result:
+        return _Result(space, list(e[0]), e[1], space.step_time(e[0]).overhead_s, True)
+
+    return (None if best is None else result(best)), result(low)
 
 
 def _search(space: Space, budget: int, floor: int, gradual: bool) -> tuple[_Result | None, _Result]:
@@ -241,12 +239,7 @@ def _solve_chains(
     kept: set[str] = set()
     rounds: list[Solution] = []  # each round's plan, priced as decide applies it
     for _ in range(CHAIN_ROUNDS):
-        marked = replace(
-            problem,
-            candidates=tuple(
-                replace(c, kept_by_chain=True) if c.name in kept else c for c in problem.candidates
-            ),
-        )
+        marked = _marked(problem, kept)
         sol = _solve_once(marked, budget_bytes, rates, None, **kw)
         rebuilt = {index[n]: s for n, s in sol.covered.items() if s in REBUILT}
         new = {problem.candidates[i].name for i in refused(chains, problem.candidates, rebuilt)}
@@ -264,6 +257,21 @@ def _solve_chains(
     # unplanned peak: the third of five rounds at 134 ms of predicted overhead, the last 244)
     best = min(rounds, key=_preference)
     return _better(_solve_once(problem, budget_bytes, rates, max_depth, **kw), best)
+
+
+def _marked(problem: PlanningProblem, kept: set[str]) -> PlanningProblem:
+    """``problem`` with the candidates ``kept`` marked kept by the chain rule; the same object
+    for the same marks (its memo, and so its spaces, serve every budget solved)."""
+    if not kept:
+        return problem
+    key = ("marked", frozenset(kept))
+    got = problem.memo.get(key)
+    if got is None:
+        cands = tuple(
+            replace(c, kept_by_chain=True) if c.name in kept else c for c in problem.candidates
+        )
+        got = problem.memo[key] = replace(problem, candidates=cands)
+    return got
 
 
 #: Solves of :func:`solve` that mark more candidates kept before it plans prefixes only.
@@ -339,8 +347,7 @@ def _solve_once(
     baseline_peak = memory_profile(keep_all, {}).peak
     baseline_s = problem.timeline.start_s[-1]
 
-    shared: dict = {}
-    spaces = [Space(problem, rates, lead, shared, allowed, max_recompute_depth) for lead in leads]
+    spaces = [space_of(problem, rates, lead, allowed, max_recompute_depth) for lead in leads]
     floors = [peak_floor(sp)[0] for sp in spaces]
     if budget_bytes < min(floors):
         progress.note(f"infeasible: no plan peaks below {fmt_bytes(min(floors))}")

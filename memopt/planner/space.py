@@ -11,6 +11,7 @@ searchable cluster kept and the fixed (user) plans applied.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -109,6 +110,7 @@ class Space:
         self._stall_memo: dict[tuple[tuple[int, int], ...], float] = {}
         self._limits_memo: dict[tuple, dict[Strategy, int]] = {}
         self._chain_memo: dict[tuple, list] = {}
+        self._enumerated: list[tuple[State, int, float, int]] | None = None
         self._fixed_rec: dict[int, float] = {}
         self._fixed_off: list[OffloadItem] = []
         for name, s in self.fixed_decisions.items():
@@ -235,6 +237,21 @@ class Space:
 
     # ------------------------------------------------------------------ evaluation
 
+    def enumerated(self) -> list[tuple[State, int, float, int]]:
+        """Every state that obeys the chain rule, in product order, as ``(state, peak,
+        overhead seconds rounded to 1e-12, changed candidates)``; computed once (the solver
+        filters it by each budget)."""
+        if self._enumerated is None:
+            out = []
+            for combo in itertools.product(*(cs.options() for cs in self.clusters)):
+                state = list(combo)
+                if self.chain_ok(state):
+                    peak = max(self.curve(state))
+                    overhead = round(self._step_time(state).overhead_s, 12)
+                    out.append((state, peak, overhead, sum(n for _, n in state)))
+            self._enumerated = out
+        return self._enumerated
+
     def decisions(self, state: State) -> dict[str, Strategy]:
         """Per-candidate decisions of a state (fixed plans included; keep left out)."""
         out = dict(self.fixed_decisions)
@@ -335,6 +352,26 @@ class Space:
             if i < new[1]:
                 raw += [(a, b, -d) for a, b, d in cs.saves[i][new[0]]]
         return pieces(raw)
+
+
+def space_of(
+    problem: PlanningProblem,
+    rates: DeviceRates,
+    lead: int | None,
+    strategies: Collection[Strategy] = tuple(Strategy),
+    max_recompute_depth: int | None = MAX_RECOMPUTE_DEPTH,
+) -> Space:
+    """``Space(problem, rates, lead, ...)``, made once per problem and arguments (kept in
+    ``problem.memo``, with the lead-independent data the leads share): a step menu solves one
+    problem at twenty budgets, and its searches revisit the same states (the FSDP2 Llama's
+    layer region: 74 enumerations of the same spaces per menu on the CPU)."""
+    key = ("space", rates, lead, frozenset(strategies), max_recompute_depth)
+    got = problem.memo.get(key)
+    if got is None:
+        shared = problem.memo.setdefault(("shared", rates), {})
+        got = Space(problem, rates, lead, shared, strategies, max_recompute_depth)
+        problem.memo[key] = got
+    return got
 
 
 def pieces(raw: list[Interval]) -> list[Interval]:
