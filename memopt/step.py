@@ -155,10 +155,11 @@ def region_menu(problem, rates, saved_inputs: int = 0, max_depth: int = 2) -> li
 
     from memopt.planner import resolve_budget
     from memopt.planner import solve as planner_solve
+    from memopt.planner.problem import derived
     from memopt.planner.solver import descending
 
     solve = partial(planner_solve, max_recompute_depth=max_depth)
-    held = held_problem(problem)
+    held = derived(problem, "held", lambda: held_problem(problem))
     mark = held.timeline.fwd_live_bytes[-1]
     keep = problem.saved_bytes_baseline()
     at_peak = descending(lambda b: solve(problem, b, rates))  # shares in descending order
@@ -172,7 +173,7 @@ def region_menu(problem, rates, saved_inputs: int = 0, max_depth: int = 2) -> li
             out.append(_option(sol, _peak(problem, sol), f"saved share {share:g}"))
     sol = at_peak(0)
     out.append(_option(sol, sol.predicted_peak, "smallest peak"))
-    every = recompute_all(problem)
+    every = derived(problem, "recompute all", lambda: recompute_all(problem))
     if every is not None:
         sol = solve(every, 2**62, rates, leads=[None])
         out.append(_option(sol, sol.predicted_peak, "recompute all"))

@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from memopt import inductor_buffers as buffers
+from memopt.planner.problem import derived
 
 log = logging.getLogger("memopt")
 
@@ -220,7 +221,8 @@ def flips(st: Any, index: int) -> list[Any]:
     out = []
     for cid, how, n in sorted(cost, key=lambda k: (cost[k], k))[:FLIPS]:
         fixed = {**p.fixed, cid: (int(how), n)}
-        out.append(replace(rp, problem=replace(p, fixed=fixed)))
+        flipped = derived(p, ("fixed", cid, int(how), n), lambda f=fixed: replace(p, fixed=f))
+        out.append(replace(rp, problem=flipped))
     return out
 
 
@@ -252,6 +254,10 @@ def corrected(problem: Any, items: Mapping[int, int] | None) -> Any:
     """``problem`` with ``items`` (step position -> bytes) live at their positions."""
     if not items:
         return problem
+    return derived(problem, ("corrected", frozenset(items.items())), lambda: _with(problem, items))
+
+
+def _with(problem: Any, items: Mapping[int, int]) -> Any:
     tl = problem.timeline
     fwd, bwd = list(tl.fwd_live_bytes), list(tl.bwd_live_bytes)
     for pos, nbytes in items.items():

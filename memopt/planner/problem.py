@@ -15,9 +15,10 @@ events, which is what the per-layer sync dict encodes (see :mod:`memopt.planner.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 import sympy
 
@@ -281,8 +282,9 @@ class PlanningProblem:
     @cached_property
     def memo(self) -> dict:
         """What the solver derives from this problem whatever the budget (its search spaces,
-        their enumerations: memopt.planner.space.space_of), kept with the problem for every
-        budget it is solved at (a step menu asks twenty)."""
+        their enumerations: memopt.planner.space.space_of; problems made from it:
+        :func:`derived`), kept with the problem for every budget it is solved at (a step
+        menu asks twenty, a step plan's re-plans ask them again)."""
         return {}
 
     def saved_bytes_baseline(self) -> int:
@@ -295,3 +297,17 @@ def covered(cands: Sequence[Candidate], count: int) -> tuple[Candidate, ...]:
     if count < 0:
         return tuple(cands)
     return tuple(c for c in cands if c.occurrence < count)
+
+
+_T = TypeVar("_T")
+
+
+def derived(problem: PlanningProblem, key: Hashable, make: Callable[[], _T]) -> _T:
+    """``make()``, made once per ``problem`` and ``key`` (kept in its memo): a problem made
+    from another (a correction, a fixed cluster, the held-bytes variant) is the same object
+    each time it is asked for, so its own memo serves every later solve of it."""
+    memo = problem.memo
+    key = ("derived", key)
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
