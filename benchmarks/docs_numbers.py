@@ -40,8 +40,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import docs_prose  # noqa: E402
-from benchmarks.docs_producers import PRODUCERS, Producer  # noqa: E402
+from benchmarks.docs_producers import PRODUCERS as FIRST  # noqa: E402
+from benchmarks.docs_producers import Producer  # noqa: E402
+from benchmarks.docs_producers_more import MORE  # noqa: E402
 from benchmarks.docs_tables import SECTIONS, render  # noqa: E402
+
+PRODUCERS = FIRST + MORE  # matched in order
 
 #: ``<!-- generated: NAME -->`` ... ``<!-- end generated: NAME -->``, or zoo.py's markers.
 MARKERS = (

@@ -73,7 +73,10 @@ def main(argv=None) -> None:
         st._compiled_num.setdefault(r, {})[sig] = n // 2
     rows["placed"] = timed()
     rows["placed, again"] = timed()
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    here = os.path.dirname(os.path.abspath(__file__))
+    rev = subprocess.run(
+        ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
     out = {
         "command": "python benchmarks/replan_time.py " + " ".join(argv or sys.argv[1:]),
         "memopt": os.environ.get("MEMOPT_COMMIT") or rev.stdout.strip(),
