@@ -95,6 +95,12 @@ MORE: tuple[Producer, ...] = (
         "gpu",
         "--start/--max-batch per run: docs/benchmarks.md",
     ),
+    Producer(
+        "plan_time_menu_*.json",
+        f"{PY}plan_time.py --planner MODEL:2:2048 --budgets 0.5 --menu --out docs/data/{{file}}",
+        "cpu",
+        "MODEL from the name; _bb685be: PYTHONPATH=<git archive bb685be>, MEMOPT_COMMIT=bb685be",
+    ),
     Producer("plan_time*.json", f"{PY}plan_time.py --models llama --out docs/data/{{file}}", "gpu"),
     Producer(
         "replan_time*.json",

@@ -221,6 +221,8 @@ HF = {
     "llama-7b": "",  # transformers' LlamaConfig defaults: 32 layers, 6.7B parameters
     "mistral": "hidden_size=4096 intermediate_size=14336 num_hidden_layers=4 "
     "num_attention_heads=32 num_key_value_heads=8 vocab_size=32000 max_position_embeddings=4096",
+    "qwen2": "hidden_size=1536 intermediate_size=8960 num_hidden_layers=4 num_attention_heads=12 "
+    "num_key_value_heads=2 vocab_size=151936 max_position_embeddings=4096",  # the GPU zoo's
 }
 BUDGETS = ("0.8", "0.5", "0.3", "0.1", "3GiB", "5GiB", "8GiB")
 
