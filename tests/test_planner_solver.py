@@ -319,3 +319,39 @@ def test_descending_budgets_solve_again_only_where_the_last_answer_may_not_hold(
     # its bound 35, so 20 is solved again; 20's answer is at its bound: 10 and 0 reuse it; 90 is
     # looser than the last budget: solved
     assert asked == [100, 50, 30, 20, 90]
+
+
+def test_a_problem_solved_again_reuses_its_spaces_and_is_pickled_without_them() -> None:
+    """A step menu solves one problem at many budgets: the spaces (and their enumerations) are
+    made once per problem, the plans are those of a fresh problem, and the memo never travels
+    with the problem (memopt.report_cache pickles it)."""
+    import copy
+    import pickle
+
+    from memopt.planner import space as space_module
+
+    problem = four_layers()
+    made = []
+    real = space_module.Space.__init__
+
+    def counting(self, *a, **k):
+        made.append(1)
+        real(self, *a, **k)
+
+    space_module.Space.__init__ = counting
+    try:
+        first = [solve(problem, b * MiB, RATES, strategies=ALL) for b in (20, 12, 8, 3)]
+        n = len(made)
+        again = [solve(problem, b * MiB, RATES, strategies=ALL) for b in (20, 12, 8, 3)]
+        assert len(made) == n  # no space made again
+        fresh = [solve(four_layers(), b * MiB, RATES, strategies=ALL) for b in (20, 12, 8, 3)]
+    finally:
+        space_module.Space.__init__ = real
+    for a, b, c in zip(first, again, fresh):
+        assert a.plan_strings == b.plan_strings == c.plan_strings
+        assert a.predicted_peak == b.predicted_peak == c.predicted_peak
+        assert a.predicted_overhead_s == b.predicted_overhead_s == c.predicted_overhead_s
+    assert problem.memo
+    for other in (pickle.loads(pickle.dumps(problem)), copy.deepcopy(problem)):
+        assert "memo" not in vars(other) and other.memo == {}
+        assert other.candidates == problem.candidates

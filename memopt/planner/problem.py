@@ -287,6 +287,13 @@ class PlanningProblem:
         menu asks twenty, a step plan's re-plans ask them again)."""
         return {}
 
+    def __getstate__(self) -> dict:
+        """Pickled (memopt.report_cache keeps a region's problem) and copied without
+        :attr:`memo`: what it holds is rebuilt on demand."""
+        state = dict(self.__dict__)
+        state.pop("memo", None)
+        return state
+
     def saved_bytes_baseline(self) -> int:
         """Saved-activation bytes of the unoptimized plan (every candidate kept)."""
         return sum(c.nbytes for c in self.candidates)
