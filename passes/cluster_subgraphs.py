@@ -82,18 +82,14 @@ Strategies = tuple[dict, dict, dict, tuple]
 def _rng_state_charges(subgraphs: Sequence[Subgraph]) -> list[int]:
     """Per subgraph: bytes of RNG state its full recompute makes the partitioner save. A
     recomputed op with the ``nondeterministic_seeded`` tag (an SDPA kernel, even without
-    dropout) has its RNG state saved in the forward; the first subgraph rerunning the op pays
-    it (SDPA's output and logsumexp share one kernel)."""
+    dropout before torch 2.14: memopt._torch_compat.recompute_saves_rng_state) has its RNG
+    state saved in the forward; the first subgraph rerunning the op pays it (SDPA's output
+    and logsumexp share one kernel)."""
     charges = [0] * len(subgraphs)
     paid: set[torch.fx.Node] = set()
     for i, sg in enumerate(subgraphs):
         for n in sg.full.nodes if sg.full.reason is None else ():
-            tags = getattr(n.target, "tags", ())
-            if (
-                n in paid
-                or n.op != "call_function"
-                or torch.Tag.nondeterministic_seeded not in tags
-            ):
+            if n in paid or n.op != "call_function" or not compat.recompute_saves_rng_state(n):
                 continue
             paid.add(n)
             q = next((v for a in n.all_input_nodes if (v := tensor_val(a)) is not None), None)

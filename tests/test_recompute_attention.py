@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._functorch import partitioners
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import memopt
@@ -22,9 +23,11 @@ B, S, HID, HEADS, KV, LAYERS = 2, 64, 64, 4, 2, 2
 #: bytes one layer's SDPA saves for backward: its output (B, HEADS, S, HID // HEADS) and its
 #: logsumexp (B, HEADS, S), fp32
 SDPA_BYTES = B * HEADS * S * (HID // HEADS) * 4 + B * HEADS * S * 4
-#: the partitioner saves the CPU RNG state (5056 B) for each recomputed SDPA kernel: the op
-#: carries the ``nondeterministic_seeded`` tag, even without dropout
-SAVING = SDPA_BYTES - torch.get_rng_state().numel()
+#: before torch 2.14 the partitioner saves the CPU RNG state (5056 B) for each recomputed SDPA
+#: kernel: the op carries the ``nondeterministic_seeded`` tag, even without dropout; from 2.14
+#: an SDPA whose dropout is statically 0 is no random op (``partitioners.is_rng_op``)
+_RNG = 0 if hasattr(partitioners, "is_rng_op") else torch.get_rng_state().numel()
+SAVING = SDPA_BYTES - _RNG
 
 
 def _llama():

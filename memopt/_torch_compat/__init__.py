@@ -14,6 +14,16 @@ import torch.fx
 from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: F401  (re-export)
 from torch.utils.checkpoint import CheckpointPolicy  # noqa: F401  (re-export)
 
+from memopt._torch_compat.rng import (  # noqa: F401  (re-export)
+    _PLANNING_FOR_CUDA,
+    CUDA_RNG_STATE_BYTES,
+    is_random_op,
+    planning_for_cuda,
+    random_targets,
+    recompute_saves_rng_state,
+    seeded_recompute_state_bytes,
+)
+
 TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 
 
@@ -171,49 +181,6 @@ def no_compile_caches() -> Iterator[None]:
 
     with iconfig.patch(fx_graph_cache=False), fconfig.patch(enable_autograd_cache=False):
         yield
-
-
-def random_targets() -> frozenset:
-    """Ops whose recomputation would draw new random numbers."""
-    names = ("inductor_random", "inductor_randint", "inductor_seeds", "inductor_lookup_seed")
-    ops = (getattr(torch.ops.prims, name, None) for name in names)
-    return frozenset(op.default for op in ops if op is not None)
-
-
-def is_random_op(target: Any) -> bool:
-    tags = getattr(target, "tags", ())
-    return torch.Tag.nondeterministic_seeded in tags or target in random_targets()
-
-
-#: Whether a trace on fake CPU tensors plans for CUDA (``memopt plan --device-kind cuda``
-#: without CUDA: memopt.cli.trace).
-_PLANNING_FOR_CUDA = [False]
-#: ``torch.cuda.get_rng_state()``'s bytes: the Philox seed and offset (CUDAGeneratorImpl).
-CUDA_RNG_STATE_BYTES = 16
-
-
-@contextlib.contextmanager
-def planning_for_cuda() -> Iterator[None]:
-    """Size the RNG state a recomputed seeded op saves as on CUDA (a trace on fake CPU tensors
-    planning for a GPU: the CPU generator's 5,056 B state would be charged where a CUDA graph
-    saves none)."""
-    before, _PLANNING_FOR_CUDA[0] = _PLANNING_FOR_CUDA[0], True
-    try:
-        yield
-    finally:
-        _PLANNING_FOR_CUDA[0] = before
-
-
-def seeded_recompute_state_bytes(device: torch.device) -> int:
-    """Bytes the partitioner saves per recomputed seeded op (SDPA) on ``device``: its RNG
-    state, or none; as on CUDA under :func:`planning_for_cuda`."""
-    if device.type == "cuda" or _PLANNING_FOR_CUDA[0]:
-        if torch._functorch.config.graphsafe_rng_functionalization:
-            return 0
-        if device.type != "cuda":
-            return CUDA_RNG_STATE_BYTES
-    mod = torch if device.type == "cpu" else torch.get_device_module(device.type)
-    return mod.get_rng_state().numel()
 
 
 # --- memopt.params (parameter and optimizer-state offload) ---

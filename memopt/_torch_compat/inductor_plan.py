@@ -84,11 +84,10 @@ def _events(lines: list[Any], order: dict[str, int]) -> list[Event]:
             out.append(Event("free", line.node.get_name()))
         elif isinstance(line, w.ExternKernelAllocLine):
             node = line.node
-            aliased = [b.get_name() for b in _aliased_inputs(node)]
             if isinstance(node.layout, (ir.MultiOutputLayout, ir.NoneLayout)):
                 out.append(Event("alloc", node.get_name(), 0))  # its outputs are MultiOutputs
-            elif aliased:
-                out.append(Event("alias", node.get_name(), 0, aliased[0]))
+            elif (of := _alias_of(node, 0)) is not None:
+                out.append(Event("alias", node.get_name(), 0, of))
             else:
                 out.append(
                     Event(
@@ -116,11 +115,18 @@ def _aliased_by_multi_output(buf: Any) -> str | None:
     None for a new tensor (a return without one, even where the op mutates an argument: batch
     norm's running statistics). Inductor lowers such an op to a kernel with a multi-output
     layout and reads each result through a ``MultiOutput``, which the wrapper does not
-    allocate."""
+    allocate (before torch 2.14; from 2.14 a one-tensor op's kernel holds its output itself:
+    :func:`_alias_of` index 0)."""
     parents = getattr(buf, "inputs", None) or ()
     if len(parents) != 1:
         return None
-    kernel = parents[0]
+    index = next((i for _, i in getattr(buf, "indices", ()) if isinstance(i, int)), 0)
+    return _alias_of(parents[0], index)
+
+
+def _alias_of(kernel: Any, index: int) -> str | None:
+    """The input a fallback kernel's output ``index`` aliases by the op's schema (None: a new
+    tensor); a schema this reader cannot follow: the kernel's first aliased input."""
     try:
         names = list(kernel.get_inputs_that_alias_output())
     except Exception:
@@ -129,7 +135,6 @@ def _aliased_by_multi_output(buf: Any) -> str | None:
         return None
     try:
         schema = kernel.op_overload._schema
-        index = next((i for _, i in getattr(buf, "indices", ()) if isinstance(i, int)), 0)
         mine = schema.returns[index].alias_info
         if mine is None:
             return None  # a new tensor beside aliased (mutated) arguments
@@ -140,17 +145,10 @@ def _aliased_by_multi_output(buf: Any) -> str | None:
                 continue
             if hasattr(v, "get_name"):
                 return v.get_name()
-    except Exception:  # a schema this reader cannot follow: the kernel's first aliased input
+    except Exception:  # a schema this reader cannot follow
         pass
-    return names[0]
-
-
-def _aliased_inputs(node: Any) -> list[Any]:
-    try:
-        names = node.get_inputs_that_alias_output()
-    except Exception:
-        return []
-    return [n for n in names if hasattr(n, "get_name")] if names else []
+    first = names[0]  # a buffer's name (torch 2.14) or the buffer
+    return first if isinstance(first, str) else getattr(first, "get_name", lambda: None)()
 
 
 def _read(wrapper: Any) -> GraphBuffers:
