@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
 import torch.fx as fx
 
 from memopt import _torch_compat as compat
@@ -82,6 +83,11 @@ def plan_units(
 def _make_unit(slots: Slots, root: fx.Node, members: list[int], layer_of) -> tuple:
     rv = root.meta["val"]
     member_nodes = [slots.fw_node(i) for i in members]
+    if root.target is torch.ops.aten.cat.default:
+        # ConvBERT's cat -> view_30 (CPU, torch 2.13, forty-eighth session): offloaded, the
+        # dense layer reading it got wrong gradients (Inductor writes a cat's inputs into its
+        # buffer as slices; not yet pinned down further)
+        return None, "a concatenation's output (Inductor writes it in slices)"
     holder = slots.other_holder(root, set(members))
     if holder is not None:
         return None, holder
@@ -101,9 +107,35 @@ def _make_unit(slots: Slots, root: fx.Node, members: list[int], layer_of) -> tup
         source = covering[0] if covering else None
     if source is None:
         return None, "a partial view whose base cannot be copied (non-dense or symbolic)"
+    # A member rebuilt from the copy is an ``as_strided`` of it. ConvBERT's lone saved permute
+    # of a whole unfold (clone_3 -> permute_114) got wrong gradients rebuilt so, right copied
+    # itself (CPU, torch 2.13, forty-eighth session; the cause in Inductor is not found; GPT-2's
+    # q, k, v permutes of one base are right either way): a lone member that covers the
+    # storage is copied itself when it is not a plain view
+    if len(member_nodes) == 1 and member_nodes[0] in covering:
+        if not _plain(member_nodes[0], source):
+            source = member_nodes[0]
+    # a view in another dtype (view_as_complex: Llama 4's rotary) is no as_strided of its base
+    if any(m.meta["val"].dtype != source.meta["val"].dtype for m in member_nodes):
+        lone = member_nodes[0]
+        if len(member_nodes) > 1 or not ops.is_dense(lone.meta["val"]):
+            return None, "saved views in another dtype than their base"
+        source = lone  # copied itself
     sv = source.meta["val"]
     for m in member_nodes:
         mv = m.meta["val"]
         if m is not source and not same_layout(mv, sv) and not (is_static(mv) and is_static(sv)):
             return None, "views of one storage with symbolic layouts"
     return Unit(source, members, layer, nbytes_hint(sv), via_base=source not in member_nodes), ""
+
+
+def _plain(member: fx.Node, source: fx.Node) -> bool:
+    """Whether ``member`` is ``source`` or an ``as_strided`` rebuilds it with contiguous
+    strides from a contiguous copy of ``source``."""
+    mv, sv = member.meta["val"], source.meta["val"]
+    if same_layout(mv, sv):
+        return True
+    try:
+        return bool(mv.is_contiguous()) and bool(sv.is_contiguous())
+    except Exception:  # a symbolic layout that cannot be decided: not plain
+        return False

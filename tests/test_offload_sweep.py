@@ -1,0 +1,101 @@
+"""Layer offload through Inductor on what the forty-eighth session's sweep of unseen
+architectures broke (CPU). ConvBERT's mixed attention saves a concatenation's output and a lone
+permute of a whole unfold, both of which gave wrong gradients when offloaded: the cat is kept on
+the device, the permute is copied itself instead of rebuilt from its base. Llama 4's rotary
+saves complex views of float tensors, which an ``as_strided`` of the float base cannot rebuild
+(Inductor failed to compile): they are copied themselves."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import memopt
+from memopt import _torch_compat as compat
+
+transformers = pytest.importorskip("transformers")
+
+
+def _model():
+    torch.manual_seed(0)
+    cfg = transformers.ConvBertConfig(
+        vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, embedding_size=64, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+    )  # fmt: skip
+    return transformers.ConvBertForMaskedLM(cfg).train()
+
+
+def _grads(model, fn, ids) -> dict[str, torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    fn(input_ids=ids, labels=ids).loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_convbert_offload_keeps_torch_compiles_gradients():
+    model = _model()
+    ids = torch.randint(1, 128, (4, 64), generator=torch.Generator().manual_seed(0))
+    with compat.no_compile_caches():
+        torch._dynamo.reset()
+        want = _grads(model, torch.compile(model), ids)
+        torch._dynamo.reset()
+        opt = memopt.optimize(model, offload_layers=1, offload_min_bytes=0)
+        got = _grads(model, opt, ids)
+    torch._dynamo.reset()
+    for name, g in want.items():
+        torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-6, msg=name)
+    off = memopt.report(opt).regions[0].extra["offload"]
+    rows = off["offloaded"]
+    # the permute of the whole unfold: its own copy, not its base's (the layer's only lone
+    # permute whose base is a clone)
+    assert any(r["source"].startswith("permute") and r["saved"] == (r["source"],) for r in rows), (
+        rows
+    )
+    assert not any(r["source"].startswith("cat") for r in rows)  # kept: a concatenation's
+    assert any("concatenation" in k[2] for k in off["kept"])
+    assert off["total_bytes"] > 0
+
+
+class _Complex(nn.Module):
+    """Llama 4's rotary in small: products of complex views, saved for backward."""
+
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.q, self.k, self.o = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        def c(t):
+            return torch.view_as_complex(t.float().reshape(*t.shape[:-1], -1, 2))
+
+        return x + self.o(torch.view_as_real(c(self.q(x)) * c(self.k(x))).flatten(-2))
+
+
+class _Stack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_Complex() for _ in range(2))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x.square().mean()
+
+
+def test_complex_views_are_offloaded_as_themselves():
+    torch.manual_seed(0)
+    model, x = _Stack(), torch.randn(4, 16, 32)
+    with compat.no_compile_caches():
+        torch._dynamo.reset()
+        torch.compile(model)(x).backward()
+        want = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        torch._dynamo.reset()
+        opt = memopt.optimize(model, offload_layers=1, offload_min_bytes=0)
+        opt(x).backward()
+    torch._dynamo.reset()
+    for p, g in zip(model.parameters(), want):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+    off = memopt.report(opt).regions[0].extra["offload"]
+    complex_rows = [r for r in off["offloaded"] if not r["via_base"] and "conj" in r["source"]]
+    assert len(complex_rows) == 2, off["offloaded"]  # both complex factors, copied themselves
