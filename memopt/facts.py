@@ -61,6 +61,10 @@ VIEW_OPS = frozenset(
         "diagonal",
         "view_as",
         "split",
+        "split_with_sizes",  # torch.split with a list of sizes (DeepSeek-V3's MLA)
+        "tensor_split",
+        "unsafe_split",
+        "unsafe_split_with_sizes",
         "unbind",
         "chunk",
         "narrow",
