@@ -29,6 +29,7 @@ class MemoptBackend:
         self.state = state or MemoptState(config)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        self.state.graphs_seen += 1
         return RegionProgram(self.config, self.state, gm, example_inputs)
 
     def __deepcopy__(self, memo: dict) -> MemoptBackend:
@@ -123,6 +124,7 @@ def optimize(
     _keep_signature(compiled, model)
     # eager, before the compiled code: what of the step is no activation (its batch, weights)
     compiled.register_forward_pre_hook(state.note_step_inputs, with_kwargs=True)
+    compiled.register_forward_hook(state.check_coverage)  # a note when nothing compiled
     _STATES[compiled] = state
     _STATES[model] = state
     return compiled

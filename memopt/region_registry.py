@@ -17,7 +17,7 @@ import torch
 import torch.fx
 
 from memopt import _torch_compat as compat
-from memopt import ranks, report_cache
+from memopt import coverage, ranks, report_cache
 from memopt.config import MemoptConfig
 from memopt.planner import progress as planner_progress
 from memopt.report import RegionReport
@@ -32,6 +32,9 @@ class RegionRegistry:
     def __init__(self, config: MemoptConfig):
         self.config = config
         self.regions: list[RegionReport] = []
+        self.graphs_seen = 0  # graphs Dynamo handed the backend (memopt.coverage)
+        self._coverage_checked = False
+        self.coverage_notes: list[str] = []  # what the report says when nothing compiled
         self.problems: dict[int, Any] = {}  # region index -> plan_budget.RegionProblem
         self._retimers: dict[int, Callable] = {}  # region index -> its BudgetResult.retime
         self._keys: dict[int, str] = {}  # region index -> its persist key (report_cache)
@@ -172,6 +175,20 @@ class RegionRegistry:
         self.add_region(region, problem)
         self._pending = None
         return region.index
+
+    def check_coverage(self, module: torch.nn.Module, args: Any, output: Any) -> Any:
+        """Forward hook of the optimized model: after its first forward that trains, a note
+        when torch.compile compiled nothing of it that trains (:mod:`memopt.coverage`)."""
+        if self._coverage_checked or not coverage.trains(output):
+            return None
+        self._coverage_checked = True
+        model = self._model() if self._model is not None else module
+        model = getattr(model, "_orig_mod", model)  # the user's model, not dynamo's wrapper
+        note = coverage.nothing_compiled(model, self.graphs_seen, len(self.regions), self.config)
+        if note is not None:
+            log.warning("memopt: %s", note)
+            self.coverage_notes.append(note)
+        return None
 
     def note_step_inputs(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
         """Forward pre-hook of the optimized model (run eagerly, before its compiled code): the

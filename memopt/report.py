@@ -138,6 +138,8 @@ class Report:
     """How the regions ran in a step (None before the first run)."""
     sizes_from: str = "the compiling call"
     """Which call's sizes the byte values are evaluated at (dynamic shapes)."""
+    notes: tuple[str, ...] = ()
+    """What kept memopt from planning the model at all (memopt.coverage: nothing compiled)."""
 
     def at(
         self, sizes: Mapping[str, int] | None = None, *, source: str = "chosen sizes", **named: int
@@ -295,6 +297,7 @@ class Report:
             "regions": [r.to_dict() for r in self.regions],
             "step": self.step.to_dict() if self.step is not None else None,
             "placement": list(self.placement),
+            "notes": list(self.notes),
         }
 
     def to_json(self, **kw: Any) -> str:
@@ -304,6 +307,7 @@ class Report:
         body = self._plan_rows()
         warns = [f"Warning: {w}" for r in self.regions for w in r.warnings]
         warns += [f"Warning: {n}" for n in (self.step.notes if self.step else ())]
+        warns += [f"Warning: {n}" for n in self.notes]
         return "\n".join([*self._heading(), body, *self._notes(), *warns, *self._sections()])
 
     def _heading(self) -> list[str]:

@@ -129,7 +129,8 @@ class MemoptState(RegionRegistry):
             from memopt.params import placement_rows
 
             rows = placement_rows(self.param_handle, optimizer)
-        rep = Report(self.config, list(self.regions), placement=rows, step=self.step_info())
+        notes = tuple(self.coverage_notes)
+        rep = Report(self.config, list(self.regions), rows, self.step_info(), notes=notes)
         known = {k for r in self.regions for k in r.symbols}
         latest = {k: v for k, v in self.latest_sizes.items() if k in known}
         return rep.at(latest, source="the latest call") if latest else rep
@@ -581,20 +582,10 @@ class MemoptState(RegionRegistry):
 
     def _menu(self, index: int) -> list[Option]:
         self.retime((index,))  # kernels that had no room as it compiled are timed now
-        return step_excess.conditioned(self, index, region_menu, merge=_union)
+        return step_excess.conditioned(self, index, region_menu, merge=step_excess.union)
 
     def _solve_at(self, index: int, budget: int) -> Option | None:
-        fit = partial(_cheaper, budget)  # priced with the excesses that hold: it may not fit
+        fit = partial(
+            step_excess.cheaper, budget
+        )  # priced with the excesses that hold: it may not fit
         return step_excess.conditioned(self, index, exact_option, budget, merge=fit)
-
-
-def _union(a: list[Option], b: list[Option]) -> list[Option]:
-    """``a``, then the options of ``b`` whose plans ``a`` lacks."""
-    keys = {o.key() for o in a}
-    return a + [o for o in b if o.key() not in keys]
-
-
-def _cheaper(budget: int, a: Option | None, b: Option | None) -> Option | None:
-    """The cheaper of ``a`` and ``b`` whose peak fits ``budget`` (None when neither does)."""
-    fits = (o for o in (a, b) if o is not None and o.peak <= budget)
-    return min(fits, key=lambda o: o.overhead_s, default=None)

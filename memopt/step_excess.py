@@ -382,3 +382,16 @@ def _at_items(st: Any, region: int, option: Any) -> Any:
         return option
     prof = profile(rp.problem, option)
     return option if prof is None else replace(option, peak=max(option.peak, prof.peak))
+
+
+def union(a: list[Any], b: list[Any]) -> list[Any]:
+    """Step options ``a``, then the options of ``b`` whose plans ``a`` lacks."""
+    keys = {o.key() for o in a}
+    return a + [o for o in b if o.key() not in keys]
+
+
+def cheaper(budget: int, a: Any, b: Any) -> Any:
+    """The cheaper of step options ``a`` and ``b`` whose peak fits ``budget`` (None when
+    neither does)."""
+    fits = (o for o in (a, b) if o is not None and o.peak <= budget)
+    return min(fits, key=lambda o: o.overhead_s, default=None)

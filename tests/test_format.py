@@ -230,3 +230,19 @@ def test_report_and_planner_text_fit_120_columns():
     table = memopt.report(opt).table()
     assert "Budget planner" in table
     assert max(len(line) for line in table.split("\n")) <= 120
+
+
+def test_an_offload_without_copies_names_no_copy_mode():
+    """No copy: nothing tells whether copies would run on CUDA streams (a CPU region once said
+    "copies async (CUDA streams)" with 0 copies)."""
+    from memopt.offload.result import OffloadedTensor, OffloadResult
+    from memopt.offload.sync import Schedule
+
+    def first(result: OffloadResult) -> str:
+        return result.summary().split("\n")[0]
+
+    none = OffloadResult(None, None, Schedule(2, ()), (), (), (), synchronous=False)
+    assert first(none) == "activation offload: 0 host copies, 0 B per step"
+    one = OffloadedTensor(0, "mm", ("mm",), (3,), 1024, via_base=False)
+    some = OffloadResult(None, None, Schedule(2, ()), (one,), (), (), synchronous=True)
+    assert first(some).endswith("1.00 KiB per step, copies synchronous (no CUDA device)")

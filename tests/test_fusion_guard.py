@@ -10,8 +10,10 @@ import pytest
 import torch
 
 import memopt
+from memopt import _torch_compat as compat
 from memopt import api
 from memopt.config import resolve_config
+from memopt.regions import GUARD_EXCESS
 from tests.helpers import tiny_llama
 
 
@@ -38,12 +40,18 @@ def test_the_guard_keeps_inductors_peak_at_the_model_s(monkeypatch, tmp_path):
     region = state.regions[0]
     sec, tried = region.extra["inductor"], region.extra["fusion_guard_auto"]
     model, off, on = sec["model_peak"], tried["unguarded_peak"], tried["guarded_peak"]
-    # without the guard Inductor's backward peaks above the model by more than 5% (torch 2.13:
-    # 8.6% here, 15% on the zoo's tiny Llama at 4 x 128); with it within 3% (-1.3%), and
-    # below the unguarded compile: that compile is kept, its refusals counted
-    assert off > 1.05 * model
-    assert abs(on - model) <= 0.03 * model and on < off
-    assert tried["kept"] and sec["peak"] == on and region.extra["fusions_refused"] > 0
+    if compat.TORCH_VERSION >= (2, 13):
+        # without the guard Inductor's backward peaks above the model by more than 5% (torch
+        # 2.13: 8.6% here, 15% on the zoo's tiny Llama at 4 x 128); with it within 3% (-1.3%),
+        # and below the unguarded compile: that compile is kept, its refusals counted
+        assert off > 1.05 * model
+        assert abs(on - model) <= 0.03 * model and on < off
+        assert tried["kept"] and sec["peak"] == on and region.extra["fusions_refused"] > 0
+    else:
+        # torch 2.11's CPU Inductor fuses less here: unguarded 2.9% over the model, guarded
+        # 3.7% over; the guarded compile is no better, so "auto" keeps the unguarded one
+        assert off > (1 + GUARD_EXCESS) * model and on >= off
+        assert not tried["kept"] and sec["peak"] == off and abs(off - model) <= 0.03 * model
     eager, eager_loss = _llama_step()  # the guarded kernels compute what eager does
     torch.testing.assert_close(loss, eager_loss, rtol=1e-4, atol=1e-5)
     for a, b in zip(opt.parameters(), eager.parameters(), strict=True):

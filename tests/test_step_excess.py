@@ -175,7 +175,7 @@ def test_an_excess_holds_for_plans_that_treat_the_tensors_its_op_reads_as_its_pl
     an excess placed at 10 under a plan keeping layer 1's tensor does not hold for a plan that
     recomputes it; the menu is solved with every excess and with none, each option priced with
     those that hold for it."""
-    from memopt.state import _union
+    from memopt.step_excess import union as _union
 
     p = _problem()
     keep, rec = (
@@ -236,8 +236,9 @@ def test_a_finer_solve_takes_the_cheaper_plan_that_still_fits_once_priced():
     returned the 55 MiB plan."""
     from functools import partial
 
-    from memopt.state import _cheaper, _union
     from memopt.step import exact_option, region_menu
+    from memopt.step_excess import cheaper as _cheaper
+    from memopt.step_excess import union as _union
 
     p = _problem()
     st = _stub(p, {(10, step_excess.signature(p, {}, 10)): 30 * MiB})
@@ -270,8 +271,9 @@ def test_a_flip_finds_the_cheap_recompute_that_changes_what_the_excesss_op_reads
     from functools import partial
 
     from memopt.planner import OpCost
-    from memopt.state import _cheaper, _union
     from memopt.step import exact_option, region_menu
+    from memopt.step_excess import cheaper as _cheaper
+    from memopt.step_excess import union as _union
 
     dear = LayerTensor("Dear+", 10 * MiB, slot=0, recompute_ops=(OpCost(flops=1e12),))
     cheap = LayerTensor("Cheap+", 10 * MiB, slot=2, recompute_ops=(OpCost(flops=1e9),))

@@ -6,10 +6,12 @@ given here by hand (the state's inputs), the region is a real CPU compile."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from unittest import mock
 
 import torch
 from torch import nn
 
+from memopt import _torch_compat as compat
 from memopt.api import MemoptBackend
 from memopt.config import resolve_config
 from memopt.state import MemoptState
@@ -26,7 +28,11 @@ def _state(budget: int = BUDGET) -> MemoptState:
     config = resolve_config(budget=budget)
     state = MemoptState(config)
     compiled = torch.compile(model, backend=MemoptBackend(config, state))
-    compiled(torch.randn(128, 64)).sum().backward()
+    # the budgets here are set against torch 2.13's model of the region; torch 2.11's holds
+    # the (128, 64) tangent to the end (32,768 B more in the backward): the same logic is
+    # tested on both with 2.13's rule
+    with mock.patch.object(compat, "tangents_held_to_the_end", lambda: False):
+        compiled(torch.randn(128, 64)).sum().backward()
     assert len(state.regions) == 1 and 0 in state.problems
     return state
 

@@ -105,8 +105,10 @@ def test_fraction_budget_is_a_budget_for_the_step():
     table = rep.table()
     assert f"(proven floor {1e3 * step.overhead_floor_s:.3f} ms)" in table
     assert "Step: 9 region run(s)" in table and "Step plan: predicted step peak" in table
-    # runs of one graph with different plans cannot be one plan file: said, not merged
-    with pytest.raises(ValueError, match="is planned 1:-1 in region 0 and none in region 2"):
+    # runs of one graph with different plans cannot be one plan file: said, not merged (which
+    # runs recompute depends on the memory model: torch 2.11 holds the tangents to the end)
+    differ = r"is planned (1:-1|none) in region \d+ and (?!\1)(1:-1|none) in region \d+"
+    with pytest.raises(ValueError, match=differ):
         rep.frozen_plan()
 
 

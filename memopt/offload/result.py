@@ -50,9 +50,10 @@ class OffloadResult:
     def summary(self) -> str:
         """A fixed-width report: copies per layer, the timeline, kept tensors and notes."""
         mode = "synchronous (no CUDA device)" if self.synchronous else "async (CUDA streams)"
+        how = f", copies {mode}" if self.offloaded else ""  # no copy: no device to tell
         lines = [
             f"activation offload: {len(self.offloaded)} host copies, "
-            f"{format_bytes(self.total_bytes())} per step, copies {mode}",
+            f"{format_bytes(self.total_bytes())} per step{how}",
             f"{'layer':>5}  {'copies':>6}  {'bytes':>12}  saved values",
         ]
         for layer, nbytes in sorted(self.bytes_per_layer().items()):
