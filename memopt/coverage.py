@@ -70,7 +70,14 @@ def nothing_compiled(
             f"torch.compile compiled {graphs} graph(s) of {name}'s forward, none of which needs "
             "gradients: what trains ran eagerly"
         )
-    cause = _rnn_cause(model) or (
+    return (
+        f"{what}, so memopt planned nothing and {_settings(config)} had no effect. {cause(model)}."
+    )
+
+
+def cause(model: torch.nn.Module | None) -> str:
+    """The likely reason Dynamo compiled nothing of ``model``: its recurrent modules, else
+    where to look."""
+    return _rnn_cause(model) or (
         "torch._dynamo.explain(model)(*inputs) lists the graph breaks and skipped frames"
     )
-    return f"{what}, so memopt planned nothing and {_settings(config)} had no effect. {cause}."

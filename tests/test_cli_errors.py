@@ -87,6 +87,33 @@ def test_untraceable_model_says_why(capsys):
     assert "tracing failed" in line and "fake tensors have shapes but no values" in line
 
 
+class Recurrent(nn.Module):
+    """An LSTM LM: Dynamo skips the whole forward (``allow_rnn`` off), so nothing compiles."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.rnn = nn.Embedding(32, 16), nn.LSTM(16, 16, batch_first=True)
+        self.head = nn.Linear(16, 32)
+
+    def forward(self, ids):
+        return self.head(self.rnn(self.emb(ids))[0]).sum()
+
+
+def recurrent():
+    return Recurrent(), (torch.randint(0, 32, (2, 8)),)
+
+
+def test_a_model_dynamo_skips_says_why_nothing_compiled(capsys):
+    code, _, err = _run(["plan", "tests.test_cli_errors:recurrent", "--budget", "0.5"], capsys)
+    assert code == EXIT_TRACE
+    assert _one_line_error(err) == (
+        "memopt plan: error: torch.compile compiled no graph of Recurrent's forward (it would "
+        "train eagerly, with nothing to plan). Dynamo does not trace nn.LSTM (here: rnn) unless "
+        "torch._dynamo.config.allow_rnn = True, which unrolls the recurrence (long compiles for "
+        "long sequences)"
+    )
+
+
 def test_argparse_errors_exit_2(capsys):
     assert main(["plan"]) == EXIT_USAGE  # no MODEL
     assert main(["fit", "hf:gpt2"]) == EXIT_USAGE  # no --memory

@@ -39,6 +39,7 @@ import torch.fx
 import torch.nn as nn
 
 from memopt import _torch_compat as compat
+from memopt import coverage
 from memopt.cli.attention import emulate_cuda_attention
 from memopt.cli.eager import stand_in_op, stand_in_values, stopped_at
 from memopt.cli.errors import EXIT_TRACE, CliError, one_line
@@ -308,7 +309,10 @@ def trace(
         pad_matmuls=device_kind == "cuda" and compat.inductor_pads_matmuls(),
     )
 
+    graphs = []
+
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        graphs.append(gm)
         partitioner.activation_inputs = tuple(
             isinstance(x, torch.Tensor) and x.grad_fn is not None for x in example_inputs
         )
@@ -342,6 +346,12 @@ def trace(
     finally:
         breaks = graph_breaks()
         compat.dynamo_reset()
+    if not partitioner.runs[0] and not graphs:  # Dynamo skipped the forward: it runs eagerly
+        raise CliError(
+            f"torch.compile compiled no graph of {type(built.model).__name__}'s forward (it "
+            f"would train eagerly, with nothing to plan). {coverage.cause(built.model)}",
+            EXIT_TRACE,
+        )
     if not partitioner.runs[0]:
         raise CliError(
             "tracing produced no training graph (does the model have parameters that require "
