@@ -24,26 +24,90 @@ _BACKEND_STATE: dict[str, MemoptState] = {}
 class MemoptBackend:
     """A torch.compile backend: Inductor with memopt's partitioner."""
 
-    def __init__(self, config: MemoptConfig, state: MemoptState | None = None):
+    def __init__(
+        self,
+        config: MemoptConfig,
+        state: MemoptState | None = None,
+        inductor: dict[str, Any] | None = None,
+    ):
         self.config = config
         self.state = state or MemoptState(config)
+        self.inductor = dict(inductor or {})  # Inductor settings (torch.compile's mode, options)
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+    def __call__(
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        mode: str | None = None,
+        options: dict[str, Any] | None = None,
+    ):
+        # torch.compile(..., backend=<this>, mode=..., options=...) hands them over here
+        patches = {**self.inductor, **inductor_settings(mode, options)}
+        self.state._say("cudagraphs", cudagraphs_note(patches, example_inputs))
         self.state.graphs_seen += 1
-        return RegionProgram(self.config, self.state, gm, example_inputs)
+        return RegionProgram(self.config, self.state, gm, example_inputs, patches)
 
     def __deepcopy__(self, memo: dict) -> MemoptBackend:
         # frameworks deep-copy torch.compile's arguments (Lightning): the state is shared
         return self
 
 
-def _env_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
-    """``torch.compile(model, backend="memopt")``: settings from the environment."""
+def _env_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **compile_kw: Any):
+    """``torch.compile(model, backend="memopt")``: settings from the environment (``mode=``
+    and ``options=`` are torch.compile's)."""
     config = resolve_config()
     state = _BACKEND_STATE.get(config.uuid())
     if state is None:
         state = _BACKEND_STATE[config.uuid()] = MemoptState(config)
-    return MemoptBackend(config, state)(gm, example_inputs)
+    return MemoptBackend(config, state)(gm, example_inputs, **compile_kw)
+
+
+_CUDAGRAPHS = (
+    "CUDA graphs are on (torch.compile's mode= or options=): memopt plans and applies as without "
+    "them, but its predicted peaks do not count the graphs' private memory pools, and plans "
+    "under CUDA graphs are not yet measured; mode='max-autotune-no-cudagraphs' keeps the "
+    "autotuning without them"
+)
+
+
+def cudagraphs_note(patches: dict[str, Any], example_inputs: Sequence[Any]) -> str | None:
+    """The note for a region Inductor compiles with CUDA graphs (None on the CPU, where
+    Inductor makes none)."""
+    cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
+    return _CUDAGRAPHS if cuda and patches.get("triton.cudagraphs") else None
+
+
+#: torch.compile's own keys in ``options=`` (not Inductor settings).
+_COMPILE_OPTION_KEYS = frozenset({"guard_filter_fn", "use_aoti"})
+
+
+def inductor_settings(mode: str | None, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The Inductor settings torch.compile's ``mode=`` / ``options=`` ask for, checked (a
+    :class:`ConfigError` naming an unknown mode or setting). Inductor compiles every region
+    with them, as torch.compile's own backend would."""
+    if mode is not None and options is not None:
+        raise ConfigError("memopt.optimize: give torch.compile's mode= or options=, not both")
+    out: dict[str, Any] = {}
+    if mode not in (None, "default"):
+        try:
+            out.update(compat.inductor_mode_options(mode))
+        except ValueError as e:
+            raise ConfigError(f"memopt.optimize: mode={mode!r}: {e}") from None
+    if options is not None and not isinstance(options, dict):
+        raise ConfigError(f"memopt.optimize: options= takes a dict, got {type(options).__name__}")
+    names = compat.inductor_setting_names()
+    for key, value in (options or {}).items():
+        if key in _COMPILE_OPTION_KEYS:
+            continue
+        name = str(key).replace("-", "_")
+        if name not in names:
+            import difflib
+
+            close = difflib.get_close_matches(name, sorted(names), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"memopt.optimize: options: {key!r} is no Inductor setting{hint}")
+        out[name] = value
+    return out
 
 
 compat.register_backend("memopt", _env_backend)
@@ -66,7 +130,9 @@ def optimize(
     Arguments win over ``MEMOPT_*`` environment variables. ``config`` takes plan strings
     (``"BiasGelu+:1:-1"``, a comma-separated string, a list, or a JSON file path). Other keyword
     arguments that are memopt settings (see :class:`memopt.config.MemoptConfig`) are applied;
-    the rest go to ``torch.compile`` (``mode=``, ``fullgraph=`` ...).
+    the rest go to ``torch.compile`` (``fullgraph=`` ...). torch.compile's ``mode=`` and
+    ``options=`` are Inductor settings: every region compiles with them (checked here; CUDA
+    graphs are applied but not yet measured with memopt's plans, and said).
 
     ``param_offload=f`` keeps that share of the parameter bytes on the host through FSDP2
     (docs/params.md): each layer is ``fully_shard``-ed with a host or device offload policy (a
@@ -119,7 +185,14 @@ def optimize(
             host_dtype=host_dtype,
         )
     agree_device_rates()  # at world size > 1: every rank plans with the same rates
-    compiled = torch.compile(model, backend=MemoptBackend(cfg, state), dynamic=dynamic, **kwargs)
+    inductor = inductor_settings(kwargs.pop("mode", None), kwargs.get("options"))
+    own = {
+        k: v for k, v in (kwargs.pop("options", None) or {}).items() if k in _COMPILE_OPTION_KEYS
+    }
+    if own:
+        kwargs["options"] = own  # torch.compile's own (guard_filter_fn)
+    backend = MemoptBackend(cfg, state, inductor)
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic, **kwargs)
     _errors_first(compiled, debug=cfg.debug)
     _keep_signature(compiled, model)
     # eager, before the compiled code: what of the step is no activation (its batch, weights)

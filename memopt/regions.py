@@ -40,8 +40,10 @@ class RegionProgram:
         state: MemoptState,
         gm: torch.fx.GraphModule,
         example_inputs: Sequence[Any],
+        inductor: dict[str, Any] | None = None,
     ):
         self.config, self.state = config, state
+        self._inductor = dict(inductor or {})  # Inductor settings (torch.compile's mode=, options=)
         # clusters of plans with a Count: the Count is over the step, so runs of this graph
         # after other occurrences apply what is left of it (plan variants)
         self._counted = frozenset(p.cluster_id for p in config.plans if p.count >= 0)
@@ -108,7 +110,8 @@ class RegionProgram:
             inductor_plan.eager_backward(),
             fusion.lifetime_guard(self.config.fusion_guard is True or guarded) as refused,
         ):
-            fn = compat.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": p})
+            patches = {**self._inductor, "custom_partitioner_fn": p}
+            fn = compat.compile_fx(gm, example_inputs, config_patches=patches)
         index = self.state.end_region(example_inputs)
         if index is not None:
             self.state.regions[index].extra["fusions_refused"] = len(refused)

@@ -41,6 +41,24 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs
     return _compile_fx(gm, example_inputs, **kwargs)
 
 
+def inductor_mode_options(mode: str) -> dict[str, Any]:
+    """The Inductor settings torch.compile's ``mode=`` stands for (ValueError naming the modes
+    for an unknown one)."""
+    from torch._inductor import list_mode_options
+
+    try:
+        return dict(list_mode_options(mode))
+    except RuntimeError as e:
+        raise ValueError(str(e)) from None
+
+
+def inductor_setting_names() -> frozenset[str]:
+    """Every Inductor config name (what torch.compile's ``options=`` may set)."""
+    from torch._inductor import config
+
+    return frozenset(config.get_config_copy())
+
+
 def tracing_context() -> Any:
     """The tracing context dynamo compiles the current graph in (None outside dynamo)."""
     return torch._guards.TracingContext.try_get()
