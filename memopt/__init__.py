@@ -11,7 +11,7 @@ import memopt.offload.ops  # noqa: F401
 from memopt._version import __version__
 from memopt.api import MemoptBackend, optimize, param_offload_handle, report
 from memopt.config import MemoptConfig, resolve_config
-from memopt.errors import ConfigError, PlanError
+from memopt.errors import ConfigError, KeptGraphError, PlanError
 from memopt.params import HostAdamW
 from memopt.plan import PlanSpec, Strategy, parse_plan, parse_plans
 from memopt.report import Report
@@ -19,6 +19,7 @@ from memopt.report import Report
 __all__ = [
     "HostAdamW",
     "ConfigError",
+    "KeptGraphError",
     "MemoptBackend",
     "MemoptConfig",
     "PlanError",

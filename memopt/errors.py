@@ -13,3 +13,8 @@ class PlanError(ConfigError):
     The message quotes the offending plan and names the bad field. A :class:`ConfigError`, so
     one ``except memopt.ConfigError`` catches every bad setting.
     """
+
+
+class KeptGraphError(RuntimeError):
+    """A backward that keeps the graph (``retain_graph=True``, ``create_graph=True``) reached a
+    region whose compiled backward was given the saved tensors to reuse (donated buffers)."""

@@ -64,6 +64,7 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
         return (f"held={self.held_bytes}" if self.held_bytes else "") + counts
 
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any):
+        from memopt.passes.build_planning_problem import donated_saved
         from memopt.passes.pipeline import run_pipeline
 
         try:
@@ -81,6 +82,8 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
         except PlanError:
             raise
         region = RegionReport.from_pipeline(0, result)
+        # saved tensors AOTAutograd donates to this backward: a kept graph cannot run it twice
+        region.extra["donated_saved"] = len(donated_saved(result.fw, result.bw))
         for w in region.warnings:
             log.warning("memopt: %s", w)
         b = result.budget

@@ -25,6 +25,7 @@ from memopt import inductor_buffers as buffers
 from memopt import report_cache
 from memopt._torch_compat import allocator, fusion, inductor_plan
 from memopt.config import MemoptConfig
+from memopt.errors import KeptGraphError
 from memopt.partitioner import MemoptPartitioner
 from memopt.state import MemoptState
 
@@ -181,7 +182,7 @@ class RegionProgram:
         else:
             out = fn(*args)
         st.record_outputs(report, out)
-        _on_backward(out, functools.partial(st.backward_started, pos))
+        _on_backward(out, functools.partial(_backward_reached, st, pos, report))
         if st.offload is not None:
             # copy-backs start after the hooks other engines put on the outputs: FSDP2's
             # pre-backward queues small host-to-device copies (its all-gather copy-out) on the
@@ -252,6 +253,23 @@ def _over_model(region: Any, assigned: Any = None) -> bool:
 
 def _model(sec: dict, assigned: Any) -> int | None:
     return sec.get("model_peak") if assigned is None else (assigned.peak or None)
+
+
+def _backward_reached(state: Any, pos: int, report: int) -> None:
+    """Backward reached the run at step position ``pos`` (compiled as region report
+    ``report``), before its compiled backward runs."""
+    donated = state.regions[report].extra.get("donated_saved", 0)
+    if donated and compat.graph_kept():
+        raise KeptGraphError(
+            f"memopt: backward(retain_graph=True) (or create_graph=True) reached compiled "
+            f"region {report}, whose backward reuses {donated} saved tensor(s) in place "
+            "(AOTAutograd's donated buffers): memopt lowers each backward with its forward, to "
+            "read Inductor's buffer plan, so it cannot run twice (plain torch.compile lowers it "
+            "at the first backward, without donation when that backward keeps the graph). Set "
+            "torch._functorch.config.donated_buffer = False before the first step to keep graphs "
+            "(memopt's model follows), or call backward without retain_graph"
+        )
+    state.backward_started(pos)
 
 
 def _offload_backward(state: Any, pos: int) -> None:

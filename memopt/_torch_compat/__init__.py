@@ -534,6 +534,11 @@ def tangents_held_to_the_end() -> bool:
     return not hasattr(rw, "_codegen_compiled_backward")
 
 
+def graph_kept() -> bool:
+    """Whether the running backward keeps the graph (``retain_graph`` or ``create_graph``)."""
+    return bool(torch._C._autograd._get_current_graph_task_keep_graph())
+
+
 def donated_buffers_on() -> bool:
     """Whether AOTAutograd donates saved tensors to the backward (``donated_buffer``)."""
     return bool(getattr(torch._functorch.config, "donated_buffer", False))
