@@ -168,8 +168,8 @@ class RegionProgram:
             report_cache.store(self.state.last_key, region)
 
     def __call__(self, *args: Any) -> Any:
-        if self.index is None or not torch.is_grad_enabled():
-            return self._fn(*args)
+        if self.index is None or not torch.is_grad_enabled() or compat.fake_call(args):
+            return self._fn(*args)  # no step's run (DDP's graph split propagates fake tensors)
         st = self.state
         sizes = {k: _size(args, i, d) for k, (i, d) in self._sizes.items()}
         st.latest_sizes.update(sizes)

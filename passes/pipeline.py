@@ -282,6 +282,9 @@ def decide_pass(r: Region) -> Region:
         plans += tuple(p for cid, p in mine.items() if cid not in {q.cluster_id for q in plans})
     elif b is not None:
         plans = b.plans
+    # DDP's graph split cuts the model at bucket bytes, not layers: a region's layers are no
+    # model's layers to count the user's offload setting in (the step offloads nothing)
+    ddp = bool(c.offload_k or c.sync) and compat.ddp_split_compile()
     r.plan = decide(
         r.candidates,
         level=0 if b is not None else c.level,
@@ -289,13 +292,24 @@ def decide_pass(r: Region) -> Region:
         known_elsewhere=r.known_elsewhere,
         strict=c.strict,
         value=r.symbols.evaluate,
-        layer_names=r.layers,
+        layer_names=() if ddp else r.layers,
         offload_layers=c.offload_k,
         # the user's sync dict wins; offload_layers=k takes its default schedule
         sync=dict(c.sync) if c.sync else (b.sync if b and not c.offload_k else None),
         max_depth=MAX_RECOMPUTE_DEPTH if b is None else r.planner_depth,
     )
+    if ddp:
+        r.plan = replace(r.plan, warnings=(*r.plan.warnings, _DDP_OFFLOAD))
     return r
+
+
+_DDP_OFFLOAD = (
+    "activation offload: this region is one of DistributedDataParallel's buckets (dynamo's "
+    "DDP graph split, torch._dynamo.config.optimize_ddp), which cut the model at bucket bytes, "
+    "not at layers, so offload_layers / sync cannot name the model's layers here; nothing is "
+    "offloaded. Compile one graph (torch._dynamo.config.optimize_ddp = False), or shard with "
+    "FSDP2 (one region per layer), or use a budget (its planner offloads within each region)"
+)
 
 
 def apply_recompute(r: Region) -> Region:

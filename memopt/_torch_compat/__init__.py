@@ -123,6 +123,22 @@ def detect_fake_mode(values: Sequence[Any]):
     return torch._guards.detect_fake_mode(values)
 
 
+def ddp_split_compile() -> bool:
+    """Whether the graph compiling now is one of DistributedDataParallel's buckets (dynamo's
+    DDPOptimizer split the model's graph and compiles each piece)."""
+    ctx = torch._guards.TracingContext.try_get()
+    return ctx is not None and getattr(ctx, "ddp_optimizer_ctx", None) is not None
+
+
+def fake_call(args: Sequence[Any]) -> bool:
+    """Whether a compiled region is called with fake tensors (a compile propagating shapes
+    through it, as DDP's graph split does), not by a step: its first tensor argument decides."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    return isinstance(first, FakeTensor)
+
+
 def detect_shape_env(inputs: Sequence[Any]):
     """The ShapeEnv of the fake tensors in ``inputs`` (None when shapes are static/not fake)."""
     fake_mode = torch._guards.detect_fake_mode(inputs)
