@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 import sympy
 
 from memopt.candidates import SavedActivation
-from memopt.errors import ConfigError, PlanError
+from memopt.errors import PlanError
 from memopt.offload.sync import SyncEntry, build_schedule, default_sync
 from memopt.plan import PlanSpec, Strategy
 from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, acceptance_key
@@ -241,8 +241,14 @@ def offload_schedule(
         build_schedule(sync, n)  # validates layers and order against this region
         return dict(sync), None
     if offload_layers >= n:
-        raise ConfigError(
-            f"offload_layers={offload_layers} must be below the number of layers ({n})"
+        # memopt.optimize already refused k >= the model's layer count where it could count
+        # them: here a graph break or a per-block compile left fewer layers in this region
+        # (or the model reuses one layer module at every depth, which counts once)
+        return None, (
+            f"offload_layers={offload_layers}: this compiled region holds {n} layer(s) (a graph "
+            "break or a per-block compile split the model, or one layer module is reused at "
+            "every depth), and the setting counts layers inside one region, the last of which "
+            "cannot be offloaded; nothing offloaded here. A budget plans offload per region."
         )
     return default_sync(n, offload_layers or n - 1), None
 

@@ -67,7 +67,9 @@ def _stack_paths(node: torch.fx.Node) -> list[str]:
 
 def _split_layer(path: str) -> tuple[str, int] | None:
     head, _, last = path.rpartition(".")
-    if head and last.isdigit():
+    # a weight's parametrizations (weight_norm: ``conv.parametrizations.weight.0``) are a
+    # ModuleList of transforms, no layers
+    if head and last.isdigit() and "parametrizations" not in head.split("."):
         return head, int(last)
     return None
 

@@ -99,3 +99,31 @@ def test_complex_views_are_offloaded_as_themselves():
     off = memopt.report(opt).regions[0].extra["offload"]
     complex_rows = [r for r in off["offloaded"] if not r["via_base"] and "conj" in r["source"]]
     assert len(complex_rows) == 2, off["offloaded"]  # both complex factors, copied themselves
+
+
+def test_mamba2_offload_copies_its_lone_gated_norm_view_itself():
+    """Mamba2 (forty-ninth session's sweep): the gated RMSNorm's input ``y.reshape(b, T, -1)``
+    (view_32 of add_4) is a lone saved view covering its base. Rebuilt by ``as_strided`` from a
+    copy of the base, the gate's, in_proj's, norm's and embedding's gradients were wrong by
+    their own size (the loss right); copied itself they are torch.compile's."""
+    torch.manual_seed(0)
+    cfg = transformers.Mamba2Config(
+        vocab_size=128, hidden_size=64, num_hidden_layers=2, state_size=8, expand=2,
+        head_dim=16, num_heads=8, n_groups=1, chunk_size=8, bos_token_id=0, eos_token_id=0,
+        pad_token_id=0,
+    )  # fmt: skip
+    model = transformers.Mamba2ForCausalLM(cfg).train()
+    ids = torch.randint(1, 128, (4, 16), generator=torch.Generator().manual_seed(0))
+    with compat.no_compile_caches():
+        torch._dynamo.reset()
+        want = _grads(model, torch.compile(model), ids)
+        torch._dynamo.reset()
+        opt = memopt.optimize(model, offload_layers=1, offload_min_bytes=0)
+        got = _grads(model, opt, ids)
+    torch._dynamo.reset()
+    for name, g in want.items():
+        torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-5, msg=name)
+    rows = memopt.report(opt).regions[0].extra["offload"]["offloaded"]
+    lone = [r for r in rows if len(r["saved"]) == 1]
+    assert lone and all(r["saved"] == (r["source"],) for r in lone), rows  # copied themselves
+    assert sum(r["nbytes"] for r in rows) > 0

@@ -107,14 +107,14 @@ def _make_unit(slots: Slots, root: fx.Node, members: list[int], layer_of) -> tup
         source = covering[0] if covering else None
     if source is None:
         return None, "a partial view whose base cannot be copied (non-dense or symbolic)"
-    # A member rebuilt from the copy is an ``as_strided`` of it. ConvBERT's lone saved permute
-    # of a whole unfold (clone_3 -> permute_114) got wrong gradients rebuilt so, right copied
-    # itself (CPU, torch 2.13, forty-eighth session; the cause in Inductor is not found; GPT-2's
-    # q, k, v permutes of one base are right either way): a lone member that covers the
-    # storage is copied itself when it is not a plain view
+    # A member rebuilt from the copy is an ``as_strided`` of it. Lone saved views rebuilt so
+    # got wrong gradients on two models, right copied themselves (CPU, torch 2.13; the cause
+    # in Inductor is not found): ConvBERT's permute of a whole unfold (clone_3 -> permute_114,
+    # forty-eighth session) and Mamba2's plain reshape of its gated-norm input (add_4 ->
+    # view_32, forty-ninth). GPT-2's q, k, v permutes of one base are right either way: a
+    # lone member that covers the storage is copied itself (the same bytes)
     if len(member_nodes) == 1 and member_nodes[0] in covering:
-        if not _plain(member_nodes[0], source):
-            source = member_nodes[0]
+        source = member_nodes[0]
     # a view in another dtype (view_as_complex: Llama 4's rotary) is no as_strided of its base
     if any(m.meta["val"].dtype != source.meta["val"].dtype for m in member_nodes):
         lone = member_nodes[0]
@@ -127,15 +127,3 @@ def _make_unit(slots: Slots, root: fx.Node, members: list[int], layer_of) -> tup
         if m is not source and not same_layout(mv, sv) and not (is_static(mv) and is_static(sv)):
             return None, "views of one storage with symbolic layouts"
     return Unit(source, members, layer, nbytes_hint(sv), via_base=source not in member_nodes), ""
-
-
-def _plain(member: fx.Node, source: fx.Node) -> bool:
-    """Whether ``member`` is ``source`` or an ``as_strided`` rebuilds it with contiguous
-    strides from a contiguous copy of ``source``."""
-    mv, sv = member.meta["val"], source.meta["val"]
-    if same_layout(mv, sv):
-        return True
-    try:
-        return bool(mv.is_contiguous()) and bool(sv.is_contiguous())
-    except Exception:  # a symbolic layout that cannot be decided: not plain
-        return False

@@ -1,0 +1,77 @@
+"""``offload_layers`` on models whose compiled regions hold fewer layers than the model (the
+forty-ninth session's sweep): a graph break that leaves one layer alone in a region, and a
+weight-normed module whose parametrizations (a ModuleList of transforms) were taken for a stack
+of one layer. Each raised "offload_layers=1 must be below the number of layers (1)" from inside
+Inductor's partitioner though the model has four layers; now the region says why it offloads
+nothing, the other region offloads, and the gradients are torch.compile's."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils.parametrizations import weight_norm
+
+import memopt
+from memopt import _torch_compat as compat
+
+
+class _Block(nn.Module):
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.b(torch.relu(self.a(x)))
+
+
+class _Net(nn.Module):
+    """Four layers; ``front``: a weight-normed linear before them; ``alone``: layers before
+    the graph break."""
+
+    def __init__(self, alone: int, normed: bool) -> None:
+        super().__init__()
+        self.alone = alone
+        self.front = weight_norm(nn.Linear(32, 32)) if normed else nn.Identity()
+        self.layers = nn.ModuleList(_Block() for _ in range(4))
+        self.head = nn.Linear(32, 8)
+
+    def forward(self, x):
+        h = torch.tanh(self.front(x))
+        for layer in self.layers[: self.alone]:
+            h = layer(h)
+        torch._dynamo.graph_break()
+        for layer in self.layers[self.alone :]:
+            h = layer(h)
+        return self.head(h).square().mean()
+
+
+def _grads(model: nn.Module, run, x) -> dict[str, torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    run(x).backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("alone, normed", [(1, False), (0, True)])
+def test_a_region_with_too_few_layers_offloads_nothing_and_says_why(alone, normed, caplog):
+    torch.manual_seed(0)
+    model, x = _Net(alone, normed), torch.randn(8, 32)
+    with compat.no_compile_caches():
+        torch._dynamo.reset()
+        want = _grads(model, torch.compile(model), x)
+        torch._dynamo.reset()
+        opt = memopt.optimize(model, offload_layers=1, offload_min_bytes=0)
+        with caplog.at_level(logging.WARNING, logger="memopt"):
+            got = _grads(model, opt, x)
+    torch._dynamo.reset()
+    for name, g in want.items():
+        torch.testing.assert_close(got[name], g, msg=name)
+    rep = memopt.report(opt)
+    first, rest = rep.regions[0], rep.regions[1]
+    names = first.extra.get("layers", {}).get("names", [])
+    assert names == (["layers.0"] if alone else [])  # no parametrization is a layer
+    said = [m for m in caplog.messages if "offload_layers=1: this compiled region holds" in m]
+    assert len(said) == (1 if alone else 0)
+    assert rest.extra["offload"]["total_bytes"] > 0  # the region of 3-4 layers offloads
