@@ -420,10 +420,14 @@ class LayoutCopies:
 def layout_copies(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> LayoutCopies:
     """:class:`LayoutCopies` of a forward graph (its layout decided once)."""
     saved = set(saved_outputs(fw, num_fwd_outputs))
+    # a graph input, or a view of one (CogVideoX reshapes its 5-D latents to 4-D frames for
+    # the patch convolution: the copy is of the view)
     inputs = [
         n
-        for n in fw.graph.find_nodes(op="placeholder")
-        if isinstance(v := tensor_val(n), torch.Tensor) and _channels_last_copy(v)
+        for n in fw.graph.nodes
+        if (n.op == "placeholder" or storage_root(n).op == "placeholder")
+        and isinstance(v := tensor_val(n), torch.Tensor)
+        and _channels_last_copy(v)
     ]
     if not inputs or not inductor_layout_opt(fw):
         return LayoutCopies()

@@ -42,6 +42,7 @@ class RegionRegistry:
         self._compiled: dict[tuple[int, int, int], tuple[Any, Any, bool]] = {}
         self._lock = threading.Lock()
         self._pending: tuple[str, int | None] | None = None  # (persist key, index to replace)
+        self._hits = 0  # compile-cache hits as the region began (compat.compile_cache_hits)
         self.last_key: str | None = None  # the persist key of the graph compiled last
         self._ran = False
         # storages of the optimized model's latest call's tensors, and the model
@@ -66,6 +67,7 @@ class RegionRegistry:
         key = report_cache.graph_key(self.config.uuid(), context, gm.code, example_inputs)
         self._pending = (key, index)
         self._ran = False
+        self._hits = compat.compile_cache_hits()
 
     def add_region(
         self, region: RegionReport, problem: Any = None, retime: Callable | None = None
@@ -161,6 +163,8 @@ class RegionRegistry:
             return self.regions[-1].index if pending[1] is None else pending[1]
         if pending is None or not _trains(example_inputs):
             return None
+        if compat.compile_cache_hits() == self._hits:
+            return None  # no cache hit: no output needs a gradient (an argmin, a top-k index)
         region, problem = report_cache.load(pending[0])
         if region is None:
             log.warning(

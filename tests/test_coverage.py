@@ -80,3 +80,30 @@ def test_a_model_that_compiles_says_nothing(caplog):
         opt(torch.randn(4, 8)).sum().backward()
     assert _warnings(caplog) == [] and memopt.report(opt).notes == ()
     assert len(memopt.report(opt).regions) == 1
+
+
+class _Codes(nn.Module):
+    """A region that reads weights but returns integer codes (Encodec's quantizer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.emb, self.dec = nn.Linear(16, 8), nn.Embedding(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        idx = self.enc(x).argmax(-1)
+        torch._dynamo.graph_break()
+        return self.dec(self.emb(idx)).square().mean()
+
+
+def test_a_region_whose_outputs_need_no_gradient_is_no_cache_hit(caplog):
+    """Its graph compiles without a backward (the partitioner never runs): that was taken for
+    a compile-cache hit without a stored report, and said so with every cache off."""
+    from memopt import _torch_compat as compat
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    with compat.no_compile_caches(), caplog.at_level(logging.WARNING, logger="memopt"):
+        opt = memopt.optimize(_Codes(), level=1)
+        opt(torch.randn(32, 16)).backward()
+    assert not [m for m in caplog.messages if "cache hit" in m], caplog.messages
+    assert len(memopt.report(opt).regions) == 1  # the decoder's region

@@ -14,6 +14,14 @@ import torch.fx
 from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: F401  (re-export)
 from torch.utils.checkpoint import CheckpointPolicy  # noqa: F401  (re-export)
 
+from memopt._torch_compat.compile_info import (  # noqa: F401  (re-export)
+    compile_cache_hits,
+    ddp_split_compile,
+    fake_call,
+    graph_kept,
+    inductor_mode_options,
+    inductor_setting_names,
+)
 from memopt._torch_compat.rng import (  # noqa: F401  (re-export)
     _PLANNING_FOR_CUDA,
     CUDA_RNG_STATE_BYTES,
@@ -39,24 +47,6 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs
     from torch._inductor.compile_fx import compile_fx as _compile_fx
 
     return _compile_fx(gm, example_inputs, **kwargs)
-
-
-def inductor_mode_options(mode: str) -> dict[str, Any]:
-    """The Inductor settings torch.compile's ``mode=`` stands for (ValueError naming the modes
-    for an unknown one)."""
-    from torch._inductor import list_mode_options
-
-    try:
-        return dict(list_mode_options(mode))
-    except RuntimeError as e:
-        raise ValueError(str(e)) from None
-
-
-def inductor_setting_names() -> frozenset[str]:
-    """Every Inductor config name (what torch.compile's ``options=`` may set)."""
-    from torch._inductor import config
-
-    return frozenset(config.get_config_copy())
 
 
 def tracing_context() -> Any:
@@ -121,22 +111,6 @@ def register_backend(name: str, fn) -> None:
 def detect_fake_mode(values: Sequence[Any]):
     """The FakeTensorMode of the fake tensors in ``values`` (None if there are none)."""
     return torch._guards.detect_fake_mode(values)
-
-
-def ddp_split_compile() -> bool:
-    """Whether the graph compiling now is one of DistributedDataParallel's buckets (dynamo's
-    DDPOptimizer split the model's graph and compiles each piece)."""
-    ctx = torch._guards.TracingContext.try_get()
-    return ctx is not None and getattr(ctx, "ddp_optimizer_ctx", None) is not None
-
-
-def fake_call(args: Sequence[Any]) -> bool:
-    """Whether a compiled region is called with fake tensors (a compile propagating shapes
-    through it, as DDP's graph split does), not by a step: its first tensor argument decides."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-    return isinstance(first, FakeTensor)
 
 
 def detect_shape_env(inputs: Sequence[Any]):
@@ -548,11 +522,6 @@ def tangents_held_to_the_end() -> bool:
     from torch._functorch._aot_autograd import runtime_wrappers as rw
 
     return not hasattr(rw, "_codegen_compiled_backward")
-
-
-def graph_kept() -> bool:
-    """Whether the running backward keeps the graph (``retain_graph`` or ``create_graph``)."""
-    return bool(torch._C._autograd._get_current_graph_task_keep_graph())
 
 
 def donated_buffers_on() -> bool:
