@@ -33,9 +33,9 @@ def _grads(model, fn, ids) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def test_convbert_offload_keeps_torch_compiles_gradients():
-    model = _model()
-    ids = torch.randint(1, 128, (4, 64), generator=torch.Generator().manual_seed(0))
+def _offloaded_as_compiled(model, ids, atol: float) -> torch.nn.Module:
+    """One step of ``offload_layers=1, offload_min_bytes=0`` against torch.compile's gradients
+    (asserted); the optimized model, for its report."""
     with compat.no_compile_caches():
         torch._dynamo.reset()
         want = _grads(model, torch.compile(model), ids)
@@ -44,7 +44,14 @@ def test_convbert_offload_keeps_torch_compiles_gradients():
         got = _grads(model, opt, ids)
     torch._dynamo.reset()
     for name, g in want.items():
-        torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(got[name], g, rtol=1e-4, atol=atol, msg=name)
+    return opt
+
+
+def test_convbert_offload_keeps_torch_compiles_gradients():
+    model = _model()
+    ids = torch.randint(1, 128, (4, 64), generator=torch.Generator().manual_seed(0))
+    opt = _offloaded_as_compiled(model, ids, atol=1e-6)
     off = memopt.report(opt).regions[0].extra["offload"]
     rows = off["offloaded"]
     # the permute of the whole unfold: its own copy, not its base's (the layer's only lone
@@ -114,15 +121,7 @@ def test_mamba2_offload_copies_its_lone_gated_norm_view_itself():
     )  # fmt: skip
     model = transformers.Mamba2ForCausalLM(cfg).train()
     ids = torch.randint(1, 128, (4, 16), generator=torch.Generator().manual_seed(0))
-    with compat.no_compile_caches():
-        torch._dynamo.reset()
-        want = _grads(model, torch.compile(model), ids)
-        torch._dynamo.reset()
-        opt = memopt.optimize(model, offload_layers=1, offload_min_bytes=0)
-        got = _grads(model, opt, ids)
-    torch._dynamo.reset()
-    for name, g in want.items():
-        torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-5, msg=name)
+    opt = _offloaded_as_compiled(model, ids, atol=1e-5)
     rows = memopt.report(opt).regions[0].extra["offload"]["offloaded"]
     lone = [r for r in rows if len(r["saved"]) == 1]
     assert lone and all(r["saved"] == (r["source"],) for r in lone), rows  # copied themselves
