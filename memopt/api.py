@@ -163,7 +163,7 @@ def optimize(
         budget=budget,
         **settings,
     )
-    _check_layers(model, cfg)
+    model_layers = _check_layers(model, cfg)
     for name, value in (
         ("host_dtype", host_dtype),
         ("mp_policy", mp_policy),
@@ -172,6 +172,7 @@ def optimize(
         if name in given and not cfg.param_offload:
             raise ConfigError(f"{name}={value!r} applies to param_offload, which is not set")
     state = MemoptState(cfg)
+    state.model_layers = model_layers
     if cfg.param_offload:
         from memopt.params import offload_parameters
 
@@ -270,11 +271,13 @@ def _layer_containers(model: torch.nn.Module) -> dict[str, int]:
     return out
 
 
-def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> None:
+def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> tuple[str, ...]:
     """What can be checked against the model's layers before anything compiles: the
-    ``layers=`` path, ``offload_layers`` and the sync dict's layer indices."""
+    ``layers=`` path, ``offload_layers`` and the sync dict's layer indices. Returns the model's
+    layers (normalized paths, the numbering ``offload_layers`` and the sync dict use) when an
+    offload setting names them, else ()."""
     if cfg.layers is None and not cfg.offload_k and not cfg.sync:
-        return
+        return ()
     from memopt.passes.detect_layers import normalize_module_path
 
     found = _layer_containers(model)
@@ -286,14 +289,14 @@ def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> None:
                 f"layers={cfg.layers!r} is no ModuleList/Sequential of repeated layers of this "
                 f"model; its layer containers (with their sizes): {listed}"
             )
-        n = found[path]
+        n, stacks = found[path], [path]
     elif found:  # detect_layers' layers: the outermost containers, the largest one's name
         outer = {k: v for k, v in found.items() if not any(k.startswith(o + ".") for o in found)}
         name = max(outer, key=outer.get).rsplit(".", 1)[-1]
         stacks = [k for k in outer if k.rsplit(".", 1)[-1] == name]
         n = sum(outer[k] for k in stacks)
     else:
-        return  # no container: the step tells whether layers compile as regions
+        return ()  # no container: the step tells whether layers compile as regions
     if cfg.offload_k and cfg.offload_k >= n:
         raise ConfigError(
             f"offload_layers={cfg.offload_layers} must be below the number of layers ({n}: "
@@ -310,6 +313,20 @@ def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> None:
         from memopt.offload.sync import build_schedule
 
         build_schedule(dict(cfg.sync), n)  # SyncError names the layer that cannot be scheduled
+    if not (cfg.offload_k or cfg.sync):
+        return ()
+    modules = dict(model.named_modules())
+    return tuple(f"{path}.{child}" for path in stacks for child, _ in _children(modules, path))
+
+
+def _children(modules: dict[str, torch.nn.Module], path: str) -> list[tuple[str, Any]]:
+    """The named children of the layer container at normalized ``path``."""
+    from memopt.passes.detect_layers import normalize_module_path
+
+    for name, mod in modules.items():
+        if normalize_module_path(name) == path:
+            return list(mod.named_children())
+    return []
 
 
 def _check_compile_kwargs(kwargs: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ import sympy
 
 from memopt.candidates import SavedActivation
 from memopt.errors import PlanError
+from memopt.offload.region_layers import slice_schedule
 from memopt.offload.sync import SyncEntry, build_schedule, default_sync
 from memopt.plan import PlanSpec, Strategy
 from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, acceptance_key
@@ -95,10 +96,12 @@ def decide(
     offload_layers: int = 0,
     sync: Mapping[int, SyncEntry] | None = None,
     max_depth: int = MAX_RECOMPUTE_DEPTH,
+    layer_slice: tuple[int, int] | None = None,
 ) -> Plan:
     """``value`` evaluates a symbolic size at the compile-time sizes (orders conflicts).
     ``layer_names``: the region's repeated layers; ``offload_layers`` and ``sync`` are the
-    activation-offload settings (see :func:`offload_schedule`). ``max_depth``: the chain rule
+    activation-offload settings (see :func:`offload_schedule`; ``layer_slice``: where the
+    region's layers sit among the model's, when the user's setting counts those). ``max_depth``: the chain rule
     (:mod:`memopt.planner.chains`); a planner's plans are applied at the depth it solved with."""
     by_cluster = _by_cluster(candidates, plans)
     warnings: list[str] = []
@@ -114,7 +117,10 @@ def decide(
         for cid, occ in by_cluster.items()
     )
     offloaded = Strategy.OFFLOAD in per_root.values()
-    schedule, note = offload_schedule(len(layer_names), offload_layers, sync, offloaded)
+    if layer_slice is not None and (offload_layers or sync):
+        schedule, note = slice_schedule(*layer_slice, len(layer_names), offload_layers, sync)
+    else:
+        schedule, note = offload_schedule(len(layer_names), offload_layers, sync, offloaded)
     if note:
         warnings.append(note)
     return Plan(

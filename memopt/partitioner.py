@@ -78,6 +78,7 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
                 assigned=self.assigned,
                 activation_inputs=self.activation_inputs,
                 count_offsets=self.count_offsets,
+                model_layers=self.state.model_layers,
             )
         except PlanError:
             raise

@@ -81,6 +81,7 @@ class MemoptState(RegionRegistry):
         self._planned_for: tuple[int, ...] | None = None
         self.graph_keys: dict[int, str] = {}  # region index -> its graph's code hash
         self.offload: StepOffload | None = None  # offload_layers across regions
+        self.model_layers: tuple[str, ...] = ()  # what offload_layers / sync count (api)
         self._user_offload = bool(config.offload_k or config.sync)
         self._offload_by = ""  # what set self.offload (the report says it)
         self._away: dict[int, frozenset[int]] = {}  # run -> offloaded runs on the host then

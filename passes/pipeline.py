@@ -46,6 +46,7 @@ from memopt.candidates import SavedActivation
 from memopt.config import MemoptConfig, cache_dir
 from memopt.decide import Plan, decide
 from memopt.errors import ConfigError
+from memopt.offload.region_layers import layer_slice
 from memopt.passes.apply_recompute import apply_recompute_pass
 from memopt.passes.cluster_subgraphs import cluster_subgraphs_pass
 from memopt.passes.detect_layers import detect_layers_pass
@@ -82,6 +83,8 @@ class Region:
     fw: torch.fx.GraphModule | None = None
     bw: torch.fx.GraphModule | None = None
     layers: list[str] = field(default_factory=list)  # the repeated layers (module paths)
+    # the model's layers, as offload_layers and the sync dict number them (api._check_layers)
+    model_layers: tuple[str, ...] = ()
     groups: list = field(default_factory=list)  # find_saved_activations.SavedGroup
     subgraphs: list = field(default_factory=list)  # find_recompute_subgraphs.Subgraph
     candidates: list[SavedActivation] = field(default_factory=list)
@@ -284,7 +287,8 @@ def decide_pass(r: Region) -> Region:
         plans = b.plans
     # DDP's graph split cuts the model at bucket bytes, not layers: a region's layers are no
     # model's layers to count the user's offload setting in (the step offloads nothing)
-    ddp = bool(c.offload_k or c.sync) and compat.ddp_split_compile()
+    own = bool(c.offload_k or c.sync)  # the user's setting: it counts the model's layers
+    ddp = own and compat.ddp_split_compile()
     r.plan = decide(
         r.candidates,
         level=0 if b is not None else c.level,
@@ -293,6 +297,7 @@ def decide_pass(r: Region) -> Region:
         strict=c.strict,
         value=r.symbols.evaluate,
         layer_names=() if ddp else r.layers,
+        layer_slice=layer_slice(r.layers, r.model_layers) if own and not ddp else None,
         offload_layers=c.offload_k,
         # the user's sync dict wins; offload_layers=k takes its default schedule
         sync=dict(c.sync) if c.sync else (b.sync if b and not c.offload_k else None),
@@ -501,6 +506,7 @@ def run_pipeline(
     assigned: Any = None,
     activation_inputs: Sequence[int] = (),
     count_offsets: Mapping[str, int] | None = None,
+    model_layers: Sequence[str] = (),
 ) -> Region:
     """Run every pass on one joint graph; the returned Region holds the final forward and
     backward graphs, the Plan and what the report reads. ``held_bytes`` and ``assigned`` come
@@ -518,6 +524,7 @@ def run_pipeline(
         assigned=assigned,
         activation_inputs=activation_inputs,
         count_offsets=count_offsets,
+        model_layers=tuple(model_layers),
     )
     region = run_passes(region)
     region.final_saved = saved_activation_bytes(region.fw, region.num_fwd_outputs, region.symbols)

@@ -1,6 +1,8 @@
 """Activation offload to the CPU with prefetch, placed by a per-layer synchronization dict.
 
 * :mod:`memopt.offload.sync` -- the dict, its defaults and validation (plain data);
+* :mod:`memopt.offload.region_layers` -- the user's layer numbering in a region holding a run
+  of the model's layers (plain data);
 * :mod:`memopt.offload.timeline` -- the per-layer diagram and bytes in flight;
 * :mod:`memopt.offload.ops` -- the ``torch.ops.memopt`` copy ops, streams, pinned pool;
 * ``memopt.passes.detect_layers`` / ``memopt.passes.insert_offload`` -- layer tags and the
