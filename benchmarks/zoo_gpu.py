@@ -93,17 +93,18 @@ def _compile(model, variant: dict[str, Any]):
     import memopt
 
     kind = variant["kind"]
+    mode = {"mode": os.environ["ZOO_GPU_MODE"]} if os.environ.get("ZOO_GPU_MODE") else {}
     if kind in ("compile", "torch"):
         if kind == "torch":
             torch._functorch.config.activation_memory_budget = variant["budget"]
-        return torch.compile(model)
+        return torch.compile(model, **mode)
     if kind == "level1":
-        return memopt.optimize(model, level=1)
+        return memopt.optimize(model, level=1, **mode)
     if kind == "offload":
         variant["k"] = _outer_layers(model) // 2
-        return memopt.optimize(model, offload_layers=variant["k"])
+        return memopt.optimize(model, offload_layers=variant["k"], **mode)
     if kind == "budget":
-        return memopt.optimize(model, budget=variant["target"])
+        return memopt.optimize(model, budget=variant["target"], **mode)
     if kind in PEERS:
         from benchmarks.native_offload import NativeOffload
 
@@ -373,6 +374,7 @@ class Runner:
             **os.environ,
             "PYTHONUNBUFFERED": "1",
             "TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // args.parallel)),
+            "ZOO_GPU_MODE": args.mode,  # torch.compile's mode= for every variant
         }
         self.docs: dict[str, dict[str, Any]] = {}
         self.queued: dict[str, set[str]] = collections.defaultdict(set)  # budget labels
@@ -391,6 +393,7 @@ class Runner:
                 "torch": torch.__version__,
                 "memopt_commit": os.environ.get("MEMOPT_COMMIT"),
                 "command": " ".join(sys.argv),
+                "mode": args.mode or "default",
                 "rows": kept,
             }
             done = {r["variant"] for r in kept}
@@ -554,12 +557,9 @@ def main(argv=None) -> None:
     p.add_argument("--logs", default="/tmp/zoo_gpu_logs")
     p.add_argument("--resume", help="a folder of earlier JSON: run only what they lack")
     p.add_argument("--again", action="store_true", help=f"with --resume: time {AGAIN!r}")
-    p.add_argument(
-        "--peers",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="PyTorch's native activation offload as peers (--no-peers: leave them out)",
-    )
+    p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                   help="PyTorch's native activation offload as peers (--no-peers: leave them out)")  # fmt: skip
+    p.add_argument("--mode", default="", help="torch.compile's mode= for every variant (memopt's too)")  # fmt: skip
     p.add_argument(
         "--peer-min-bytes",
         type=int,

@@ -220,6 +220,29 @@ def test_gpt2_bf16_bitwise_through_optimize():
     assert set(map(int, per_layer)) == {0, 1} and all(v > 0 for v in per_layer.values())
 
 
+def test_mamba2_bf16_bitwise_through_optimize():
+    """Mamba2 (torch's reference scan, no mamba_ssm kernels) offloading 2 of 4 layers on the
+    side stream: the lone saved views that gave wrong gradients on the CPU (forty-ninth
+    session) are copied themselves here too, and every gradient is torch.compile's, bitwise."""
+    transformers = pytest.importorskip("transformers")
+    import memopt
+
+    torch.manual_seed(0)
+    cfg = transformers.Mamba2Config(
+        vocab_size=512, hidden_size=256, num_hidden_layers=4, state_size=32, expand=2,
+        head_dim=32, num_heads=16, n_groups=1, chunk_size=64, bos_token_id=0, eos_token_id=0,
+        pad_token_id=0,
+    )  # fmt: skip
+    model = transformers.Mamba2ForCausalLM(cfg).to("cuda", torch.bfloat16).train()
+    ids = torch.randint(1, 512, (4, 256), device="cuda")
+    compiled = memopt.optimize(model, level=0, offload_layers=2, offload_min_bytes=0)
+    _assert_bitwise(model, ids, lambda: _compiled(model), lambda: compiled)
+    off = memopt.report(compiled).regions[0].extra["offload"]
+    assert set(map(int, off["bytes_per_layer"])) == {0, 1}
+    lone = [r for r in off["offloaded"] if len(r["saved"]) == 1]
+    assert lone and all(r["saved"] == (r["source"],) for r in lone), off["offloaded"]
+
+
 def test_reloaded_tensors_keep_alignment_hints():
     """A reload reads a host buffer, and Inductor counts every CPU tensor as unaligned: without
     memopt's lowerings the reload and every alias after it lose their 16-byte hints, the
