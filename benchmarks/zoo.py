@@ -53,9 +53,26 @@ TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (2e-2, 2e-2)}
 
 
 def _to(x: Any, device: str, dtype: torch.dtype) -> Any:
+    """``x`` on ``device``, floats in ``dtype``, inside tuples, lists and dicts too (HunyuanDiT's
+    ``image_rotary_emb`` is a (cos, sin) pair)."""
     if isinstance(x, torch.Tensor):
         return x.to(device=device, dtype=dtype if x.is_floating_point() else x.dtype)
+    if isinstance(x, tuple | list):
+        return type(x)(_to(v, device, dtype) for v in x)
+    if isinstance(x, dict):
+        return {k: _to(v, device, dtype) for k, v in x.items()}
     return x
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    """The tensors in ``x``, inside tuples, lists and dicts too."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, tuple | list):
+        return [t for v in x for t in _tensors(v)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    return []
 
 
 def build(entry: ZooModel, size: str, device: str, dtype: torch.dtype, batch: int | None = None):
@@ -71,7 +88,8 @@ def one_step(model, compiled, inputs) -> tuple[torch.Tensor, dict, SavedMeasurem
     """Forward (measured) and backward; returns the loss, the gradients and what was saved."""
     model.zero_grad(set_to_none=True)
     torch.manual_seed(0)  # the same random draws (DiT's class-label dropout) in every run
-    exclude = [*model.parameters(), *model.buffers(), *inputs.values()]
+    # the batch is no activation, nested inputs too (HunyuanDiT's rotary (cos, sin) pair)
+    exclude = [*model.parameters(), *model.buffers(), *_tensors(inputs)]
     loss, saved = measure_saved(lambda: step_loss(compiled(**inputs)), exclude)
     loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
