@@ -250,11 +250,12 @@ def _measure(
     peak (``snapshot``)."""
     import torch
 
+    from benchmarks.zoo import _tensors
     from benchmarks.zoo_models import step_loss
     from memopt.measure import measure_saved
 
     cuda = device.startswith("cuda")
-    exclude = [*model.parameters(), *model.buffers(), *inputs.values()]
+    exclude = [*model.parameters(), *model.buffers(), *_tensors(inputs)]
 
     def alloc() -> int:
         if not cuda:

@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import memopt  # noqa: E402
-from benchmarks.zoo import BY_NAME, _agree, build  # noqa: E402
+from benchmarks.zoo import BY_NAME, _agree, _tensors, build  # noqa: E402
 from benchmarks.zoo_models import step_loss  # noqa: E402
 from memopt.measure import measure_saved  # noqa: E402
 
@@ -41,7 +41,7 @@ def _freeze(model: torch.nn.Module) -> None:
 def _step(mode: str, model, fn, inputs):
     model.zero_grad(set_to_none=True)
     torch.manual_seed(0)
-    exclude = [*model.parameters(), *model.buffers(), *inputs.values()]
+    exclude = [*model.parameters(), *model.buffers(), *_tensors(inputs)]
     ctx = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" else contextlib.nullcontext()
     with ctx:
         loss, saved = measure_saved(lambda: step_loss(fn(**inputs)), exclude)
