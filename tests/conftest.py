@@ -79,6 +79,7 @@ ASIDE = (
     "test_planner_reuse.py",
     "test_cli_rng_state.py",
     "test_architecture.py",
+    "test_offload_sweep.py",
 )
 
 

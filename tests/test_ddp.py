@@ -3,7 +3,8 @@ compiles the model as one region per bucket and runs each piece on fake tensors 
 compiles, which memopt counted as step runs without a backward (a wrong note, and a step
 planned with phantom runs); a user offload setting cannot name the model's layers in
 bucket-cut regions and is said, not applied per region (it raised "must be below the number of
-layers (1)" in the bucket holding one layer). Gradients equal DDP + torch.compile's."""
+layers (1)" in the bucket holding one layer). Losses and gradients are eager DDP's (to float
+tolerance: the reference is eager, to keep the test to one compile per rank)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _train(kind: dict | None, rank: int) -> tuple[list[float], dict, object]:
     torch.manual_seed(0)
     model = tiny_llama(hidden_size=128, intermediate_size=384, num_hidden_layers=2)
     ddp = DDP(model, bucket_cap_mb=1)  # 1.6 MiB of weights: two buckets, two regions
-    run = torch.compile(ddp) if kind is None else memopt.optimize(ddp, **kind)
+    run = ddp if kind is None else memopt.optimize(ddp, **kind)
     gen, losses = torch.Generator().manual_seed(rank), []
     for _ in range(2):
         ids = torch.randint(1, 128, (2, 32), generator=gen)
@@ -42,9 +43,9 @@ def _checks(rank: int, tmp: str) -> None:
     handler.emit = lambda r: records.append(r.getMessage())  # type: ignore[method-assign]
     logging.getLogger("memopt").addHandler(handler)
     losses, got, run = _train({"budget": 0.5, "offload_layers": 1}, rank)
-    assert losses == want_losses
+    torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-6)
     for name, g in want.items():
-        torch.testing.assert_close(got[name], g, msg=name)
+        torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-6, msg=name)
     rep = memopt.report(run)
     assert rep.step is not None and len(rep.step.sequence) == 2  # the buckets, no phantom run
     assert not any("without a backward" in m for m in records), records
