@@ -481,7 +481,7 @@ class MemoptState(RegionRegistry):
         away = self._away if self._user_offload and self.offload is not None else None
         choice = choose_with_offload(sequence, menus, target, offsets, layers, timing, away)
         finer = finer_menus(sequence, menus, choice, self._solve_at)
-        if finer is not None:  # use the room the menu's coarse shares left under the target
+        if finer is not None:  # the options run, with restarts and the room left under the target
             again = choose_with_offload(sequence, finer, target, offsets, layers, timing, away)
             choice = again if again.feasible and again.overhead_s < choice.overhead_s else choice
         # a lower bound: on the problems without the placed excesses (each holds for some plans)

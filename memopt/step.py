@@ -44,7 +44,6 @@ EXACT_COMBINATIONS = 20_000
 #: Shares of a region's saved bytes at which its menu is solved (1.0: keep everything).
 MENU_SHARES: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 
-
 MEASURED_MARGIN = 0.005
 """Once a step's peak was measured, a byte budget's target is the budget less this share (the
 run-to-run spread of the allocator's peak), instead of the blind CUDA reserve."""
@@ -65,12 +64,9 @@ def better(a: tuple[bool, float, int], b: tuple[bool, float, int], target: int) 
     """Whether step plan ``a`` beats ``b``, each ``(fits, overhead_s, peak)``: one that fits
     beats one that does not; of two that fit, the cheaper; of two that do not, the lower peak,
     but peaks within :data:`INFEASIBLE_TIE` of the target are equals and the cheaper wins."""
-    if a[0] != b[0]:
-        return a[0]
-    if a[0]:
-        return a[1] < b[1]
-    tie = int(INFEASIBLE_TIE * target)
-    if abs(a[2] - b[2]) > tie:
+    if a[0] != b[0] or a[0]:
+        return a[0] if a[0] != b[0] else a[1] < b[1]
+    if abs(a[2] - b[2]) > int(INFEASIBLE_TIE * target):
         return a[2] < b[2]
     return (a[1], a[2]) < (b[1], b[2])
 
@@ -158,7 +154,7 @@ def region_menu(problem, rates, saved_inputs: int = 0, max_depth: int = 2) -> li
     from memopt.planner.problem import derived
     from memopt.planner.solver import descending
 
-    solve = partial(planner_solve, max_recompute_depth=max_depth)
+    solve = partial(planner_solve, max_recompute_depth=max_depth, restart_work=MENU_RESTARTS)
     held = derived(problem, "held", lambda: held_problem(problem))
     mark = held.timeline.fwd_live_bytes[-1]
     keep = problem.saved_bytes_baseline()
@@ -195,8 +191,9 @@ def exact_option(
     return replace(o, saved=o.saved + saved_inputs, saved_inputs=saved_inputs)
 
 
-#: Room under a step plan's target, as a share of it, worth solving finer options for.
-FINER_MIN_ROOM = 0.002
+#: Room under a step plan's target, as a share of it, worth solving finer options for; the
+#: menus' greedy restarts (``restart_work``): none, the options run get them (finer_menus).
+FINER_MIN_ROOM, MENU_RESTARTS = 0.002, 0
 
 
 def finer_menus(
@@ -205,14 +202,15 @@ def finer_menus(
     choice: StepChoice,
     solve_at,
 ) -> dict[int, list[Option]] | None:
-    """The menus plus, per region and option the ``choice`` runs, the plan solved at that
-    option's peak plus the room the choice leaves under its target (``solve_at(region,
-    budget) -> Option | None``). The menu's shares are coarse: at world 2 a step plan left
-    1.4-1.9% of its budget unused (docs/benchmarks.md, seventeenth session). None without
-    room (or without a fitting choice); ``choice.chosen`` is keyed by run."""
+    """The menus plus, per region and option the ``choice`` runs, the plan solved (with the
+    greedy's restarts) at that option's peak plus the room the choice leaves under its target
+    (``solve_at(region, budget) -> Option | None``): the menu's shares are coarse (at world 2
+    a step plan left 1.4-1.9% of its budget unused, docs/benchmarks.md, seventeenth session).
+    None without a fitting choice; ``choice.chosen`` is keyed by run."""
     room = choice.target - choice.peak
-    if not choice.feasible or room <= FINER_MIN_ROOM * choice.target:
+    if not choice.feasible:
         return None
+    room = room if room > FINER_MIN_ROOM * choice.target else 0
     out = {r: list(m) for r, m in menus.items()}
     done: set[tuple] = set()
     for i, r in enumerate(sequence):

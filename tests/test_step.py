@@ -118,8 +118,9 @@ def test_limit_variants_moves_extra_plans_to_a_kept_harder_one():
 def test_finer_menus_spend_the_room_the_coarse_shares_left():
     """One region: the menu's option that fits a 95 MiB target peaks at 80 (room 15 MiB).
     The planner solved at 80 + 15 MiB finds a plan of 93 MiB for half the overhead; choosing
-    again over the finer menu takes it. Without room, or when the choice does not fit, no
-    finer menu."""
+    again over the finer menu takes it. Without room the chosen option is solved again at
+    its own peak (the menus are solved without the greedy's restarts:
+    memopt.step.MENU_RESTARTS); when the choice does not fit, no finer menu."""
     from memopt.step import choose_runs, finer_menus
 
     menus = {0: [opt(100, 60), opt(80, 40, 2.0, "coarse")]}
@@ -135,5 +136,7 @@ def test_finer_menus_spend_the_room_the_coarse_shares_left():
     assert asked == [(0, 95 * MiB)] and [o.label for o in finer[0]][-1] == "fine"
     again = choose_runs((0,), finer, 95 * MiB)
     assert again.chosen[0].label == "fine" and again.overhead_s == pytest.approx(1.0)
-    assert finer_menus((0,), menus, choose_runs((0,), menus, 80 * MiB), solve_at) is None
+    asked.clear()
+    tight = finer_menus((0,), menus, choose_runs((0,), menus, 80 * MiB), solve_at)
+    assert asked == [(0, 80 * MiB)] and tight is not None
     assert finer_menus((0,), menus, choose_runs((0,), menus, 50 * MiB), solve_at) is None
