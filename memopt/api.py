@@ -44,7 +44,7 @@ class MemoptBackend:
         # torch.compile(..., backend=<this>, mode=..., options=...) hands them over here
         patches = {**self.inductor, **inductor_settings(mode, options)}
         self.state._say("cudagraphs", cudagraphs_note(patches, example_inputs))
-        self.state.graphs_seen += 1
+        self.state.note_graph(gm, example_inputs)
         return RegionProgram(self.config, self.state, gm, example_inputs, patches)
 
     def __deepcopy__(self, memo: dict) -> MemoptBackend:
@@ -274,10 +274,9 @@ def _layer_containers(model: torch.nn.Module) -> dict[str, int]:
 def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> tuple[str, ...]:
     """What can be checked against the model's layers before anything compiles: the
     ``layers=`` path, ``offload_layers`` and the sync dict's layer indices. Returns the model's
-    layers (normalized paths, the numbering ``offload_layers`` and the sync dict use) when an
-    offload setting names them, else ()."""
-    if cfg.layers is None and not cfg.offload_k and not cfg.sync:
-        return ()
+    layers (normalized paths, the numbering ``offload_layers`` and the sync dict use; whether
+    they compiled is checked after the first forward, :mod:`memopt.coverage`), () when it has
+    no container of repeated layers."""
     from memopt.passes.detect_layers import normalize_module_path
 
     found = _layer_containers(model)
@@ -313,8 +312,6 @@ def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> tuple[str, ...]:
         from memopt.offload.sync import build_schedule
 
         build_schedule(dict(cfg.sync), n)  # SyncError names the layer that cannot be scheduled
-    if not (cfg.offload_k or cfg.sync):
-        return ()
     modules = dict(model.named_modules())
     return tuple(f"{path}.{child}" for path in stacks for child, _ in _children(modules, path))
 

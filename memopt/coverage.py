@@ -4,13 +4,18 @@ memopt plans what torch.compile compiles for training. When Dynamo traces none o
 model's forward (it skips the frame: an ``nn.LSTM`` without ``allow_rnn``, an unsupported
 construct at the top), or compiles only graphs that need no gradients, the step runs eagerly and
 no setting (level, plan strings, budget, offload) applies. That is said once, after the first
-forward that trains, as a warning and a line in the report, with the likely cause."""
+forward that trains, as a warning and a line in the report, with the likely cause. So is a
+model whose other code compiled while its layers ran eagerly (Dynamo skipped their frames: HF
+gradient checkpointing under transformers 5, whose checkpointed forward has side effects Dynamo
+cannot replay): the settings then reach only what compiled."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.fx
 
 _RNNS = (torch.nn.RNNBase,)
 
@@ -78,6 +83,95 @@ def nothing_compiled(
 def cause(model: torch.nn.Module | None) -> str:
     """The likely reason Dynamo compiled nothing of ``model``: its recurrent modules, else
     where to look."""
-    return _rnn_cause(model) or (
-        "torch._dynamo.explain(model)(*inputs) lists the graph breaks and skipped frames"
+    return (
+        _rnn_cause(model)
+        or _checkpoint_cause(model)
+        or "torch._dynamo.explain(model)(*inputs) lists the graph breaks and skipped frames"
     )
+
+
+def module_paths(gm: torch.fx.GraphModule) -> set[str]:
+    """Every module path (normalized, relative to the compiled module) that a graph Dynamo
+    handed the backend holds a node of, its higher-order ops' subgraphs (checkpointed layers)
+    included, with every prefix of each path."""
+    from memopt.passes.detect_layers import _stack_paths
+
+    out: set[str] = set()
+    for sub in gm.modules():
+        if isinstance(sub, torch.fx.GraphModule):
+            for node in sub.graph.nodes:
+                for path in _stack_paths(node):
+                    parts = path.split(".")
+                    out.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    return out
+
+
+def _checkpoint_cause(model: torch.nn.Module | None) -> str | None:
+    """Gradient checkpointing, when the model's layers carry it (HF's
+    ``gradient_checkpointing_enable``, torch's checkpoint wrapper)."""
+    if model is None or not any(
+        getattr(m, "gradient_checkpointing", False) is True
+        or type(m).__name__ == "CheckpointWrapper"
+        for m in model.modules()
+    ):
+        return None
+    return (
+        "The model checkpoints its layers (gradient checkpointing is on), and Dynamo may not "
+        "trace a checkpointed forward (TORCH_LOGS=graph_breaks says why). memopt's recompute "
+        "plans do what checkpointing does, inside the compiled graph: turn checkpointing off "
+        "(model.gradient_checkpointing_disable()) and use level=1 or a budget"
+    )
+
+
+def _spans(layers: Sequence[str], idx: Sequence[int]) -> str:
+    """Runs of ``layers[i]`` for ``i`` in ``idx``: ``model.layers.0-3, model.layers.6``."""
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    out = []
+    for r in runs:
+        first, last = layers[r[0]], layers[r[-1]]
+        head, _, tail = last.rpartition(".")
+        same = len(r) > 1 and first.startswith(head + ".")
+        out.append(first if len(r) == 1 else f"{first}-{tail}" if same else f"{first}-{last}")
+    return ", ".join(out)
+
+
+def layers_not_compiled(
+    model: torch.nn.Module,
+    layers: Sequence[str],
+    paths: set[str],
+    storages: set[Any],
+    storage_of: Any,
+    config: Any,
+) -> str | None:
+    """The note for a training forward after which some of the model's ``layers`` (normalized
+    paths) are in no compiled graph: neither a graph's module paths (``paths``, from
+    :func:`module_paths`) nor its inputs (``storages``: their storage keys by ``storage_of``)
+    hold them. None when every layer compiled, or the model's parameters are not its own
+    tensors while it runs (FSDP2 swaps in gathered ones)."""
+    sharded = ("FSDP", "FullyShardedDataParallel")
+    if not layers or any(type(m).__name__.startswith(sharded) for m in model.modules()):
+        return None
+    from memopt.passes.detect_layers import normalize_module_path
+
+    modules = {normalize_module_path(n): m for n, m in model.named_modules()}
+    eager = []
+    for i, name in enumerate(layers):
+        mod = modules.get(name)
+        if mod is None or name in paths:
+            continue
+        keys = {storage_of(p) for p in mod.parameters()} - {None}
+        if keys and not keys & storages:  # a layer without weights cannot be told apart
+            eager.append(i)
+    if not eager:
+        return None
+    what = (
+        f"{len(eager)} of the model's {len(layers)} layers ({_spans(layers, eager)}) are in no "
+        f"graph torch.compile compiled: they ran eagerly, so {_settings(config)} reached only "
+        "the rest of the model"
+    )
+    return f"{what}. {cause(model)}."

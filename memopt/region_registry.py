@@ -35,6 +35,8 @@ class RegionRegistry:
         self.graphs_seen = 0  # graphs Dynamo handed the backend (memopt.coverage)
         self._coverage_checked = False
         self.coverage_notes: list[str] = []  # what the report says when nothing compiled
+        self.compiled_paths: set[str] = set()  # module paths in graphs Dynamo handed over
+        self.compiled_storages: set[Any] = set()  # storages their compiles and runs read
         self.problems: dict[int, Any] = {}  # region index -> plan_budget.RegionProblem
         self._retimers: dict[int, Callable] = {}  # region index -> its BudgetResult.retime
         self._keys: dict[int, str] = {}  # region index -> its persist key (report_cache)
@@ -189,10 +191,25 @@ class RegionRegistry:
         model = self._model() if self._model is not None else module
         model = getattr(model, "_orig_mod", model)  # the user's model, not dynamo's wrapper
         note = coverage.nothing_compiled(model, self.graphs_seen, len(self.regions), self.config)
+        if note is None:
+            layers = getattr(self, "model_layers", ())
+            paths, storages = self.compiled_paths, self.compiled_storages
+            note = coverage.layers_not_compiled(
+                model, layers, paths, storages, _real_storage, self.config
+            )
         if note is not None:
             log.warning("memopt: %s", note)
             self.coverage_notes.append(note)
         return None
+
+    def note_graph(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+        """A graph Dynamo handed the backend: what of the model it holds (module paths, its
+        real inputs' storages), for the check after the first training forward."""
+        self.graphs_seen += 1
+        if self._coverage_checked:
+            return
+        self.compiled_paths |= coverage.module_paths(gm)
+        self.compiled_storages |= {k for k in map(_real_storage, example_inputs) if k is not None}
 
     def note_step_inputs(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
         """Forward pre-hook of the optimized model (run eagerly, before its compiled code): the
@@ -264,7 +281,11 @@ class RegionRegistry:
         return self._input_ids.setdefault(key, len(self._input_ids))
 
     def note_run_inputs(self, report: int, args: Sequence[Any], sizes: dict | None) -> None:
-        """A run of region report ``report`` begins (memopt.state.record_run)."""
+        """A run of region report ``report`` begins (memopt.state.record_run). Until the check
+        after the first training forward, its arguments' storages tell which of the model's
+        layers ran in a compiled region (dynamo reuses one layer's graph for the others)."""
+        if not self._coverage_checked:
+            self.compiled_storages |= {k for k in map(_real_storage, args) if k is not None}
         self.run_inputs[0].append(self.run_input_keys(report, args))
         self.run_sizes[0].append(tuple(sorted(sizes.items())) if sizes else ())
 
