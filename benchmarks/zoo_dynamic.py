@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 import traceback
@@ -49,6 +50,8 @@ from memopt import _torch_compat as compat  # noqa: E402
 
 B1, B2 = 2, 3
 BUDGET = 0.5
+#: what check_model is doing (a timed-out row names it)
+PHASE = ["start"]
 
 
 def _sizes(rep) -> dict[str, int]:
@@ -75,6 +78,7 @@ def check_model(name: str, dtype=torch.float32) -> dict[str, Any]:
         return {b: one_step(model, compiled, inputs[b]) for b in (B1, B2)}
 
     torch._dynamo.reset()
+    PHASE[0] = "torch.compile(dynamic=True)"
     base = steps(torch.compile(model, dynamic=True))
     refs = {b: [one_step(model, model, inputs[b])[1]] for b in (B1, B2)}  # eager's
 
@@ -87,6 +91,7 @@ def check_model(name: str, dtype=torch.float32) -> dict[str, Any]:
         return bool(ok)
 
     torch._dynamo.reset()
+    PHASE[0] = "memopt level 1"
     opt = memopt.optimize(model, level=1, dynamic=True)
     lvl1 = {B1: one_step(model, opt, inputs[B1])}
     sizes_first = _sizes(memopt.report(opt))
@@ -96,6 +101,7 @@ def check_model(name: str, dtype=torch.float32) -> dict[str, Any]:
     predicted0, predicted1 = rep.saved_bytes()
     first_pred = _at(rep, sizes_first, latest).saved_bytes()[1]
     torch._dynamo.reset()
+    PHASE[0] = f"memopt budget={BUDGET}"
     bud = memopt.optimize(model, budget=BUDGET, dynamic=True)
     cut = steps(bud)
     brep = memopt.report(bud)
@@ -129,16 +135,31 @@ def check_model(name: str, dtype=torch.float32) -> dict[str, Any]:
     }
 
 
-def _row(name: str) -> dict[str, Any]:
+class _Late(Exception):
+    pass
+
+
+def _late(signum, frame):
+    raise _Late
+
+
+def _row(name: str, timeout: int) -> dict[str, Any]:
     entry = BY_NAME[name]
     if not available(entry):
         return {"model": name, "kind": entry.kind, "skipped": f"needs {entry.needs}"}
+    PHASE[0] = "building"
+    signal.signal(signal.SIGALRM, _late)
+    signal.alarm(timeout)
     try:
         with compat.no_compile_caches():
             row = check_model(name)
+    except _Late:
+        row = {"model": name, "kind": entry.kind, "error": f"over {timeout} s in {PHASE[0]}"}
     except Exception as e:  # one broken model must not hide the others' rows
         traceback.print_exc()
         row = {"model": name, "kind": entry.kind, "error": f"{type(e).__name__}: {e}"[:300]}
+    finally:
+        signal.alarm(0)
     print(json.dumps(row), flush=True)
     return row
 
@@ -177,16 +198,17 @@ def main(argv=None) -> None:
     p.add_argument("--models", default="", help="comma-separated (default: the main zoo)")
     p.add_argument("--out", default=str(ROOT / "docs" / "data"))
     p.add_argument("--markdown", default=str(ROOT / "docs" / "zoo.md"))
+    p.add_argument("--timeout", type=int, default=900, help="seconds per model")
     args = p.parse_args(argv)
     names = [n for n in args.models.split(",") if n] or [m.name for m in ZOO]
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         p.error(f"unknown zoo models: {', '.join(unknown)}")
-    rows = [_row(n) for n in names]
-    out = Path(args.out)
+    path = Path(args.out) / "zoo_dynamic_cpu.json"
     meta = {"torch": torch.__version__, "device": "cpu", "dynamic": True, "batches": [B1, B2]}
-    merged = _merged(out / "zoo_dynamic_cpu.json", meta, rows)
-    (out / "zoo_dynamic_cpu.json").write_text(json.dumps({**meta, "rows": merged}, indent=1))
+    for name in names:  # written after each model: a long sweep cut short keeps its rows
+        merged = _merged(path, meta, [_row(name, args.timeout)])
+        path.write_text(json.dumps({**meta, "rows": merged}, indent=1))
     write_table(Path(args.markdown), markdown(merged), "zoo-dynamic cpu")
 
 
