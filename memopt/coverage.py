@@ -140,38 +140,46 @@ def _spans(layers: Sequence[str], idx: Sequence[int]) -> str:
     return ", ".join(out)
 
 
-def layers_not_compiled(
+def uncompiled_layers(
     model: torch.nn.Module,
     layers: Sequence[str],
     paths: set[str],
     storages: set[Any],
     storage_of: Any,
-    config: Any,
-) -> str | None:
-    """The note for a training forward after which some of the model's ``layers`` (normalized
-    paths) are in no compiled graph: neither a graph's module paths (``paths``, from
-    :func:`module_paths`) nor its inputs (``storages``: their storage keys by ``storage_of``)
-    hold them. None when every layer compiled, or the model's parameters are not its own
-    tensors while it runs (FSDP2 swaps in gathered ones)."""
+) -> dict[int, list[torch.nn.Parameter]]:
+    """The model's ``layers`` (normalized paths; by index) that no compiled graph holds after
+    the first training forward: neither a graph's module paths (``paths``, from
+    :func:`module_paths`) nor its inputs or runs (``storages``: storage keys by
+    ``storage_of``) hold them; with their weights that train. Such a layer ran eagerly, or did
+    not run (LayerDrop, a layer the model skips): which, its weights' gradients tell. Empty
+    when the model's parameters are not its own tensors while it runs (FSDP2 swaps in gathered
+    ones)."""
     sharded = ("FSDP", "FullyShardedDataParallel")
     if not layers or any(type(m).__name__.startswith(sharded) for m in model.modules()):
-        return None
+        return {}
     from memopt.passes.detect_layers import normalize_module_path
 
     modules = {normalize_module_path(n): m for n, m in model.named_modules()}
-    eager = []
+    out = {}
     for i, name in enumerate(layers):
         mod = modules.get(name)
         if mod is None or name in paths:
             continue
-        keys = {storage_of(p) for p in mod.parameters()} - {None}
+        weights = [p for p in mod.parameters() if p.requires_grad]
+        keys = {storage_of(p) for p in weights} - {None}
         if keys and not keys & storages:  # a layer without weights cannot be told apart
-            eager.append(i)
-    if not eager:
-        return None
+            out[i] = weights
+    return out
+
+
+def eager_layers_note(
+    model: torch.nn.Module, layers: Sequence[str], eager: Sequence[int], config: Any
+) -> str:
+    """The note for the model's ``layers[i]``, ``i`` in ``eager``, that ran eagerly."""
     what = (
-        f"{len(eager)} of the model's {len(layers)} layers ({_spans(layers, eager)}) are in no "
-        f"graph torch.compile compiled: they ran eagerly, so {_settings(config)} reached only "
-        "the rest of the model"
+        f"{len(eager)} of the model's {len(layers)} layers ({_spans(layers, sorted(eager))}) "
+        f"{'is' if len(eager) == 1 else 'are'} in no graph torch.compile compiled: "
+        f"{'it' if len(eager) == 1 else 'they'} ran eagerly, so {_settings(config)} reached "
+        "only the rest of the model"
     )
     return f"{what}. {cause(model)}."

@@ -191,16 +191,48 @@ class RegionRegistry:
         model = self._model() if self._model is not None else module
         model = getattr(model, "_orig_mod", model)  # the user's model, not dynamo's wrapper
         note = coverage.nothing_compiled(model, self.graphs_seen, len(self.regions), self.config)
-        if note is None:
+        if note is not None:
+            self._coverage_note(note)
+        else:
             layers = getattr(self, "model_layers", ())
             paths, storages = self.compiled_paths, self.compiled_storages
-            note = coverage.layers_not_compiled(
-                model, layers, paths, storages, _real_storage, self.config
-            )
-        if note is not None:
-            log.warning("memopt: %s", note)
-            self.coverage_notes.append(note)
+            watch = coverage.uncompiled_layers(model, layers, paths, storages, _real_storage)
+            if watch:
+                self._watch_eager_layers(model, layers, watch, output)
+        self.compiled_paths, self.compiled_storages = set(), set()
         return None
+
+    def _coverage_note(self, note: str) -> None:
+        log.warning("memopt: %s", note)
+        self.coverage_notes.append(note)
+
+    def _watch_eager_layers(
+        self, model: torch.nn.Module, layers: Sequence[str], watch: dict[int, list], output: Any
+    ) -> None:
+        """Layers in no compiled graph: those whose weights get gradients in the backward from
+        this forward's ``output`` ran eagerly (the others did not run), which is said as that
+        backward ends; the hooks then go."""
+        ran: set[int] = set()
+        handles: list[Any] = []
+        begun = [False]
+
+        def said() -> None:
+            for h in handles:
+                h.remove()
+            if ran:
+                self._coverage_note(coverage.eager_layers_note(model, layers, ran, self.config))
+
+        def begins(_grad: Any) -> None:
+            if not begun[0]:
+                begun[0] = True
+                torch.autograd.Variable._execution_engine.queue_callback(said)
+
+        for t in torch.utils._pytree.tree_leaves(output):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                handles.append(t.register_hook(begins))
+        for i, weights in watch.items():
+            for p in weights:
+                handles.append(p.register_post_accumulate_grad_hook(lambda _, i=i: ran.add(i)))
 
     def note_graph(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
         """A graph Dynamo handed the backend: what of the model it holds (module paths, its

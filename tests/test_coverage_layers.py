@@ -18,9 +18,11 @@ class _Block(nn.Module):
     def __init__(self, d: int = 16, *, eager: bool = False, broken: bool = False) -> None:
         super().__init__()
         self.a, self.b = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
-        self.eager, self.broken = eager, broken
+        self.eager, self.broken, self.skip = eager, broken, False
 
     def forward(self, x):
+        if self.skip:  # LayerDrop, or a layer the model does not use
+            return x
         if self.eager:
             return self._eager(x)
         h = torch.relu(self.a(x))
@@ -60,10 +62,12 @@ class _Net(nn.Module):
         return self.head(self.body(torch.tanh(self.emb(x)))).square().mean()
 
 
-def _said(caplog, **net) -> list[str]:
+def _said(caplog, skip=(), **net) -> list[str]:
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = _Net(**net)
+    for i in skip:
+        model.body.layers[i].skip = True
     opt = memopt.optimize(model, level=1)
     x = torch.randn(4, 8)
     with caplog.at_level(logging.WARNING, logger="memopt"):
@@ -81,6 +85,12 @@ def test_layers_that_ran_eagerly_are_named_once(caplog):
         "compiled: they ran eagerly, so level=1 reached only the rest of the model. "
         "torch._dynamo.explain(model)(*inputs) lists the graph breaks and skipped frames."
     )
+
+
+def test_a_layer_that_did_not_run_is_not_said_to_have_run_eagerly(caplog):
+    # layer 3 skipped (LayerDrop), layer 1 eager: only layer 1 is named
+    (said,) = _said(caplog, eager=(1,), skip=(3,))
+    assert "1 of the model's 4 layers (body.layers.1) is in no graph" in said
 
 
 def test_checkpointed_layers_that_ran_eagerly_say_memopt_replaces_checkpointing(caplog):
