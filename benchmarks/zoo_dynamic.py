@@ -157,7 +157,8 @@ def _row(name: str, timeout: int) -> dict[str, Any]:
         row = {"model": name, "kind": entry.kind, "error": f"over {timeout} s in {PHASE[0]}"}
     except Exception as e:  # one broken model must not hide the others' rows
         traceback.print_exc()
-        row = {"model": name, "kind": entry.kind, "error": f"{type(e).__name__}: {e}"[:300]}
+        error = f"in {PHASE[0]}: {type(e).__name__}: {e}"
+        row = {"model": name, "kind": entry.kind, "error": error[:300]}
     finally:
         signal.alarm(0)
     print(json.dumps(row), flush=True)
