@@ -274,10 +274,11 @@ def plan_budget(
         log.warning(
             "memopt: budget %s (%s) is infeasible for this graph; the smallest feasible "
             "predicted peak is %s (using that plan; a step of several compiled regions is "
-            "planned as a whole after its first run: see the report's step plan)",
+            "planned as a whole after its first run: see the report's step plan)%s",
             config.budget,
             fmt_bytes(budget),
             fmt_bytes(solution.min_feasible_peak),
+            _no_lower(solution, problem),
         )
     return BudgetResult(
         plans,
@@ -382,3 +383,15 @@ def _check_applied(
                 does, len(names), "recomputes" if does == "keeps" else "keeps",
                 ", ".join(names[:5]), off,
             )  # fmt: skip
+
+
+def _no_lower(solution: Any, problem: Any) -> str:
+    """Why, when no plan lowers the graph's peak at all (a small batch: weights and gradients
+    outweigh the activations)."""
+    if (solution.min_feasible_peak or 0) < solution.baseline_peak:
+        return ""
+    return (
+        f". No plan lowers this graph's peak ({fmt_bytes(solution.baseline_peak)}): what is live "
+        "there is no saved activation a plan could drop (weights, gradients, the backward's own "
+        f"buffers; the saved activations total {fmt_bytes(problem.saved_bytes_baseline())})"
+    )

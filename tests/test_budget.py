@@ -7,8 +7,10 @@ import logging
 
 import pytest
 import torch
+from torch import nn
 
 import memopt
+from memopt.symbolic import fmt_bytes
 from tests.helpers import run_step, tiny_llama
 
 
@@ -68,6 +70,21 @@ def test_infeasible_budget_warns_with_smallest_peak(caplog):
         "is infeasible for this graph; the smallest feasible predicted peak is" in m for m in msgs
     )
     assert not memopt.report(opt).regions[0].extra["planner"]["feasible"]
+
+
+def test_a_peak_no_plan_lowers_is_said_with_the_saved_bytes(caplog):
+    """Weights and gradients outweigh a small batch's activations: no plan lowers the peak,
+    and the warning says so instead of offering the unoptimized peak as a plan's."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 1))
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        opt = memopt.optimize(model, budget=0.5)
+        opt(torch.randn(2, 256)).sum().backward()
+    (said,) = [m for m in caplog.messages if "infeasible for this graph" in m]
+    saved = memopt.report(opt).saved_bytes()[0]
+    assert f"the saved activations total {fmt_bytes(saved)})" in said, said
+    assert "No plan lowers this graph's peak" in said
 
 
 def test_planner_offload_is_applied_with_its_own_sync_dict(llama, monkeypatch, tmp_path):
