@@ -156,8 +156,9 @@ def _row(name: str, timeout: int) -> dict[str, Any]:
     except _Late:
         row = {"model": name, "kind": entry.kind, "error": f"over {timeout} s in {PHASE[0]}"}
     except Exception as e:  # one broken model must not hide the others' rows
+        late = "_Late" in repr(e) or isinstance(e.__cause__, _Late)  # raised inside dynamo
         traceback.print_exc()
-        error = f"in {PHASE[0]}: {type(e).__name__}: {e}"
+        error = f"over {timeout} s in {PHASE[0]}" if late else f"in {PHASE[0]}: {e!r}"
         row = {"model": name, "kind": entry.kind, "error": error[:300]}
     finally:
         signal.alarm(0)
