@@ -51,6 +51,18 @@ class RegionProgram:
         replannable = config.budget is not None or bool(self._counted)
         self._gm = copy.deepcopy(gm) if replannable else None
         self._ctx = compat.tracing_context() if replannable else None
+        # the scalar inputs dynamo made of Python floats (dynamic=True): their fakes carry the
+        # float's symbol only as dynamo's fake mode maps these very tensors, so a later compile
+        # is given them (a few bytes each), not their fakes
+        self._scalars = {
+            i: x
+            for i, x in enumerate(example_inputs)
+            if replannable
+            and isinstance(x, torch.Tensor)
+            and x.dim() == 0
+            and x.dtype == torch.float64
+            and not x.requires_grad
+        }
         self.index: int | None = None
         # inputs that are activations of earlier regions (what autograd or the step made):
         # saved, they are held for the backward like the region's own activations
@@ -220,6 +232,7 @@ class RegionProgram:
         if key not in self._variants:
             gm = copy.deepcopy(self._gm)
             fakes = [n.meta.get("example_value") for n in gm.graph.find_nodes(op="placeholder")]
+            fakes = [self._scalars.get(i, f) for i, f in enumerate(fakes)]
             with compat.tracing(self._ctx):
                 fn, index = self._compile(gm, fakes, held=0, assigned=option, before=before)
             self._variants[key] = (fn, self.index if index is None else index)

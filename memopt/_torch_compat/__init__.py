@@ -50,14 +50,36 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs
 
 
 def tracing_context() -> Any:
-    """The tracing context dynamo compiles the current graph in (None outside dynamo)."""
-    return torch._guards.TracingContext.try_get()
+    """What dynamo compiles the current graph in, to compile it again later: its tracing
+    context (None outside dynamo) and the float inputs it specialized (``TensorifyState``:
+    AOTAutograd's tensorify pass asks dynamo to restart for a float symbol not in that set,
+    which a compile outside dynamo cannot do; wav2vec2 under ``dynamic=True``)."""
+    return torch._guards.TracingContext.try_get(), frozenset(_tensorify_state())
 
 
-def tracing(ctx: Any):
-    """Re-enter a saved tracing context (its fake mode and shape environment) to compile the
-    same graph again; a no-op context without one."""
-    return torch._guards.tracing(ctx)
+def _tensorify_state() -> set[str]:
+    try:
+        from torch._dynamo.symbolic_convert import TensorifyState
+    except ImportError:  # a torch without the tensorify pass
+        return set()
+    return TensorifyState.force_specializations
+
+
+@contextlib.contextmanager
+def tracing(saved: Any):
+    """Re-enter what :func:`tracing_context` saved (the fake mode and shape environment, the
+    specialized floats) to compile the same graph again; a no-op without a context."""
+    ctx, floats = saved if saved is not None else (None, frozenset())
+    state = _tensorify_state()
+    before = set(state)
+    state.clear()
+    state.update(floats)
+    try:
+        with torch._guards.tracing(ctx):
+            yield
+    finally:
+        state.clear()
+        state.update(before)
 
 
 def graph_break_reasons() -> list:
