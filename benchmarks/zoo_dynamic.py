@@ -192,7 +192,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"{pair(r['first_measured'], r['first_predicted'], r['first_exact'])} | "
             f"{_yes(r['budget_feasible'])}, {_n(r['budget_measured'])} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> None:
