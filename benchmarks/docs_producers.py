@@ -31,6 +31,7 @@ PRODUCERS: tuple[Producer, ...] = (
     Producer("first_hour.json", f"{PY}docs_cpu.py first-hour --out docs/data/{{file}}", "cpu"),
     Producer("zoo_cpu.json", f"{PY}zoo.py", "cpu", "~17 min on 2 cores"),
     Producer("zoo_wide_cpu.json", f"{PY}zoo.py --wide", "cpu", "~40 min on 2 cores"),
+    Producer("zoo_dynamic_cpu.json", f"{PY}zoo_dynamic.py", "cpu", "~90 min on 2 cores"),
     Producer(
         "section_cpu_inplace_s30.json",
         f"{PY}diag_section_cpu.py --model M --size tiny --batch 4 --budget 0.5 (M: wav2vec2 on "

@@ -211,7 +211,7 @@ def main(argv=None) -> None:
     for name in names:  # written after each model: a long sweep cut short keeps its rows
         merged = _merged(path, meta, [_row(name, args.timeout)])
         path.write_text(json.dumps({**meta, "rows": merged}, indent=1))
-    write_table(Path(args.markdown), markdown(merged), "zoo-dynamic cpu")
+    write_table(Path(args.markdown), markdown(merged), "dynamic_cpu")
 
 
 if __name__ == "__main__":
