@@ -22,6 +22,7 @@ forward graph and its backward graph tagged separately agree.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import torch.fx
@@ -37,6 +38,7 @@ _SUBSCRIPT = re.compile(r"\[['\"]?([A-Za-z0-9_]+)['\"]?\]")
 _GETATTR = re.compile(r"getattr\((.*?), ['\"]([A-Za-z0-9_]+)['\"]\)")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # every node of every graph asks: paths repeat
 def normalize_module_path(path: str) -> str:
     """``L['self'].model.layers[3]`` / ``L['args'][0].model.layers._modules['3']`` ->
     ``model.layers.3``: relative to the module that was compiled, whatever source dynamo
