@@ -316,7 +316,7 @@ class RegionRegistry:
         """A run of region report ``report`` begins (memopt.state.record_run). Until the check
         after the first training forward, its arguments' storages tell which of the model's
         layers ran in a compiled region (dynamo reuses one layer's graph for the others)."""
-        if not self._coverage_checked:
+        if not self._coverage_checked and self._model is not None:  # memopt.optimize's check
             self.compiled_storages |= {k for k in map(_real_storage, args) if k is not None}
         self.run_inputs[0].append(self.run_input_keys(report, args))
         self.run_sizes[0].append(tuple(sorted(sizes.items())) if sizes else ())
