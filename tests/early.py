@@ -158,10 +158,12 @@ def _stop() -> None:
 #: Set in the second pytest process: the file it appends its test reports to (JSON lines).
 ASIDE_REPORTS = "MEMOPT_TESTS_ASIDE_REPORTS"
 #: The aside process's limit: its tests took 1,368 s alone on one core of a 2-core machine
-#: like CI's (fortieth session), and a slow or loaded runner took over 2,400 s beside the
-#: main process (the thirty-ninth session's landing run, killed). A test that runs longer
-#: than :data:`_ASIDE_STACKS_S` has every thread's stack written to the process's stderr.
-_ASIDE_KEY, _ASIDE_TIMEOUT, _ASIDE_STACKS_S = "aside", 3600.0, 900
+#: like CI's (fortieth session), a slow or loaded runner took over 2,400 s beside the main
+#: process (the thirty-ninth session's landing run, killed), and the fifty-first's over 3,600 s
+#: (killed with 28 tests to go, the main lane done): the limit is what CI's 90 minutes leave
+#: after the install. A test that runs longer than :data:`_ASIDE_STACKS_S` has every thread's
+#: stack written to the process's stderr; a killed run lists where its time went.
+_ASIDE_KEY, _ASIDE_TIMEOUT, _ASIDE_STACKS_S = "aside", 4800.0, 900
 
 
 def in_aside_process() -> bool:
@@ -206,7 +208,8 @@ def _aside_outcome(item, make: Make) -> None:
         )
         pytest.fail(
             f"the aside pytest process (exit status {done.returncode}) reported nothing for "
-            f"{item.nodeid}{where}:\n{(done.stdout + done.stderr)[-4000:]}",
+            f"{item.nodeid}{where}:\n{(done.stdout + done.stderr)[-4000:]}"
+            f"{_slowest(lines)}",
             pytrace=False,
         )
     for r in reports:
@@ -236,3 +239,20 @@ def write_aside_report(report) -> None:
     row.update(duration=report.duration, t=time.time())
     with open(os.environ[ASIDE_REPORTS], "a") as f:
         f.write(json.dumps(row) + "\n")
+
+
+def _slowest(lines: Sequence[str], n: int = 12) -> str:
+    """Where the aside process's time went, from its reports (a run killed at its limit prints
+    no ``--durations``): seconds per file, then the slowest tests."""
+    rows = [json.loads(line) for line in lines]
+    if not rows:
+        return ""
+    files: dict[str, float] = {}
+    for r in rows:
+        key = r["nodeid"].split("::")[0]
+        files[key] = files.get(key, 0.0) + r.get("duration", 0.0)
+    top = sorted(rows, key=lambda r: -r.get("duration", 0.0))[:n]
+    out = ["", "aside seconds per file:"]
+    out += [f"  {t:8.1f} {f}" for f, t in sorted(files.items(), key=lambda kv: -kv[1])]
+    out += ["slowest:"] + [f"  {r['duration']:8.1f} {r['when']} {r['nodeid']}" for r in top]
+    return "\n".join(out)

@@ -129,7 +129,7 @@ def test_console_entry_point_exit_code():
         text=True,
         env=env,
         cwd=ROOT,
-        timeout=120,
+        timeout=600,
     )
     assert proc.returncode == EXIT_MODEL
     assert proc.stderr.strip().startswith("memopt plan: error: cannot import 'no_such_module'")

@@ -33,7 +33,7 @@ def _steps_job(tmp: Path) -> tuple[list[str], dict[str, str]]:
     return cmd, env
 
 
-JOB = ("multi_gpu_steps", _steps_job, 900)  # ~95 s alone; 3x that beside the suite
+JOB = ("multi_gpu_steps", _steps_job, 1800)  # ~95 s alone; 3x that beside the suite
 
 
 def start_early(items) -> None:

@@ -340,7 +340,7 @@ def _checks(rank: int, tmp: str) -> None:
     check_device_overlap(rank)
 
 
-JOB = ("params_fsdp", spawn_gloo_job("tests.test_params_fsdp"), 900)
+JOB = ("params_fsdp", spawn_gloo_job("tests.test_params_fsdp"), 1800)
 
 
 def start_early(items) -> None:

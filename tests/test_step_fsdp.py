@@ -80,7 +80,7 @@ def _checks(rank: int, tmp: str) -> None:
     check_step_plans(rank)
 
 
-JOB = ("step_fsdp", spawn_gloo_job("tests.test_step_fsdp"), 900)
+JOB = ("step_fsdp", spawn_gloo_job("tests.test_step_fsdp"), 1800)
 
 
 def start_early(items) -> None:

@@ -301,7 +301,7 @@ def _peers_job(tmp: Path) -> tuple[list[str], dict[str, str]]:
     return cmd, {}
 
 
-JOB = ("zoo_gpu_peers", _peers_job, 900)
+JOB = ("zoo_gpu_peers", _peers_job, 1800)
 
 
 def start_early(items) -> None:
