@@ -159,8 +159,8 @@ def _stop() -> None:
 ASIDE_REPORTS = "MEMOPT_TESTS_ASIDE_REPORTS"
 #: The aside process's limit: its tests took 1,368 s alone on one core of a 2-core machine
 #: like CI's (fortieth session), a slow or loaded runner took over 2,400 s beside the main
-#: process (the thirty-ninth session's landing run, killed), and the fifty-first's over 3,600 s
-#: (killed with 28 tests to go, the main lane done): the limit is what CI's 90 minutes leave
+#: process (the thirty-ninth session's landing run, killed), and stop 61's over 3,600 s
+#: (killed with 27 tests to go, the main lane done): the limit is what CI's 90 minutes leave
 #: after the install. A test that runs longer than :data:`_ASIDE_STACKS_S` has every thread's
 #: stack written to the process's stderr; a killed run lists where its time went.
 _ASIDE_KEY, _ASIDE_TIMEOUT, _ASIDE_STACKS_S = "aside", 4800.0, 900
