@@ -7,12 +7,16 @@ import torch._functorch.config as fconfig
 import torch._inductor.config as iconfig
 
 from tests import early
+from tests.kernel_cache import drop_broken_kernels, inductor_cache_dir
 
 # Each test compiles afresh: warm caches would skip the partitioner and hide bugs
 # (tests/test_unknown_and_cache.py turns them back on on purpose).
 iconfig.fx_graph_cache = False
 fconfig.enable_autograd_cache = False
 os.environ["MEMOPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="memopt-test-cache-")
+# a kernel build killed in an earlier run leaves a short .so that this run would load and fail
+# on (tests/kernel_cache.py); once, before this process or any it starts compiles
+_DROPPED = [] if early.in_aside_process() else drop_broken_kernels(inductor_cache_dir())
 for _name in (
     "MEMOPT_LEVEL",
     "MEMOPT_CONFIG",
@@ -138,7 +142,9 @@ def _fresh_dynamo():
 
 def pytest_terminal_summary(terminalreporter):
     """The aside process's slowest tests (its own ``--durations``): this process sees only
-    their waits."""
+    their waits. And the broken kernel builds deleted before the run."""
+    for path in _DROPPED:
+        terminalreporter.write_line(f"deleted a broken Inductor kernel build first: {path}")
     done = early.aside_done()
     if done is None:
         return
