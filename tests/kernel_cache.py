@@ -37,9 +37,12 @@ def inductor_cache_dir() -> str:
 def complete_elf(path: str) -> bool:
     """Whether the file at ``path`` is a whole 64-bit ELF file: its magic number, and its
     section header table (the linker writes it last, at the end) inside the file."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(64)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except FileNotFoundError:  # deleted meanwhile (Inductor's own cache clearing): not broken
+        return True
     if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2:  # ELFCLASS64
         return False
     order = "<" if head[5] == 1 else ">"
@@ -68,7 +71,7 @@ def drop_broken_kernels(root: str) -> list[str]:
                 except BlockingIOError:
                     continue  # being built right now
                 try:
-                    if os.path.exists(path) and not complete_elf(path):
+                    if not complete_elf(path):
                         os.remove(path)
                         dropped.append(path)
                 finally:
