@@ -6,6 +6,11 @@ A build killed midway (a test run stopped at its time limit, a ^C) leaves a shor
 and every later process that needs the same kernel finds the file, skips the build and fails
 to load it: ``ImportError: ... main.so: file too short``. Stop 62's landing run failed so on a
 zero-byte ``.so`` that an interrupted run on the same machine had left three hours before.
+
+Precompiled headers (``precompiled_headers/*.gch``) are left alone: gcc ignores an empty one,
+a truncated one would fail every build (checked with g++ 12.2), but they are built once per
+torch build and compiler flags, in the first seconds of a run on a new cache directory, and a
+whole ``.gch`` cannot be told from a cut one without gcc's own reader.
 """
 
 from __future__ import annotations
