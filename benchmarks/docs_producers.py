@@ -306,6 +306,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "multi_gpu_steps_w1_s53.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only budgets,auto,level,offload --warmup 9 --iters 20 --memopt-log memopt_w1_s53.log "
+        "--out docs/data/{file} (one H200, code 7303609)",
+        "gpu",
+    ),
+    Producer(
         "multi_gpu_steps_w1_s31.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only budgets,auto --warmup 9 --iters 30 --memopt-log memopt_w1_s31.log --out "

@@ -232,6 +232,8 @@ zoo_gpu_s45c = _zoo_gpu_of("_s45c", "The forty-fifth session's Mistral at 0.1 ag
 zoo_gpu_s46 = _zoo_gpu_of("_s46", "The forty-sixth session's rows, the conditioned number.")
 zoo_gpu_s46b = _zoo_gpu_of("_s46b", "The forty-sixth session's rows with flips.")
 zoo_gpu_s47 = _zoo_gpu_of("_s47", "The forty-seventh session's Qwen2 and BART with flips.")
+zoo_gpu_s53 = _zoo_gpu_of("_s53", "The fifty-third session's Qwen2 and Mistral (second run).")
+zoo_gpu_s53a = _zoo_gpu_of("_s53a", "The fifty-third session's Qwen2 (first run).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -350,6 +352,7 @@ SECTIONS: dict[str, Section] = {
     "multi_gpu_steps_w1_s31b": Section(("multi_gpu_steps_w1_s31b.json",), multi.steps_ratio),
     "multi_gpu_steps_w1_s31c": Section(("multi_gpu_steps_w1_s31c.json",), multi.steps_ratio),
     "multi_gpu_steps_w1_s45": Section(("multi_gpu_steps_w1_s45.json",), multi.steps_ratio),
+    "multi_gpu_steps_w1_s53": Section(("multi_gpu_steps_w1_s53.json",), multi.steps_ratio),
     "multi_gpu_steps_repeat": Section(
         ("multi_gpu_steps_w2_warmup9_2026-11-25.json",), multi.steps_repeat
     ),
@@ -454,6 +457,8 @@ SECTIONS: dict[str, Section] = {
         ("zoo_gpu_qwen2_moe_s46.json", "zoo_gpu_roberta_s46.json"), zoo_gpu_s46
     ),
     "zoo_gpu_s47": Section(("zoo_gpu_qwen2_s47.json", "zoo_gpu_bart_s47.json"), zoo_gpu_s47),
+    "zoo_gpu_s53": Section(("zoo_gpu_qwen2_s53.json", "zoo_gpu_mistral_s53.json"), zoo_gpu_s53),
+    "zoo_gpu_s53a": Section(("zoo_gpu_qwen2_s53a.json",), zoo_gpu_s53a),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),
