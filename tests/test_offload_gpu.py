@@ -267,3 +267,29 @@ def test_reloaded_tensors_keep_alignment_hints():
     ]
     memopt_ops = ("memopt.reload", "memopt.wait_reload", "memopt.barrier")
     assert [x for x in unaligned if any(op in x for op in memopt_ops)] == []
+
+
+def test_offload_under_cuda_graphs_trains_as_without_them():
+    """``mode="reduce-overhead"``: memopt's offload ops are tagged CUDA-graph-unsafe, so
+    Inductor runs them between captured partitions (inside a capture, the side stream's copies
+    would leave it with unjoined work: "capturing stream has unjoined work", seen on the H100 in
+    the fifty-fourth session). Three steps each way; the last step's loss and gradients are those
+    of the same plan without CUDA graphs, bitwise (same kernels, replayed)."""
+    pytest.importorskip("transformers")
+    import memopt
+
+    torch.manual_seed(0)
+    model = _cuda_llama(3)
+    ids = torch.randint(0, 512, (4, 128), device="cuda")
+    got = {}
+    for mode in (None, "reduce-overhead"):
+        torch._dynamo.reset()
+        compiled = memopt.optimize(model, level=0, offload_layers=2, offload_min_bytes=0, mode=mode)
+        for _ in range(3):
+            torch.compiler.cudagraph_mark_step_begin()
+            got[mode] = _hf_step(model, ids, compiled)
+        per_layer = memopt.report(compiled).regions[0].extra["offload"]["bytes_per_layer"]
+        assert set(map(int, per_layer)) == {0, 1}, mode
+    (l0, g0), (l1, g1) = got[None], got["reduce-overhead"]
+    assert torch.equal(l0, l1)
+    assert len(g0) == len(g1) and all(torch.equal(a, b) for a, b in zip(g0, g1))

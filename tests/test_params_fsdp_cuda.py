@@ -8,6 +8,8 @@ calls the post-accumulate-grad hook right after queueing that copy) would break 
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 from torch import nn
@@ -229,10 +231,14 @@ def test_fsdp_cuda_world1_staging_moves_copies_off_the_compute_stream(cuda_group
 
 
 def _device_shards(opt_of):
-    """4 steps of the stack sharded on the device; losses, weights and the bytes allocated
-    right after the last backward (before ``step``)."""
+    """4 steps of the stack sharded on the device; losses, weights and the bytes this run holds
+    right after the last backward (before ``step``): counted from what was allocated before it,
+    since an earlier run's FSDP2 model (a reference cycle) or weights may still be alive."""
     from torch.distributed.fsdp import fully_shard
 
+    gc.collect()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
     model = _model().cuda()
     for layer in model.layers:
         fully_shard(layer)
@@ -245,7 +251,7 @@ def _device_shards(opt_of):
         loss = model(ids)
         loss.backward()
         torch.cuda.synchronize()
-        after = torch.cuda.memory_allocated()
+        after = torch.cuda.memory_allocated() - base
         grads = sum(p.grad.to_local().nbytes for p in model.parameters() if p.grad is not None)
         opt.step()
         opt.zero_grad()

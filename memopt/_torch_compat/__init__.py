@@ -262,6 +262,15 @@ def exact_strides_tags() -> tuple:
     return (tag,) if tag is not None else ()
 
 
+def cudagraph_unsafe_tags() -> tuple:
+    """Op tags keeping an op out of CUDA graphs: under ``mode="reduce-overhead"`` Inductor's
+    graph partition runs it between the captured partitions (where partitioning is off, the
+    graph is not captured). An offload op's copy on a side stream inside a capture would leave
+    the capture with unjoined work."""
+    tag = getattr(torch.Tag, "cudagraph_unsafe", None)
+    return (tag,) if tag is not None else ()
+
+
 def copy_many(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> None:
     """``dst.copy_(src, non_blocking=True)`` for each pair, in one call where torch has
     ``_foreach_copy_`` (its loop runs in C++: across devices it copies pair by pair, as the
