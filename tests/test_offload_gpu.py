@@ -220,10 +220,16 @@ def test_gpt2_bf16_bitwise_through_optimize():
     assert set(map(int, per_layer)) == {0, 1} and all(v > 0 for v in per_layer.values())
 
 
-def test_mamba2_bf16_bitwise_through_optimize():
+def test_mamba2_fp32_through_optimize():
     """Mamba2 (torch's reference scan, no mamba_ssm kernels) offloading 2 of 4 layers on the
     side stream: the lone saved views that gave wrong gradients on the CPU (forty-ninth
-    session) are copied themselves here too, and every gradient is torch.compile's, bitwise."""
+    session) are copied themselves here too, and the gradients are torch.compile's.
+
+    Not bitwise, and not in bf16 (measured on the H100, fifty-fourth session,
+    docs/data/diag_mamba32_s54.json): two torch.compile runs of this model already differ (an
+    atomic reduction), and the offloaded graph fuses the backward differently. In fp32 the loss
+    is equal and the gradients differ by at most 4.4e-6 of their norm (a wrong gradient is off
+    by percents); in bf16 rounding moves them by 3.5% even between eager and torch.compile."""
     transformers = pytest.importorskip("transformers")
     import memopt
 
@@ -233,10 +239,16 @@ def test_mamba2_bf16_bitwise_through_optimize():
         head_dim=32, num_heads=16, n_groups=1, chunk_size=64, bos_token_id=0, eos_token_id=0,
         pad_token_id=0,
     )  # fmt: skip
-    model = transformers.Mamba2ForCausalLM(cfg).to("cuda", torch.bfloat16).train()
+    model = transformers.Mamba2ForCausalLM(cfg).to("cuda", torch.float32).train()
     ids = torch.randint(1, 512, (4, 256), device="cuda")
+    loss0, g0 = _hf_step(model, ids, _compiled(model))
+    torch._dynamo.reset()
     compiled = memopt.optimize(model, level=0, offload_layers=2, offload_min_bytes=0)
-    _assert_bitwise(model, ids, lambda: _compiled(model), lambda: compiled)
+    loss1, g1 = _hf_step(model, ids, compiled)
+    torch.testing.assert_close(loss1, loss0, rtol=1e-6, atol=0)
+    assert len(g0) == len(g1)
+    errors = [float((a - b).norm() / b.norm()) for a, b in zip(g1, g0)]
+    assert max(errors) < 1e-4, errors
     off = memopt.report(compiled).regions[0].extra["offload"]
     assert set(map(int, off["bytes_per_layer"])) == {0, 1}
     lone = [r for r in off["offloaded"] if len(r["saved"]) == 1]

@@ -243,3 +243,26 @@ def test_import_memopt_registers_the_offload_ops():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_every_op_stays_out_of_cuda_graphs():
+    """Inductor's own check finds each memopt op CUDA-graph-unsafe, so ``mode="reduce-overhead"``
+    runs it between captured partitions (a side-stream copy inside a capture fails with
+    "capturing stream has unjoined work"; the barrier's alias inside one with "storage data
+    ptrs are not allocated in pool": both seen on the H100, fifty-fourth session)."""
+    from torch._inductor import utils
+
+    def is_cudagraph_unsafe_fx_node(node):  # Inductor's own check where it has one
+        check = getattr(utils, "is_cudagraph_unsafe_fx_node", None)
+        if check is not None:
+            return check(node)
+        return torch.Tag.cudagraph_unsafe in getattr(node.target, "tags", ())
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    names = ("offload", "wait_offload", "reload", "wait_reload", "barrier")
+    nodes = [g.call_function(getattr(torch.ops.memopt, n).default, (x,)) for n in names]
+    assert [is_cudagraph_unsafe_fx_node(n) for n in nodes] == [True] * len(names)
+    assert [n.target.name() for n in nodes] == [f"memopt::{n}" for n in names]
+    g.call_function(torch.ops.aten.add.Tensor, (x, x))
+    assert not is_cudagraph_unsafe_fx_node(list(g.nodes)[-1])

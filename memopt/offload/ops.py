@@ -37,7 +37,7 @@ from memopt import _torch_compat as compat
 NAMESPACE = "memopt"
 _LIB = torch.library.Library(NAMESPACE, "FRAGMENT")
 
-_UNSAFE = compat.cudagraph_unsafe_tags()  # these sync streams or copy on the side stream
+_UNSAFE = compat.cudagraph_unsafe_tags()  # none of them inside a CUDA graph capture
 _LIB.define(
     "offload(Tensor t, Tensor? after=None, SymInt[]? stride=None) -> Tensor",
     tags=compat.exact_strides_tags() + _UNSAFE,
@@ -47,7 +47,7 @@ _LIB.define(
 )
 _LIB.define("reload(Tensor host, Device device, Tensor? after=None) -> Tensor", tags=_UNSAFE)
 _LIB.define("wait_reload(Tensor(a) t, Tensor? after=None) -> Tensor(a)", tags=_UNSAFE)
-_LIB.define("barrier(Tensor(a) x, Tensor[] deps) -> Tensor(a)")  # no stream, no copy
+_LIB.define("barrier(Tensor(a) x, Tensor[] deps) -> Tensor(a)", tags=_UNSAFE)
 
 
 def is_dense(t: torch.Tensor) -> bool:
