@@ -49,6 +49,10 @@ class SavedMeasurement:
         return self.total - self.compiled
 
 
+def _unpack(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
 def measure_saved(
     step: Callable[[], Any], exclude: Iterable[torch.Tensor] = ()
 ) -> tuple[Any, SavedMeasurement]:
@@ -78,7 +82,10 @@ def measure_saved(
                 )
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    # eager code between graph breaks runs these under Dynamo's frame callback: never traced
+    # (else each call site compiles them into Dynamo's recompile limit, and warns)
+    hooks = torch.compiler.disable(pack), torch.compiler.disable(_unpack)
+    with torch.autograd.graph.saved_tensors_hooks(*hooks):
         out = step()
     return out, SavedMeasurement(seen)
 

@@ -36,3 +36,33 @@ def test_views_of_one_storage_count_once():
 
     _, measured = measure_saved(forward, exclude=[x])
     assert measured.total == 64 * 32 * 4 and len(measured.tensors) == 1
+
+
+def test_dynamo_never_traces_the_measure_hooks():
+    """A frame Dynamo runs eagerly (here: a graph break inside a loop) calls the pack hook under
+    Dynamo's frame callback; traced, the hook recompiled per saved tensor's layout into the
+    recompile limit (DBRX, the third sweep). The hooks are disabled for Dynamo: no compiled
+    entry for them, and the eager saves are still counted."""
+    import memopt.measure as M
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lins = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+
+    def f(x):
+        out = torch.zeros_like(x)
+        for lin in lins:
+            out = out + torch.tanh(lin(x))
+            torch._dynamo.graph_break()
+        return out.sum()
+
+    cf = torch.compile(f)
+    for n in (4, 5):
+        _, m = M.measure_saved(lambda n=n: cf(torch.randn(n, 8, requires_grad=True)))
+    codes = [c for c in M.measure_saved.__code__.co_consts if getattr(c, "co_name", "") == "pack"]
+    codes.append(M._unpack.__code__)
+    assert len(codes) == 2 and [len(_debug_get_cache_entry_list(c)) for c in codes] == [0, 0]
+    # per linear: its input (x, shared), its output's tanh (5 x 8 fp32) and linear's weight
+    # is a parameter (measured: no exclude given, so counted once, 3 x 256 B)
+    assert m.compiled == 0 and m.eager == 5 * 8 * 4 + 3 * (5 * 8 * 4) + 3 * 8 * 8 * 4
