@@ -357,9 +357,11 @@ def _activation_kind(x: Any, known: set | None) -> int:
     call's tensors and the model's weights, None when not seen)."""
     if not isinstance(x, torch.Tensor):
         return 0
+    key = _real_storage(x)
+    if known is not None and key is not None and key in known:
+        return 0  # a weight, a buffer or a call's tensor, or a view of one made by autograd
     if x.grad_fn is not None:
         return PER_RUN
     if known is None or isinstance(x, torch.nn.Parameter) or x.requires_grad:
         return 0
-    key = _real_storage(x)
-    return SHARED if key is not None and key not in known else 0
+    return SHARED if key is not None else 0

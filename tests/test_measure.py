@@ -43,8 +43,9 @@ def test_dynamo_never_traces_the_measure_hooks():
     Dynamo's frame callback; traced, the hook recompiled per saved tensor's layout into the
     recompile limit (DBRX, the third sweep). The hooks are disabled for Dynamo: no compiled
     entry for them, and the eager saves are still counted."""
-    import memopt.measure as M
     from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    import memopt.measure as M
 
     torch._dynamo.reset()
     torch.manual_seed(0)
