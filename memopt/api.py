@@ -64,9 +64,9 @@ def _env_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **comp
 
 _CUDAGRAPHS = (
     "CUDA graphs are on (torch.compile's mode= or options=): memopt plans and applies as without "
-    "them, but its predicted peaks do not count the graphs' private memory pools, and plans "
-    "under CUDA graphs are not yet measured; mode='max-autotune-no-cudagraphs' keeps the "
-    "autotuning without them"
+    "them (its offload copies run between the captured partitions), but its predicted peaks do "
+    "not count the graphs' private memory pools, and budgets under CUDA graphs are not yet "
+    "measured; mode='max-autotune-no-cudagraphs' keeps the autotuning without them"
 )
 
 
