@@ -56,6 +56,10 @@ class RegionRegistry:
         # (run_input_keys) and its symbols' sizes (dynamic regions)
         self.run_inputs: tuple[list[tuple], list[tuple]] = ([], [])
         self.run_sizes: tuple[list[tuple], list[tuple]] = ([], [])
+        # per run of the step under way and of the last one: the model layers whose weights
+        # its arguments are (memopt.step_layers.layers_read); their storages, once known
+        self.run_layers: tuple[list[frozenset], list[frozenset]] = ([], [])
+        self._layer_of: dict[Any, int] | None = None
 
     def begin_region(
         self,
@@ -320,6 +324,30 @@ class RegionRegistry:
             self.compiled_storages |= {k for k in map(_real_storage, args) if k is not None}
         self.run_inputs[0].append(self.run_input_keys(report, args))
         self.run_sizes[0].append(tuple(sorted(sizes.items())) if sizes else ())
+        layer_of = self._layer_storages()
+        self.run_layers[0].append(
+            frozenset(layer_of[k] for k in map(_real_storage, args) if k in layer_of)
+        )
+
+    def _layer_storages(self) -> dict[Any, int]:
+        """Storage -> index of the model layer (``model_layers``) whose weight or buffer it
+        is, once the model's call is seen; empty before, and where the weights are no plain
+        tensors (FSDP2's DTensors: its runs read all-gathered copies)."""
+        if self._layer_of is None and self._model is not None:
+            model = self._model()
+            model = getattr(model, "_orig_mod", model)
+            self._layer_of = {}
+            for i, name in enumerate(getattr(self, "model_layers", ()) if model else ()):
+                sub = model.get_submodule(name)
+                for t in itertools.chain(sub.parameters(), sub.buffers()):
+                    if (k := _real_storage(t)) is not None:
+                        self._layer_of[k] = i
+        return self._layer_of or {}
+
+    def last_layer_reads(self, sequence: Sequence[int]) -> tuple[frozenset, ...] | None:
+        """Per run of the last step (``sequence``), the model layers whose weights it read."""
+        reads = self.run_layers[1]
+        return tuple(reads) if len(reads) == len(sequence) else None
 
     def record_outputs(self, report: int, outputs: Any) -> None:
         """What the run just begun returned."""
@@ -332,6 +360,7 @@ class RegionRegistry:
         self._input_ids = {}
         self.run_inputs = ([], self.run_inputs[0])
         self.run_sizes = ([], self.run_sizes[0])
+        self.run_layers = ([], self.run_layers[0])
 
 
 def _trains(example_inputs: Sequence[Any]) -> bool:

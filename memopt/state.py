@@ -452,7 +452,7 @@ class MemoptState(RegionRegistry):
         if any(self.regions[i].extra.get("layers") for i in set(sequence)):
             return  # regions that hold repeated layers offload inside their graph
         keys = [self.graph_keys.get(i, i) for i in sequence]
-        got = user_step_offload(self.config, keys)
+        got = user_step_offload(self.config, keys, self.last_layer_reads(sequence))
         if got is not None and got.note:
             self.notes.append(got.note)
             log.warning("memopt: %s", got.note)
@@ -524,7 +524,7 @@ class MemoptState(RegionRegistry):
         ):
             return [], None
         keys = [self.graph_keys.get(i, i) for i in sequence]
-        return step_offload_timing(sequence, keys, self.problems)
+        return step_offload_timing(sequence, keys, self.problems, self.last_layer_reads(sequence))
 
     def _offsets(self, sequence: Sequence[int], ahead: bool = False) -> list[int] | None:
         """Per run, the CUDA bytes no region's model holds (other layers' parameters, optimizer

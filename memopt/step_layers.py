@@ -43,6 +43,52 @@ def layer_runs(keys: Sequence[object]) -> list[list[int]]:
     return [list(range(s + i * p, s + (i + 1) * p)) for i in range(r)]
 
 
+def layers_read(reads: Sequence[frozenset[int]]) -> list[list[int]]:
+    """The step's layers from the model layers whose weights each run reads (``reads``: per
+    run in forward order, the indices of the model's layers, ``model.layers.i``, among its
+    arguments' storages), where they map cleanly; ``[]`` otherwise.
+
+    Each run reads at most one layer, each layer's runs come before the next layer's, and a
+    run that reads none lies between two runs of one layer or at the end of a layer that
+    another follows (a block's tail after its break). A layer whose routing varies (DBRX's
+    experts: a graph per expert hit, the first iteration a graph of its own) keeps its runs
+    together though the graphs do not repeat one pattern, which :func:`layer_runs` needs."""
+    owner = []
+    for r in reads:
+        if len(r) > 1:
+            return []  # a run spanning two layers: no clean cut between them
+        owner.append(next(iter(r)) if r else None)
+    order = [o for o in owner if o is not None]
+    if len(set(order)) < 2 or any(a > b for a, b in zip(order, order[1:])):
+        return []  # one layer, or a layer after a later one (weights shared across depths)
+    layers: list[list[int]] = []
+    last = None
+    for j, o in enumerate(owner):
+        if o is None:
+            continue
+        if o != last:
+            layers.append([])
+            last = o
+        elif layers[-1][-1] != j - 1:
+            layers[-1].extend(range(layers[-1][-1] + 1, j))  # runs inside the layer
+        layers[-1].append(j)
+    for a, b in zip(layers, layers[1:]):
+        a.extend(range(a[-1] + 1, b[0]))  # a layer's tail up to the next layer's first run
+    return layers
+
+
+def step_layers(
+    keys: Sequence[object], reads: Sequence[frozenset[int]] | None = None
+) -> list[list[int]]:
+    """The step's layers: from the weights the runs read where they map cleanly
+    (:func:`layers_read`), else the repeated pattern of graphs (:func:`layer_runs`)."""
+    if reads is not None and len(reads) == len(keys):
+        layers = layers_read(reads)
+        if layers:
+            return layers
+    return layer_runs(keys)
+
+
 def reload_schedule(layers: Sequence[Sequence[int]], k: int) -> dict[int, list[int]]:
     """When the first ``k`` of ``layers`` (lists of run positions, forward order) come back,
     as :func:`memopt.offload.sync.default_sync` does inside one graph: layer ``i``'s copy-back
@@ -152,13 +198,17 @@ def offload_overhead(choice: OffloadChoice, moved: Mapping[int, int], timing: St
 
 
 def step_offload_timing(
-    sequence: Sequence[int], keys: Sequence[object], problems: Mapping[int, Any]
+    sequence: Sequence[int],
+    keys: Sequence[object],
+    problems: Mapping[int, Any],
+    reads: Sequence[frozenset[int]] | None = None,
 ) -> tuple[list[list[int]], StepTiming | None]:
-    """The layers of the step ``sequence`` (``keys``: each run's graph key) and the timing
-    the step planner prices offloading them with, from each region's planning problem
+    """The layers of the step ``sequence`` (``keys``: each run's graph key; ``reads``: the
+    model layers each run read, :func:`step_layers`) and the timing the step planner prices
+    offloading them with, from each region's planning problem
     (``passes.plan_budget.RegionProblem``: its device rates and its ops' times); none when
-    fewer than two layers repeat."""
-    layers = layer_runs(keys)
+    fewer than two layers are found."""
+    layers = step_layers(keys, reads)
     if len(layers) < 2:
         return [], None
     rates = problems[sequence[0]].rates

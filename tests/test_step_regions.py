@@ -205,6 +205,59 @@ def test_offload_layers_across_regions_offloads_whole_runs():
     assert "Step offload (offload_layers=2): runs 0-3" in rep.table()
 
 
+class RoutedBlock(nn.Module):
+    """A block whose graphs depend on its depth, as DBRX's expert loop (a graph per expert
+    hit, the first iteration a graph of its own): the first block breaks twice, the others
+    once, so the step's graphs repeat no pattern layer by layer."""
+
+    def __init__(self, first: bool) -> None:
+        super().__init__()
+        self.first = first
+        self.up, self.down = nn.Linear(D, H), nn.Linear(H, D)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.up(x))
+        if self.first:
+            torch._dynamo.graph_break()
+            h = h.tanh()
+        torch._dynamo.graph_break()
+        return x + self.down(h)
+
+
+class Routed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(RoutedBlock(i == 0) for i in range(N))
+
+    def forward(self, x):
+        b = self.blocks
+        x = b[3](b[2](b[1](b[0](x))))
+        return x.float().pow(2).mean()
+
+
+def test_offload_layers_follow_the_weights_each_run_reads():
+    # DBRX (third sweep): found from repeated graphs alone, the "layers" were four runs of one
+    # expert graph inside the second layer, and offload_layers=1 copied 0 B without a word.
+    # The runs' weights name their layer: the first block is runs 0-2 (its tanh run reads no
+    # weight but lies inside it), the second runs 3-4
+    torch.manual_seed(0)
+    ref = Routed()
+    grads0, _ = _train(torch.compile(ref), ref, steps=2, measure=False)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Routed()
+    opt = memopt.optimize(model, offload_layers=1, offload_min_bytes=0)
+    grads, _ = _train(opt, model, steps=3, measure=False)
+    for a, b in zip(grads, grads0):
+        torch.testing.assert_close(a, b)
+    rep = memopt.report(opt)
+    assert rep.step.offload_runs == (0, 1, 2)
+    # two (32, H) floats: the up output (gelu's input, saved by run 0) and the tanh output
+    # (run 1's; run 2's linear saves it too, as an input of its run, which stays in place,
+    # as does the block's input, the batch)
+    assert rep.step.offloaded_bytes == rep.offloaded_bytes() == 2 * 32 * H * 4
+
+
 def test_offload_layers_that_cannot_apply_says_why():
     from tests.helpers import MLP
 

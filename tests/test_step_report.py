@@ -40,6 +40,22 @@ def test_layer_runs_find_the_repeated_pattern():
     assert layer_runs(list("abcd")) == []
 
 
+def test_layers_from_the_weights_runs_read():
+    from memopt.step_layers import layers_read, step_layers
+
+    f = frozenset
+    # emb, layer 0 as three runs (the middle one reads no weight), its tail, layer 1, head
+    reads = [f(), f({0}), f(), f({0}), f(), f({1}), f({1}), f()]
+    assert layers_read(reads) == [[1, 2, 3, 4], [5, 6]]
+    assert step_layers(list("eabacdde"), reads) == [[1, 2, 3, 4], [5, 6]]
+    assert layers_read([f({0}), f({0, 1}), f({1})]) == []  # a run across two layers
+    assert layers_read([f({1}), f({0})]) == []  # out of order (shared weights)
+    assert layers_read([f({0}), f({0})]) == []  # one layer
+    # none maps: the repeated graphs decide, as for FSDP2's all-gathered weights
+    assert step_layers(["emb", "L", "L", "head"], [f()] * 4) == [[1], [2]]
+    assert step_layers(["emb", "L", "L", "head"], None) == [[1], [2]]
+
+
 def test_reload_schedule_is_default_syncs():
     layers = [[i] for i in range(8)]
     # k of n layers: layer i comes back as layer n-k+i-1's backward begins (never later than

@@ -363,18 +363,21 @@ class UserOffload(NamedTuple):
     note: str = ""
 
 
-def user_step_offload(config: MemoptConfig, keys: Sequence[object]) -> UserOffload | None:
+def user_step_offload(
+    config: MemoptConfig, keys: Sequence[object], reads: Sequence[frozenset[int]] | None = None
+) -> UserOffload | None:
     """The user's ``offload_layers=k`` or sync dict for a step whose layers are compiled
-    regions (``keys``: one graph key per run, in forward order); None without either. The
-    user's sync dict wins over ``offload_layers``, as inside one graph."""
+    regions (``keys``: one graph key per run, in forward order; ``reads``: per run, the model
+    layers whose weights it read, :func:`memopt.step_layers.step_layers`); None without
+    either. The user's sync dict wins over ``offload_layers``, as inside one graph."""
     from memopt.errors import ConfigError
-    from memopt.step_layers import layer_runs, offload_choice
+    from memopt.step_layers import offload_choice, step_layers
 
     k, sync = config.offload_k, dict(config.sync or {})
     if not (k or sync):
         return None
     setting = "sync" if sync else f"offload_layers={k}"
-    layers = layer_runs(keys)
+    layers = step_layers(keys, reads)
     if len(layers) < 2:
         note = (
             f"{setting}: no repeated layers in any compiled region and no repeated regions in "
