@@ -154,6 +154,7 @@ class MemoptState(RegionRegistry):
             offload_runs=tuple(sorted(off.positions)) if off else (),
             offloaded_bytes=off.stats.offloaded_bytes if off else 0,
             prefetched=off.stats.prefetched if off else 0,
+            offload_steps=off.stats.steps if off else 0,
             measured_peak=self.measured_peak,
             step_plans=self._step_plans,
             went_back_from=self.went_back_from,

@@ -52,6 +52,8 @@ class StepInfo:
     """Bytes those runs copied to the host in the last complete step."""
     prefetched: int = 0
     """Tensors copied back a layer ahead of their backward in the last complete step."""
+    offload_steps: int = 0
+    """Steps finished under the offload plan (0: a new plan, its bytes not measured yet)."""
     notes: tuple[str, ...] = ()
     measured_peak: int | None = None
     """CUDA peak of a step run on the step plan (byte budgets), when it set a new record."""
@@ -167,11 +169,17 @@ def step_section(report: Report) -> str:
     )
     lines = [head, table]
     if step.offload_runs:
+        measured = (
+            f"{fmt_bytes(step.offloaded_bytes)} copied per step, {step.prefetched} tensor(s) "
+            "copied back ahead of their backward"
+            if step.offload_steps
+            else "not measured yet: no step has finished under this plan, which offloads from "
+            "the step after the one it was made from"
+        )
         lines.append(
             f"Step offload{f' ({step.offload_by})' if step.offload_by else ''}: runs "
             f"{ranges(step.offload_runs)} keep their saved tensors in host "
-            f"memory from their forward to their backward ({fmt_bytes(step.offloaded_bytes)} "
-            f"copied per step, {step.prefetched} tensor(s) copied back ahead of their backward)"
+            f"memory from their forward to their backward ({measured})"
         )
     if step.offload_skipped:
         lines.append(

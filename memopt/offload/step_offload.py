@@ -29,7 +29,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -67,6 +67,8 @@ class StepOffloadStats:
     """Tensors whose copy-back was started a layer ahead (last step)."""
     skipped: int = 0
     """Runs not offloaded because other saved-tensor hooks were active (checkpointing)."""
+    steps: int = 0
+    """Steps finished under this offload plan (0: the numbers above are not measured yet)."""
 
 
 Point = tuple[bool, int]
@@ -109,7 +111,8 @@ class StepOffload:
 
     def new_step(self) -> None:
         with self._lock:
-            self.stats, self._current = self._current, StepOffloadStats()
+            done = self.stats.steps + 1
+            self.stats, self._current = replace(self._current, steps=done), StepOffloadStats()
             self._groups.clear()
             self._d2h.clear()
             self._later.clear()
