@@ -313,6 +313,14 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "diag_*_s54.json",
+        "python docs/data/diag_s54/diag_overlap.py (diag_overlap_s54.json) or "
+        "docs/data/diag_s54/diag_mamba32.py (diag_mamba32_s54.json), with OUT=docs/data and "
+        "PYTHONPATH at the repository root (one H100, code bd26741 and 922b923; the JSON file "
+        "renamed with the session's suffix)",
+        "gpu",
+    ),
+    Producer(
         "multi_gpu_steps_w1_s31.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only budgets,auto --warmup 9 --iters 30 --memopt-log memopt_w1_s31.log --out "
