@@ -334,12 +334,19 @@ class RegionRegistry:
         is, once the model's call is seen; empty before, and where the weights are no plain
         tensors (FSDP2's DTensors: its runs read all-gathered copies)."""
         if self._layer_of is None and self._model is not None:
+            from memopt.passes.detect_layers import normalize_module_path
+
             model = self._model()
             model = getattr(model, "_orig_mod", model)
             self._layer_of = {}
-            for i, name in enumerate(getattr(self, "model_layers", ()) if model else ()):
-                sub = model.get_submodule(name)
-                for t in itertools.chain(sub.parameters(), sub.buffers()):
+            layers = getattr(self, "model_layers", ()) if model is not None else ()
+            modules = (
+                {normalize_module_path(n): m for n, m in model.named_modules()} if layers else {}
+            )
+            for i, name in enumerate(layers):
+                # the normalized path (memopt.coverage reads them so); ".0": a Sequential model's
+                sub = modules.get(name) or modules.get(name.lstrip("."))
+                for t in itertools.chain(sub.parameters(), sub.buffers()) if sub else ():
                     if (k := _real_storage(t)) is not None:
                         self._layer_of[k] = i
         return self._layer_of or {}
