@@ -246,7 +246,8 @@ class _Rewriter:
         moved = fw_idx.pos[place.before] < fw_idx.pos[wait.before]
         if moved:
             place = wait
-        d = self._emit(ops.reload, (h2, device), place, layer=u.layer, moved=moved)
+        layout = _host_layout(u.source)  # the traced layout, whatever Inductor gave the host
+        d = self._emit(ops.reload, (h2, device), place, extra=layout, layer=u.layer, moved=moved)
         out = self._place_before(fw_idx, fw_idx.output, not_before=place)
         d2 = self._emit(ops.wait_reload, (d,), out, layer=u.layer)
         for i in u.members:
@@ -272,7 +273,8 @@ class _Rewriter:
                 f"reload moved before its first use ({first.name})"
             )
             place, moved = self._place_before(bw_idx, first, not_before=not_before), True
-        d = self._emit(ops.reload, (src, device), place, layer=u.layer, moved=moved)
+        layout = _host_layout(u.source)  # the traced layout, whatever Inductor gave the host
+        d = self._emit(ops.reload, (src, device), place, extra=layout, layer=u.layer, moved=moved)
         wait = self._place_before(bw_idx, first, not_before=place)
         d2 = self._emit(ops.wait_reload, (d,), wait, layer=u.layer)
         for i, ph in zip(u.members, members):

@@ -45,7 +45,10 @@ _LIB.define(
 _LIB.define(
     "wait_offload(Tensor(a) host, Tensor[] keep, Tensor? after=None) -> Tensor(a)", tags=_UNSAFE
 )
-_LIB.define("reload(Tensor host, Device device, Tensor? after=None) -> Tensor", tags=_UNSAFE)
+_LIB.define(
+    "reload(Tensor host, Device device, Tensor? after=None, SymInt[]? stride=None) -> Tensor",
+    tags=_UNSAFE,
+)
 _LIB.define("wait_reload(Tensor(a) t, Tensor? after=None) -> Tensor(a)", tags=_UNSAFE)
 _LIB.define("barrier(Tensor(a) x, Tensor[] deps) -> Tensor(a)", tags=_UNSAFE)
 
@@ -343,10 +346,17 @@ def _wait_offload(
 
 
 def _reload(
-    host: torch.Tensor, device: torch.device, after: torch.Tensor | None = None
+    host: torch.Tensor,
+    device: torch.device,
+    after: torch.Tensor | None = None,
+    stride: Sequence[int] | None = None,
 ) -> torch.Tensor:
+    """``stride``: the layout the graph was traced with (what the backward's views of the
+    copy assume), whatever layout the host copy came in: Inductor may re-lay a forward
+    output (its layout optimization gives a graph with convolutions channels-last outputs)."""
     device = torch.device(device)
-    out = torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device=device)
+    layout = tuple(stride) if stride is not None else host.stride()
+    out = torch.empty_strided(host.shape, layout, dtype=host.dtype, device=device)
     nbytes = host.numel() * host.element_size()
     if out.is_cuda and nbytes:
         done = _issue_on_transfer_stream(device, out, host)
@@ -387,8 +397,9 @@ def _offload_fake(t: torch.Tensor, after=None, stride=None) -> torch.Tensor:
     return torch.empty_strided(t.shape, layout, dtype=t.dtype, device="cpu")
 
 
-def _reload_fake(host: torch.Tensor, device: torch.device, after=None) -> torch.Tensor:
-    return torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device=device)
+def _reload_fake(host: torch.Tensor, device: torch.device, after=None, stride=None) -> torch.Tensor:
+    layout = tuple(stride) if stride is not None else host.stride()
+    return torch.empty_strided(host.shape, layout, dtype=host.dtype, device=device)
 
 
 def _alias_fake(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
