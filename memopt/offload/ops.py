@@ -7,8 +7,8 @@ arguments -- so Inductor can neither drop them nor reorder them against their da
     h  = memopt.offload(t, after)             # event on the compute stream; D2H on the
                                               # transfer stream into a pooled pinned buffer
     h' = memopt.wait_offload(h, [t], after)   # compute stream waits for the D2H; t may die
-    d  = memopt.reload(h', device, after)     # H2D on the transfer stream into memory
-                                              # allocated on the compute stream
+    d  = memopt.reload(h', device, after, stride)  # H2D on the transfer stream into memory
+                                              # allocated on the compute stream (traced layout)
     d' = memopt.wait_reload(d, after)         # compute stream waits for the H2D
     x' = memopt.barrier(x, [deps])            # no-op alias: whatever reads x' runs after deps
 
