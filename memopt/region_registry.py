@@ -324,10 +324,9 @@ class RegionRegistry:
             self.compiled_storages |= {k for k in map(_real_storage, args) if k is not None}
         self.run_inputs[0].append(self.run_input_keys(report, args))
         self.run_sizes[0].append(tuple(sorted(sizes.items())) if sizes else ())
-        layer_of = self._layer_storages()
-        self.run_layers[0].append(
-            frozenset(layer_of[k] for k in map(_real_storage, args) if k in layer_of)
-        )
+        layer_of = self._layer_storages()  # empty: no storage to look up on this hot path
+        reads = map(_real_storage, args) if layer_of else ()
+        self.run_layers[0].append(frozenset(layer_of[k] for k in reads if k in layer_of))
 
     def _layer_storages(self) -> dict[Any, int]:
         """Storage -> index of the model layer (``model_layers``) whose weight or buffer it
