@@ -159,6 +159,17 @@ mixtral = _causal_lm(
     {**_dec_gpu(2048, 4, 32000, 5632, 16, 8), **_MOE_TINY},
     gpu_bs=(2, 2048),
 )
+# Mamba2 (state-space, no attention; torch's reference scan: no mamba_ssm kernels here). Not
+# in ZOO (a GPU check of layer offload on a conv + scan model, fifty-fifth session)
+_SSM = dict(state_size=8, expand=2, n_groups=1, **_IDS)
+mamba2 = _causal_lm(
+    "Mamba2ForCausalLM",
+    {**_SSM, "vocab_size": 128, "hidden_size": 64, "num_hidden_layers": 2, "head_dim": 16,
+     "num_heads": 8, "chunk_size": 8},
+    {**_SSM, "vocab_size": 32000, "hidden_size": 1024, "num_hidden_layers": 8, "head_dim": 64,
+     "num_heads": 32, "chunk_size": 256, "state_size": 64},
+    tiny_bs=(4, 16),
+)  # fmt: skip
 _QMOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64)
 qwen2_moe = _causal_lm(
     "Qwen2MoeForCausalLM",
@@ -505,4 +516,5 @@ ZOO: tuple[ZooModel, ...] = (
     ZooModel("wav2vec2", "speech", wav2vec2),
     ZooModel("timm_vit", "vision", timm_vit, needs="timm"),
 )
-BY_NAME = {m.name: m for m in ZOO}
+EXTRA: tuple[ZooModel, ...] = (ZooModel("mamba2", "ssm", mamba2),)  # by name only
+BY_NAME = {m.name: m for m in (*ZOO, *EXTRA)}

@@ -10,6 +10,7 @@ be replanned (a budget is set) keep that copy.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import hashlib
@@ -89,6 +90,7 @@ class RegionProgram:
         whose Inductor buffer plan peaks above the model by more than GUARD_EXCESS is
         compiled again with the guard (its report in the same place), and the lower wins."""
         pristine = copy.deepcopy(gm) if self._auto_guard() else None
+        self._said: set[str] = set()  # this compile's warnings (its guarded twin's are the same)
         fn, index = self._compile_once(gm, example_inputs, held, assigned, before, self._guard)
         if (
             pristine is not None
@@ -119,6 +121,7 @@ class RegionProgram:
         self.state.begin_region(gm, example_inputs, context=p.context(), index=replace)
         graphs: list[buffers.GraphBuffers] = []
         with (
+            _said_once(getattr(self, "_said", set()), again=replace is not None),
             inductor_plan.wrapper_plans(graphs.append),
             inductor_plan.eager_backward(),
             fusion.lifetime_guard(self.config.fusion_guard is True or guarded) as refused,
@@ -252,6 +255,27 @@ class RegionProgram:
 #: planner's model by more than this share of the model's peak is compiled again with the
 #: guard. Chosen, not fitted: a third of the 3% within which issue 16 asks predicted peaks to be.
 GUARD_EXCESS = 0.01
+
+
+@contextlib.contextmanager
+def _said_once(said: set[str], *, again: bool):
+    """memopt's warnings while compiling, collected in ``said``; ``again`` (the fusion guard's
+    second compile of the same graph, which plans it again) drops the ones already said."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        msg = record.getMessage()
+        if again and msg in said:
+            return False
+        said.add(msg)
+        return True
+
+    log.addFilter(keep)
+    try:
+        yield
+    finally:
+        log.removeFilter(keep)
 
 
 def _over_model(region: Any, assigned: Any = None) -> bool:

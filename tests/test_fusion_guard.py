@@ -111,6 +111,27 @@ def test_auto_keeps_the_unguarded_compile_when_the_guard_does_not_lower_the_peak
     assert len(state.regions) == 1
 
 
+def test_the_guarded_compile_does_not_repeat_the_first_compiles_warnings(
+    monkeypatch, tmp_path, caplog
+):
+    """The guard's second compile plans the same graph again: an infeasible budget was said
+    twice per region (the third sweep: Gemma, GLM-4, GraniteMoE, PhiMoE); now once."""
+    import logging
+
+    from memopt import regions
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(regions, "_over_model", lambda region, assigned=None: True)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    opt = memopt.optimize(_Mlp(), budget=0.01, fusion_guard="auto")
+    with caplog.at_level(logging.INFO, logger="memopt"):
+        opt(torch.randn(128, 64)).backward()
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("with the fusion guard" in m for m in said) == 1  # compiled twice
+    assert sum("is infeasible for this graph" in m for m in said) == 1, said
+
+
 def test_the_guard_is_a_setting():
     assert resolve_config().fusion_guard is False
     assert resolve_config(fusion_guard=True).fusion_guard is True

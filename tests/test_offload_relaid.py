@@ -4,6 +4,9 @@ made the forward's host output channels-last, while the backward rebuilt the sav
 (``as_strided``) with the traced layout and read other elements. The reload now copies back
 into the traced layout, whatever layout the host copy came in."""
 
+import contextlib
+
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -50,11 +53,20 @@ def _grads(fn, model, x, y):
     return {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-def test_views_of_a_relaid_host_copy_give_torch_compiles_gradients():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_views_of_a_relaid_host_copy_give_torch_compiles_gradients(device):
+    """On the CPU Inductor's layout optimization is on for any graph with a convolution; on a
+    GPU its heuristic skips small ones, so it is forced there (and the copies run on the side
+    stream into pinned memory)."""
     torch.manual_seed(0)
-    model = Net()
-    x, y = torch.randn(8, 16, 16, D), torch.randint(0, 10, (8,))
-    with compat.no_compile_caches():
+    model = Net().to(device)
+    x = torch.randn(8, 16, 16, D, device=device)
+    y = torch.randint(0, 10, (8,), device=device)
+    on_gpu = contextlib.ExitStack()
+    if device == "cuda":  # channels-last forced; no TF32 (the bound is fp32's)
+        on_gpu.enter_context(compat.forced_layout_optimization())
+        on_gpu.enter_context(torch.backends.cudnn.flags(enabled=True, allow_tf32=False))
+    with compat.no_compile_caches(), on_gpu:
         torch._dynamo.reset()
         ref = _grads(torch.compile(model), model, x, y)
         torch._dynamo.reset()

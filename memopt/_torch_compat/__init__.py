@@ -571,6 +571,7 @@ def queue_backward_callback(fn) -> None:
 from memopt._torch_compat.layout import (  # noqa: E402
     StridePadding,
     expandable_to,
+    forced_layout_optimization,
     inductor_channels_last_nodes,
     inductor_layout_opt,
     inductor_stride_padding,
@@ -581,6 +582,7 @@ from memopt._torch_compat.layout import (  # noqa: E402
 __all__ = [
     "StridePadding",
     "expandable_to",
+    "forced_layout_optimization",
     "inductor_channels_last_nodes",
     "inductor_layout_opt",
     "inductor_stride_padding",

@@ -130,3 +130,11 @@ def is_pointwise_use(use: torch.fx.Node) -> bool:
     from torch._inductor.utils import is_pointwise_use as rule
 
     return bool(rule(use))
+
+
+def forced_layout_optimization() -> Any:
+    """A context in which Inductor lays out every graph with a convolution channels-last
+    (tests: its GPU heuristic skips small convolutions)."""
+    import torch._inductor.config as iconfig
+
+    return iconfig.patch(force_layout_optimization=True)

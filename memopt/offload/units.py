@@ -107,14 +107,11 @@ def _make_unit(slots: Slots, root: fx.Node, members: list[int], layer_of) -> tup
         source = covering[0] if covering else None
     if source is None:
         return None, "a partial view whose base cannot be copied (non-dense or symbolic)"
-    # A member rebuilt from the copy is an ``as_strided`` of it. Lone saved views rebuilt so
-    # got wrong gradients on two models, right copied themselves (CPU, torch 2.13; the cause
-    # in Inductor is not found): ConvBERT's permute of a whole unfold (clone_3 -> permute_114,
-    # forty-eighth session) and Mamba2's plain reshape of its gated-norm input (add_4 ->
-    # view_32, forty-ninth). GPT-2's q, k, v permutes of one base are right either way: a
-    # lone member that covers the storage is copied itself (the same bytes)
-    if len(member_nodes) == 1 and member_nodes[0] in covering:
-        source = member_nodes[0]
+    # A member rebuilt from the copy is an ``as_strided`` of it, read with the traced strides:
+    # the reload copies back into the traced layout (``_host_layout``), whatever layout
+    # Inductor's layout optimization gave the host copy. Before it did, lone saved views
+    # rebuilt so got wrong gradients in graphs with convolutions (ConvBERT's permute of an
+    # unfold, Mamba2's gated-norm reshape, FocalNet's split; tests/test_offload_sweep.py)
     # a view in another dtype (view_as_complex: Llama 4's rotary) is no as_strided of its base
     if any(m.meta["val"].dtype != source.meta["val"].dtype for m in member_nodes):
         lone = member_nodes[0]
