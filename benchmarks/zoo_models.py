@@ -166,9 +166,10 @@ mamba2 = _causal_lm(
     "Mamba2ForCausalLM",
     {**_SSM, "vocab_size": 128, "hidden_size": 64, "num_hidden_layers": 2, "head_dim": 16,
      "num_heads": 8, "chunk_size": 8},
-    {**_SSM, "vocab_size": 32000, "hidden_size": 1024, "num_hidden_layers": 8, "head_dim": 64,
-     "num_heads": 32, "chunk_size": 256, "state_size": 64},
+    {**_SSM, "vocab_size": 32000, "hidden_size": 768, "num_hidden_layers": 8, "head_dim": 64,
+     "num_heads": 24, "chunk_size": 128, "state_size": 64},
     tiny_bs=(4, 16),
+    gpu_bs=(4, 1024),
 )  # fmt: skip
 _QMOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64)
 qwen2_moe = _causal_lm(
