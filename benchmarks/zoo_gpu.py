@@ -216,6 +216,9 @@ def worker(spec: dict[str, Any]) -> None:
             **({"k": variant["k"]} if "k" in variant else {}),
             "ms": ms,
             "peak": peak,
+            # what the process holds (CUDA graphs' private pools too, which a replay's
+            # allocated peak leaves out)
+            **({"reserved": torch.cuda.max_memory_reserved()} if device.startswith("cuda") else {}),
             "loss": loss,
             "compile_s": round(compile_s, 1),
             "warmup_s": warm,

@@ -246,6 +246,8 @@ class MemoptState(RegionRegistry):
         dev = self._entry_device
         reading = allocated(dev) if dev is not None and self._step_max0 is not None else None
         self._probe, self._record = None, self._measured_peak(reading)
+        if "cudagraphs" in self._said:  # graph replays allocate nothing: no peak to read
+            probed = runs = self._record = None
         # allocated as the next step begins: what the step left behind for good (optimizer
         # states at the first optimizer step) counts in a plan made now (_offsets: ahead)
         start = reading[0] if reading is not None else None
