@@ -55,6 +55,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 POINTS = (0.8, 0.5, 0.3, 0.1)
+GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes with CUDA graphs
 MEMOPT_KINDS = ("level1", "budget")  # the kinds --ab runs again
 TAG = "@@zoo_gpu "
 
@@ -465,6 +466,8 @@ class Runner:
             if self.args.kinds and "budget" not in self.args.kinds:
                 continue
             target = r["peak"] if r.get("peak") is not None else cpu_target
+            if self.args.mode in GRAPH_MODES and r.get("reserved"):
+                target = r["reserved"]  # replays allocate nothing: the pools are what is held
             v = {
                 "label": f"memopt budget at {at_label}",
                 "kind": "budget",

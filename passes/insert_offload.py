@@ -193,17 +193,18 @@ class _Rewriter:
         fwd_wait = s.offload_done.forward
         # issued at the first matmul after the producer, which waits for the issue
         issue = self._place_at(fw_idx, fw_idx.nodes[fw_idx.pos[p] + 1])
+        flat = not fwd_wait and bool(_host_layout(p))
         h = self._emit(
             ops.offload,
             (p,),
             issue,
             extra=_host_layout(p),
             layer=u.layer,
-            name=None if fwd_wait else host_name,
+            name=None if fwd_wait or flat else host_name,
         )
         device = p.meta["val"].device
         if not fwd_wait:
-            self._offload_done_in_backward(u, h, device)
+            self._offload_done_in_backward(u, self._flat(h, host_name) if flat else h, device)
             return
         place = self._place_at(fw_idx, fw_idx.point_node(s.offload_done.layer(n), True))
         moved = place.before is not fw_idx.output and fw_idx.pos[place.before] <= fw_idx.pos[p]
@@ -215,18 +216,39 @@ class _Rewriter:
             self.notes.append(
                 f"{p.name}: produced after its offload sync point; wait moved to {place.before.name}"
             )
-        name = None if s.reload_start.forward else host_name
+        flat = not s.reload_start.forward and bool(_host_layout(p))
+        name = None if s.reload_start.forward or flat else host_name
         h2 = self._emit(ops.wait_offload, (h, [p]), place, name=name, layer=u.layer, moved=moved)
         if s.reload_start.forward:
             self._reload_in_forward(u, h2, place, device)
             return
-        hp = self.slots.replace_with_host(u.members, h2)
+        out = self._flat(h2, host_name) if flat else h2
+        hp = self._unflat(self.slots.replace_with_host(u.members, out), p)
         self._reload_in_backward(u, hp, device, keep=None, not_before=None)
+
+    def _flat(self, host: fx.Node, name: str) -> fx.Node:
+        """The forward's host copy returned as one flat dimension (an ``as_strided`` of it):
+        Inductor lays out a 4-D forward output saved for backward channels-last where its
+        layout optimization prefers (graphs with convolutions), which for a host tensor is a
+        CPU-side transposing copy into pageable memory, reloaded without overlap (Mamba2 on the
+        H100, fifty-fifth session); an ``as_strided`` input and a 1-D output it leaves as they are."""
+        n = compat.int_hint(host.meta["val"].numel())
+        return self._new(aten.as_strided.default, (host, [n], [1], 0), before=host.next, name=name)
+
+    def _unflat(self, ph: fx.Node, source: fx.Node) -> fx.Node:
+        """The backward's view of a flat host copy in the traced layout (``_flat``'s inverse),
+        or ``ph`` itself where the copy was not flattened."""
+        if ph.meta["val"].dim() != 1 or source.meta["val"].dim() == 1:
+            return ph
+        shape = [compat.int_hint(x) for x in source.meta["val"].shape]
+        (stride,) = _host_layout(source)
+        first = next(n for n in ph.graph.nodes if n.op != "placeholder")
+        return self._new(aten.as_strided.default, (ph, shape, list(stride), 0), before=first)
 
     def _offload_done_in_backward(self, u: Unit, h: fx.Node, device) -> None:
         n, bw_idx = self.schedule.num_layers, self.bw_idx
         s = self.schedule.get(u.layer)
-        hp = self.slots.add_host(h)
+        hp = self._unflat(self.slots.add_host(h), u.source)
         members = [self.slots.bw_node(i) for i in u.members]
         first = bw_idx.first_user(members)
         if first is None:

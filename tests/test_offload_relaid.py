@@ -78,3 +78,24 @@ def test_views_of_a_relaid_host_copy_give_torch_compiles_gradients(device):
         # relative to the gradient's largest element (the wrong reads were 1.6x the bias's)
         err = float((got[name] - g).abs().max() / g.abs().max())
         assert err < 1e-5, (name, err)
+
+
+def test_the_host_copies_stay_where_the_offload_put_them():
+    """Inductor lays a 4-D forward output saved for backward channels-last where its layout
+    optimization prefers: for a host copy, a CPU-side transposing copy into new (pageable)
+    memory, which on a GPU is reloaded without overlap (Mamba2 on the H100: a blocking
+    pageable copy per layer, fifty-fifth session). The forward now returns each host copy
+    flat, so every reload reads the host copy in the traced layout."""
+    from memopt.offload import ops
+
+    torch.manual_seed(0)
+    model = Net()
+    x, y = torch.randn(8, 16, 16, D), torch.randint(0, 10, (8,))
+    with compat.no_compile_caches():
+        torch._dynamo.reset()
+        opt = memopt.optimize(model, offload_layers=1, offload_min_bytes=0)
+        opt(x, y).backward()  # the compile
+        ops.reset_copy_stats()
+        opt(x, y).backward()
+    stats = ops.copy_stats()
+    assert stats.h2d_copies >= 5 and stats.relaid_hosts == 0, stats

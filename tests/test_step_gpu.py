@@ -201,5 +201,7 @@ def test_step_budget_under_cuda_graphs_is_planned_from_predictions():
         opt(x).backward()
     torch.cuda.synchronize()
     step = memopt.report(opt).step
-    assert step.measured_peak is None and step.step_plans == 1, step
+    # no measurement: the plan of the first step, and one when the gradients held outside the
+    # regions appear (predicted); before, each step's allocated peak re-planned it
+    assert step.measured_peak is None and step.step_plans <= 2, step
     assert any("planned from predictions only" in n for n in step.notes), step.notes

@@ -209,6 +209,9 @@ class CopyStats:
     contiguous_copies: int = 0
     """Tensors copied on the compute stream into their host layout before their offload
     (non-dense ones, and those the compiled graph handed over in another layout)."""
+    relaid_hosts: int = 0
+    """Reloads whose host copy came in another layout than the traced one: the compiled graph
+    copied it out of the pool (0 since the forward returns host copies flat)."""
     devices: set = field(default_factory=set)
 
 
@@ -356,6 +359,9 @@ def _reload(
     output (its layout optimization gives a graph with convolutions channels-last outputs)."""
     device = torch.device(device)
     layout = tuple(stride) if stride is not None else host.stride()
+    if not same_layout(host.shape, layout, host.stride()):
+        with _STATS_LOCK:
+            _STATS.relaid_hosts += 1
     out = torch.empty_strided(host.shape, layout, dtype=host.dtype, device=device)
     nbytes = host.numel() * host.element_size()
     if out.is_cuda and nbytes:
