@@ -321,6 +321,20 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "diag_mamba2_offload_s55[ab].json",
+        f"{PY}diag_zoo_offload.py --model mamba2 --variants compile,offload=4 --out "
+        "docs/data/{file} (one H100; a: code bdfc0d0, host copies as Inductor laid them out; "
+        "b: code 4c3e57c, host copies returned flat)",
+        "gpu",
+    ),
+    Producer(
+        "multi_gpu_steps_w1_*_s55.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only level --optimizer O --warmup 5 --iters 10 --out docs/data/{file} (O: adamw, "
+        "device_overlap; one H100)",
+        "gpu",
+    ),
+    Producer(
         "multi_gpu_steps_w1_s31.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only budgets,auto --warmup 9 --iters 30 --memopt-log memopt_w1_s31.log --out "
