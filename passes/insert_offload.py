@@ -193,7 +193,7 @@ class _Rewriter:
         fwd_wait = s.offload_done.forward
         # issued at the first matmul after the producer, which waits for the issue
         issue = self._place_at(fw_idx, fw_idx.nodes[fw_idx.pos[p] + 1])
-        flat = not fwd_wait and bool(_host_layout(p))
+        flat = not fwd_wait and _flattens(p)
         h = self._emit(
             ops.offload,
             (p,),
@@ -216,7 +216,7 @@ class _Rewriter:
             self.notes.append(
                 f"{p.name}: produced after its offload sync point; wait moved to {place.before.name}"
             )
-        flat = not s.reload_start.forward and bool(_host_layout(p))
+        flat = not s.reload_start.forward and _flattens(p)
         name = None if s.reload_start.forward or flat else host_name
         h2 = self._emit(ops.wait_offload, (h, [p]), place, name=name, layer=u.layer, moved=moved)
         if s.reload_start.forward:
@@ -430,6 +430,12 @@ def insert_offload_pass(
         notes=tuple(rw.notes),
         synchronous=synchronous,
     )
+
+
+def _flattens(p: fx.Node) -> bool:
+    """Whether the forward returns ``p``'s host copy flat (``Rewriter._flat``): where its shape
+    and layout are static (a flat size and the view back are written as numbers)."""
+    return bool(_host_layout(p)) and all(isinstance(x, int) for x in p.meta["val"].shape)
 
 
 def _host_layout(p: fx.Node) -> tuple:

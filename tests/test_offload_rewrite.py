@@ -283,6 +283,8 @@ def test_symbolic_batch():
     offloads = [n for n in r.fw.graph.nodes if n.target is ops.offload]
     # a symbolic batch leaves the strides of [batch, 512] concrete: the layout is still given
     assert [n.args[2] for n in offloads] == [[512, 1], [512, 1]]
+    # ... but the host copies are returned as they are, not flat (a flat size would be the hint)
+    assert not [n for n in r.fw.graph.nodes if n.target is torch.ops.aten.as_strided.default]
 
 
 class _Direct(LayerOffloadPartitioner):
