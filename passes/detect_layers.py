@@ -89,6 +89,12 @@ def _layer_of(paths: list[str], prefix: str | None) -> tuple[str, int] | None:
         found = _split_layer(p)
         if found is not None:
             return found
+    if prefix is None:  # a layer run as ``layer.forward(...)`` is on no stack: its children are
+        for p in paths:  # (SqueezeBERT's encoder; the third sweep)
+            parts = p.split(".")
+            for i in range(1, len(parts)):
+                if parts[i].isdigit() and "parametrizations" not in parts[:i]:
+                    return ".".join(parts[:i]), int(parts[i])
     return None
 
 
