@@ -466,7 +466,7 @@ class Runner:
             if self.args.kinds and "budget" not in self.args.kinds:
                 continue
             target = r["peak"] if r.get("peak") is not None else cpu_target
-            if self.args.mode in GRAPH_MODES and r.get("reserved"):
+            if getattr(self.args, "mode", "") in GRAPH_MODES and r.get("reserved"):
                 target = r["reserved"]  # replays allocate nothing: the pools are what is held
             v = {
                 "label": f"memopt budget at {at_label}",
