@@ -1,8 +1,7 @@
 """The GPU zoo: torch.compile's ``activation_memory_budget`` points against memopt aimed at
 the same peaks, on models of benchmarks/zoo_models.py at their GPU sizes.
 
-Per model, every variant runs in its own process (fresh dynamo state, caching allocator and
-peak counters):
+Per model, every variant runs in its own process (fresh dynamo state, allocator, counters):
 
 * ``torch.compile``, and with ``activation_memory_budget`` in ``--points`` (0.8 0.5 0.3 0.1);
 * ``memopt level=1`` and ``memopt offload_layers=k`` (half the repeated layers);
@@ -17,18 +16,16 @@ peak counters):
 
 Processes compile side by side (``--parallel`` at a time); a batch is timed only when all of
 it has compiled, one process after the other, so no compile runs beside a timed step. Per
-variant: median step ms over ``--iters`` steps after ``--warmup`` (benchmarks/common.py
-``step_stats``), peak ``torch.cuda.max_memory_allocated`` over those steps, then three
-profiled steps: GPU kernel ms and host issue ms per step (``kernel_ms``; where the host's
-time nears the step's, step times measure the host, which varies between processes), the loss of the
-first step (seed 0), compile seconds; for memopt, the planner's verdict, predicted peak and
-plan. A process that runs out of memory while others compile is run again alone. ::
+variant: median step ms over ``--iters`` steps after ``--warmup`` (``common.step_stats``),
+``max_memory_allocated`` and ``max_memory_reserved`` (under CUDA graphs memopt aims at torch's
+reserved bytes) over those steps, three profiled steps (GPU kernel and host issue ms per step,
+``kernel_ms``), the first step's loss, compile seconds; for memopt, the planner's verdict,
+predicted peak and plan. A process out of memory while others compile runs again alone. ::
 
     python benchmarks/zoo_gpu.py --models qwen2,bert --out $OUT             # the H100
     python benchmarks/zoo_gpu.py --models vit --device cpu --size tiny --out /tmp/z   # a check
     python benchmarks/zoo_gpu.py --models vit,resnet --resume docs/data --again --out $OUT
-        # the H100: the rows docs/data lacks (the peers, memopt at their peaks), timed beside
-        # torch.compile again
+        # the H100: the rows docs/data lacks (peers, memopt at their peaks), compile timed again
     python benchmarks/zoo_gpu.py --models llama,bert --kinds compile,level1 --no-peers \
         --ab exp:MEMOPT_X=1 --out $OUT   # level 1 beside itself under other settings (A/B)
     python benchmarks/zoo_gpu.py --plot docs/data/zoo_gpu_*_2026-11-25.json \
@@ -216,9 +213,7 @@ def worker(spec: dict[str, Any]) -> None:
             **kernels,
             **({"k": variant["k"]} if "k" in variant else {}),
             "ms": ms,
-            "peak": peak,
-            # what the process holds (CUDA graphs' private pools too, which a replay's
-            # allocated peak leaves out)
+            "peak": peak,  # "reserved": CUDA graphs' pools too (a replay allocates nothing)
             **({"reserved": torch.cuda.max_memory_reserved()} if device.startswith("cuda") else {}),
             "loss": loss,
             "compile_s": round(compile_s, 1),
