@@ -121,7 +121,7 @@ class RegionProgram:
         self.state.begin_region(gm, example_inputs, context=p.context(), index=replace)
         graphs: list[buffers.GraphBuffers] = []
         with (
-            _said_once(getattr(self, "_said", set()), again=replace is not None),
+            _said_once(self._said, again=replace is not None),
             inductor_plan.wrapper_plans(graphs.append),
             inductor_plan.eager_backward(),
             fusion.lifetime_guard(self.config.fusion_guard is True or guarded) as refused,

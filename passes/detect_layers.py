@@ -92,9 +92,10 @@ def _layer_of(paths: list[str], prefix: str | None) -> tuple[str, int] | None:
     if prefix is None:  # a layer run as ``layer.forward(...)`` is on no stack: its children are
         for p in paths:  # (SqueezeBERT's encoder; the third sweep)
             parts = p.split(".")
-            for i in range(1, len(parts)):
-                if parts[i].isdigit() and "parametrizations" not in parts[:i]:
-                    return ".".join(parts[:i]), int(parts[i])
+            for i in range(2, len(parts) + 1):
+                found = _split_layer(".".join(parts[:i]))
+                if found is not None:
+                    return found
     return None
 
 

@@ -238,7 +238,7 @@ class _Rewriter:
     def _unflat(self, ph: fx.Node, source: fx.Node) -> fx.Node:
         """The backward's view of a flat host copy in the traced layout (``_flat``'s inverse),
         or ``ph`` itself where the copy was not flattened."""
-        if ph.meta["val"].dim() != 1 or source.meta["val"].dim() == 1:
+        if not _flattens(source) or source.meta["val"].dim() == 1:
             return ph
         shape = [compat.int_hint(x) for x in source.meta["val"].shape]
         (stride,) = _host_layout(source)
