@@ -10,6 +10,7 @@ names, memopt's offload ops), and the step's predicted and measured peaks from m
 report. ::
 
     python benchmarks/diag_zoo_peak.py --model mistral --budget 6699150848 --json $OUT/peak.json
+    python benchmarks/diag_zoo_peak.py --model mamba2 --offload 4 --json $OUT/peak.json
 """
 
 from __future__ import annotations
@@ -38,15 +39,18 @@ def main(argv=None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mistral")
-    ap.add_argument("--budget", required=True, help="bytes, or a fraction as memopt takes it")
+    ap.add_argument("--budget", default="none", help="bytes, or a fraction as memopt takes it")
+    ap.add_argument("--offload", type=int, default=0, help="offload_layers (0: none)")
     ap.add_argument("--warmup", type=int, default=6)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    budget: float | int = float(args.budget)
-    budget = int(budget) if budget > 1 else budget
+    budget: float | int | None = None if args.budget == "none" else float(args.budget)
+    budget = int(budget) if budget is not None and budget > 1 else budget
     model, inputs = build(BY_NAME[args.model], "gpu", "cuda", torch.bfloat16)
-    compiled = memopt.optimize(model, budget=budget)
+    settings = {"budget": budget} if budget is not None else {}
+    settings.update({"offload_layers": args.offload} if args.offload else {})
+    compiled = memopt.optimize(model, **settings)  # neither: level 0, torch.compile's plan
 
     def step():
         model.zero_grad(set_to_none=True)
@@ -75,6 +79,7 @@ def main(argv=None) -> None:
     out = {
         "model": args.model,
         "budget": budget,
+        "offload_layers": args.offload,
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(),
         "memopt_commit": os.environ.get("MEMOPT_COMMIT"),
@@ -92,7 +97,7 @@ def main(argv=None) -> None:
         "report": str(memopt.report(compiled)),
     }
     pred = out["predicted_peak"]
-    print(f"{args.model} budget {budget}: measured peak {peak:,} (replayed {best:,}); "
+    print(f"{args.model} budget {budget} offload {args.offload}: measured peak {peak:,} (replayed {best:,}); "
           f"predicted {pred if pred is None else f'{pred:,}'}; before the step {base:,}")  # fmt: skip
     for r in out["live_at_peak"]:
         print(f"  {r['bytes'] / 2**20:10.1f} MiB  x{r['blocks']:<3} {r['where']}")
