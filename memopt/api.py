@@ -43,7 +43,10 @@ class MemoptBackend:
     ):
         # torch.compile(..., backend=<this>, mode=..., options=...) hands them over here
         patches = {**self.inductor, **inductor_settings(mode, options)}
-        self.state._say("cudagraphs", cudagraphs_note(patches, example_inputs))
+        note = cudagraphs_note(patches, example_inputs)
+        if note is not None:
+            self.state.cuda_graphs = True  # its peaks are no longer read (memopt.state)
+        self.state._say("cudagraphs", note)
         self.state.note_graph(gm, example_inputs)
         return RegionProgram(self.config, self.state, gm, example_inputs, patches)
 

@@ -89,6 +89,7 @@ class MemoptState(RegionRegistry):
         self.notes: list[str] = []  # what the step could not apply, and why
         self._reached: set[int] = set()  # step positions backward has reached
         self._said: set[str] = set()  # the notes said (_say)
+        self.cuda_graphs = False  # a region compiled with CUDA graphs: no allocator peak to read
         self.latest_sizes: dict[str, int] = {}  # dynamic sizes of the latest call, by name
         self._entry: list[int] = []  # CUDA bytes allocated as each run of this step began
         self._bwd_entry: dict[int, int] = {}  # ... and as its backward began
@@ -246,7 +247,7 @@ class MemoptState(RegionRegistry):
         dev = self._entry_device
         reading = allocated(dev) if dev is not None and self._step_max0 is not None else None
         self._probe, self._record = None, self._measured_peak(reading)
-        if "cudagraphs" in self._said:  # graph replays allocate nothing: no peak to read
+        if self.cuda_graphs:  # graph replays allocate nothing: no peak to read
             probed = runs = self._record = None
         # allocated as the next step begins: what the step left behind for good (optimizer
         # states at the first optimizer step) counts in a plan made now (_offsets: ahead)

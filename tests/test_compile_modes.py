@@ -99,7 +99,8 @@ def test_cuda_graphs_are_passed_on_and_said_for_a_cuda_region(patches):
     torch._dynamo.reset()
     opt = memopt.optimize(_mlp(), level=1, mode="reduce-overhead")
     _step(opt, torch.randn(4, 8, requires_grad=True))
-    assert patches == [{"triton.cudagraphs": True}] and _STATES[opt].notes == []
+    state = _STATES[opt]
+    assert patches == [{"triton.cudagraphs": True}] and state.notes == [] and not state.cuda_graphs
     with FakeTensorMode():
         on_cuda = [torch.empty(4, 8, device="cuda")]
     note = cudagraphs_note({"triton.cudagraphs": True}, on_cuda)
