@@ -158,6 +158,7 @@ class MemoptState(RegionRegistry):
             offload_steps=off.stats.steps if off else 0,
             measured_peak=self.measured_peak,
             step_plans=self._step_plans,
+            plan_pending=self.step_choice is not None and c is None,
             went_back_from=self.went_back_from,
             offload_skipped=off.stats.skipped if off else 0,
             offload_by=self._offload_by if off else "",

@@ -57,6 +57,10 @@ class StepInfo:
     notes: tuple[str, ...] = ()
     measured_peak: int | None = None
     """CUDA peak of a step run on the step plan (byte budgets), when it set a new record."""
+    plan_pending: bool = False
+    """A step plan exists but was made for a step whose runs differ from this one's (a region
+    compiled again, or the model took another path): the step plan's verdict is not this
+    step's, and the next step is planned again from this one."""
     step_plans: int = 0
     """Step plans made so far (each compiles the regions whose plan it changes; at most
     memopt.state.MAX_STEP_PLANS)."""
@@ -194,6 +198,12 @@ def step_section(report: Report) -> str:
             f"{fmt_bytes(step.target)}), predicted overhead {1e3 * (step.overhead_s or 0):.3f} "
             f"ms per step{_floor_text(step.overhead_floor_s)}"
             + (f"; measured {fmt_bytes(step.measured_peak)}" if step.measured_peak else "")
+        )
+    if step.plan_pending:
+        lines.append(
+            "Step plan: made for a step whose region runs differ from this one's (a region "
+            "compiled again, or the model took another path); this step ran the regions' own "
+            "plans where its runs differ, and the next step is planned from this one"
         )
     if step.went_back_from is not None:
         to = "the regions' own plans" if step.peak is None else "the step plan above"
