@@ -328,6 +328,12 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "diag_mamba2_peak_s56_off[04].json",
+        f"{PY}diag_zoo_peak.py --model mamba2 --offload K --warmup 4 --json docs/data/{{file}} "
+        "(K: 0, 4; one H100, working tree at bb354fd)",
+        "gpu",
+    ),
+    Producer(
         "multi_gpu_steps_w1_*_s55.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only level --optimizer O --warmup 5 --iters 10 --out docs/data/{file} (O: adamw, "
