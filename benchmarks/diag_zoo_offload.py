@@ -1,8 +1,8 @@
 """Why is in-graph offload slow on a zoo model (ViT: +416% with half the layers offloaded,
 +52% for a budget plan that offloads 258 MB)? Plain torch.compile against memopt variants of
 one zoo model, each profiled over a few steps: step time, compute-stream busy and idle time,
-every host copy (kind, bytes, duration, stream) and the CUDA runtime calls that take the CPU's
-time (pinned allocations, synchronizations).
+every host copy (kind, bytes, duration, stream), the CUDA runtime calls that take the CPU's
+time (pinned allocations, synchronizations) and the compute stream's 40 costliest kernels.
 
     python benchmarks/diag_zoo_offload.py --model vit --variants compile,offload=1,budget=4221245030 \
         --out diag_vit.json        # on the GPU
@@ -58,6 +58,12 @@ def summarize(events: list[dict], steps: int) -> dict:
         calls[r["name"]][0] += 1
         calls[r["name"]][1] += r["dur"]
     top = sorted(calls.items(), key=lambda kv: -kv[1][1])[:12]
+    names: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])  # compute-stream kernels
+    for e in kernels:
+        if e["args"]["stream"] == main:
+            names[e["name"][:120]][0] += 1
+            names[e["name"][:120]][1] += e["dur"]
+    heavy = sorted(names.items(), key=lambda kv: -kv[1][1])[:40]
     gaps = sorted((b[0] - a[1] for a, b in zip(mine, mine[1:]) if b[0] > a[1]), reverse=True)
     return {
         "kernels_per_step": len(kernels) / steps,
@@ -70,6 +76,7 @@ def summarize(events: list[dict], steps: int) -> dict:
             for k, v in kinds.items()
         },
         "runtime_calls": {k: {"count": v[0] / steps, "ms": v[1] / 1e3 / steps} for k, v in top},
+        "kernels": {k: {"count": v[0] / steps, "ms": v[1] / 1e3 / steps} for k, v in heavy},
     }
 
 
