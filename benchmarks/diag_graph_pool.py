@@ -7,7 +7,8 @@ Builds a zoo model at its GPU size (benchmarks/zoo_models.py), compiles it one w
 for memopt), runs ``--steps`` forward+backward steps under ``--mode`` and after each step reads
 the allocator: allocated, its peak, reserved, its peak. After the last step it groups the
 allocator's segments by memory pool and stream (the snapshot's ``segment_pool_id`` and
-``stream``): segments, reserved bytes and the bytes allocated in them. One variant per process::
+``stream``): segments, reserved bytes and the bytes allocated in them. ``--history N`` records
+step N's allocations and lists what is live at its peak. One variant per process::
 
     python benchmarks/diag_graph_pool.py --model llama --variant budget=6471811072 \
         --mode reduce-overhead --json $OUT/pool.json
@@ -69,6 +70,23 @@ def pools(snapshot: dict) -> list[dict]:
     ]
 
 
+def _live_at_peak(snap: dict, base: int, top: int) -> list[dict]:
+    """The recorded step's allocation peak and the blocks live there, by allocating frame."""
+    from benchmarks.diag_peak import replay
+
+    best, blocks = replay(snap, base)
+    groups: dict[str, list[int]] = collections.defaultdict(list)
+    for size, where in blocks:
+        groups[where].append(size)
+    rows = sorted(groups.items(), key=lambda kv: -sum(kv[1]))[:top]
+    print(f"recorded step: peak {best:,} from {base:,} before it")
+    for w, sizes in rows:
+        print(f"  {sum(sizes) / 2**20:9.1f} MiB x{len(sizes):<4} {w[:200]}")
+    return [{"peak": best, "base": base}] + [
+        {"bytes": sum(v), "blocks": len(v), "where": w} for w, v in rows
+    ]
+
+
 def main(argv=None) -> None:
     import torch
 
@@ -83,17 +101,25 @@ def main(argv=None) -> None:
     ap.add_argument("--variant", default="compile")
     ap.add_argument("--mode", default="reduce-overhead", help="torch.compile's mode ('' for none)")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--history", type=int, default=-1, help="record this step's allocations")
+    ap.add_argument("--top", type=int, default=16)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     with compat.no_compile_caches():
         model, inputs = build(BY_NAME[args.model], "gpu", "cuda", torch.bfloat16)
         compiled = compiled_model(model, args.variant, args.mode or None)
-        steps = []
+        steps, live = [], []
         for i in range(args.steps):
             model.zero_grad(set_to_none=True)
             torch.manual_seed(0)
+            if i == args.history:
+                base = torch.cuda.memory_allocated()
+                torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="all")
             step_loss(compiled(**inputs)).backward()
             torch.cuda.synchronize()
+            if i == args.history:
+                live = _live_at_peak(torch.cuda.memory._snapshot(), base, args.top)
+                torch.cuda.memory._record_memory_history(enabled=None)
             steps.append({
                 "step": i,
                 "allocated": torch.cuda.memory_allocated(),
@@ -112,6 +138,8 @@ def main(argv=None) -> None:
         "memopt_commit": os.environ.get("MEMOPT_COMMIT"),
         "steps": steps,
         "pools": pools(snap),
+        "history_step": args.history,
+        "live_at_peak": live,
     }
     if args.variant in ("level1",) or args.variant.startswith("budget="):
         facts = _memopt_facts(compiled)
