@@ -26,7 +26,7 @@ import torch.fx
 
 from memopt import ranks, step_excess, step_fit, step_notes
 from memopt.config import MemoptConfig
-from memopt.offload.step_offload import StepOffload, user_step_offload
+from memopt.offload.step_offload import StepOffload, first_backward_note, user_step_offload
 from memopt.peak_probe import PeakProbe, allocated
 from memopt.region_registry import RegionRegistry
 from memopt.report import Report, StepInfo
@@ -230,6 +230,9 @@ class MemoptState(RegionRegistry):
 
     def backward_started(self, pos: int) -> None:
         """Backward reaches the run at step position ``pos``."""
+        if not (self._backward_seen or self.last_step) and self._user_offload:
+            note = first_backward_note(self)
+            self._say(note or "", note)  # the same note as the step's end would say
         self._backward_seen = True
         self._reached.add(pos)
         if self._probe is not None:
@@ -459,8 +462,7 @@ class MemoptState(RegionRegistry):
         keys = [self.graph_keys.get(i, i) for i in sequence]
         got = user_step_offload(self.config, keys, self.last_layer_reads(sequence))
         if got is not None and got.note:
-            self.notes.append(got.note)
-            log.warning("memopt: %s", got.note)
+            self._say(got.note, got.note)  # said once (first_backward_note may have said it)
         elif got is not None:
             self.offload, self._offload_by = got.offload, got.setting
             self._away = got.away if got.away is not None else self._away

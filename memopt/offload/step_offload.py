@@ -382,12 +382,7 @@ def user_step_offload(
     setting = "sync" if sync else f"offload_layers={k}"
     layers = step_layers(keys, reads)
     if len(layers) < 2:
-        note = (
-            f"{setting}: no repeated layers in any compiled region and no repeated regions in "
-            "the step (layers compiled one per region); nothing is offloaded. If the model has "
-            "layers under another path, pass layers='...'."
-        )
-        return UserOffload(None, None, setting, note)
+        return UserOffload(None, None, setting, _no_layers(setting))
     release, away = None, None
     if sync:
         positions, reload, release = sync_schedule(layers, sync)  # SyncError names a layer
@@ -402,3 +397,30 @@ def user_step_offload(
     log.info("memopt: offloading the saved tensors of step runs %s (%s)", positions, setting)
     offload = StepOffload(positions, config.offload_min_bytes, reload, release)
     return UserOffload(offload, away, setting)
+
+
+def _no_layers(setting: str) -> str:
+    return (
+        f"{setting}: no repeated layers in any compiled region and no repeated regions in "
+        "the step (layers compiled one per region); nothing is offloaded. If the model has "
+        "layers under another path, pass layers='...'."
+    )
+
+
+def first_backward_note(state) -> str | None:
+    """The note of an offload setting no layer of the first step can take, said as that step's
+    backward begins (its forward runs are known then) rather than as the next step begins (a
+    one-region model whose layers memopt cannot find: the note came from the second step on).
+    ``state``: memopt.state.MemoptState; None when the step has layers or no setting is given."""
+    from memopt.step_layers import step_layers
+
+    config, seq = state.config, tuple(state._seq)
+    if not (config.offload_k or config.sync) or not seq:
+        return None
+    if any(state.regions[i].extra.get("layers") for i in set(seq)):
+        return None  # regions holding repeated layers offload inside their graph
+    reads = state.run_layers[0]
+    keys = [state.graph_keys.get(i, i) for i in seq]
+    if len(step_layers(keys, tuple(reads) if len(reads) == len(seq) else None)) >= 2:
+        return None
+    return _no_layers("sync" if config.sync else f"offload_layers={config.offload_k}")
