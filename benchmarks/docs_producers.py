@@ -328,6 +328,20 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "graph_pool_s56_*.json",
+        f"{PY}diag_graph_pool.py --model llama --variant V --mode M [--steps 3 --history H] "
+        "--json docs/data/{file} (V: compile, torch=0.5, budget=6471811072; M: reduce-overhead, "
+        "'' for default_budget; _h0/_h1: compile with --history 0 and 1; one H100, working "
+        "trees at baf8efe and 66082ef)",
+        "gpu",
+    ),
+    Producer(
+        "diag_mamba2_kernels_s56.json",
+        f"{PY}diag_zoo_offload.py --model mamba2 --variants compile,offload=4 --reps 4 --steps 2 "
+        "--out docs/data/{file} (one H100, with the compute stream's kernels)",
+        "gpu",
+    ),
+    Producer(
         "diag_mamba2_peak_s56_off[04].json",
         f"{PY}diag_zoo_peak.py --model mamba2 --offload K --warmup 4 --json docs/data/{{file}} "
         "(K: 0, 4; one H100, working tree at bb354fd)",
