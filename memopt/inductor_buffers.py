@@ -197,6 +197,7 @@ def step_peaks(
     tangents_held: bool,
     round_to: int = 1,
     pooled: bool = True,
+    inputs_copied: bool = False,
 ) -> StepPeaks:
     """The forward's and the backward's peaks of one region. ``static``: bytes live through
     the step outside the graphs' own buffers (parameters, the batch, earlier regions' saved
@@ -204,7 +205,8 @@ def step_peaks(
     (saved tensors) are counted with the forward's storage (views of one buffer share it) and
     freed at their ``del``; saved aliases of forward inputs are static; the other inputs
     (tangents: autograd's incoming gradients) are counted, and held to the end where autograd
-    holds them (``tangents_held``). ``pooled``: as :func:`replay`'s."""
+    holds them (``tangents_held``). ``pooled``: as :func:`replay`'s. ``inputs_copied`` (CUDA
+    graphs): each tangent also has a copy in the graph's pool, live through the backward."""
     f = replay(fw, round_to=round_to, pooled=pooled)
     made = {
         name: out
@@ -226,6 +228,9 @@ def step_peaks(
             counted[name] = (("input", name), nbytes)
             if tangents_held:
                 held.add(("input", name))
+            if inputs_copied:  # no event names it: live to the end
+                counted[f"{name} (graph pool copy)"] = (("pool copy", name), nbytes)
+                held.add(("pool copy", name))
     b = replay(bw, counted, frozenset(held), round_to=round_to, pooled=pooled)
     return StepPeaks(static, f, b)
 
@@ -274,6 +279,7 @@ def section(
     graphs: list[GraphBuffers],
     *,
     tangents_held: bool,
+    cuda_graphs: bool = False,
     model_peak: int | None = None,
     workspaces: tuple[int, int] = (0, 0),
 ) -> dict[str, Any] | None:
@@ -282,7 +288,8 @@ def section(
     step's, not the region's: identical layers get identical sections), next to the
     planner's model (``model_peak``, the step's prediction where earlier regions hold bytes)
     when a budget planned it, and with the step's cuBLAS workspaces (``(count, bytes each)``,
-    held outside every graph). None without both graphs."""
+    held outside every graph). ``cuda_graphs``: the region runs as CUDA graphs (each tangent
+    also copied into their pool: :func:`step_peaks`). None without both graphs."""
     from memopt.symbolic import fmt_bytes
 
     fb = pair(graphs)
@@ -291,11 +298,10 @@ def section(
     fw, bw = fb
     round_to = CUDA_ROUND if fw.device == "cuda" else 1
     static = sum(_round(n, round_to) for n in fw.inputs.values())
-    sp = step_peaks(fw, bw, static, tangents_held=tangents_held, round_to=round_to)
+    kw = {"tangents_held": tangents_held, "round_to": round_to, "inputs_copied": cuda_graphs}
+    sp = step_peaks(fw, bw, static, **kw)
     # what the reuse pool adds: dead buffers held until a later buffer of their size reuses them
-    unpooled = step_peaks(
-        fw, bw, static, tangents_held=tangents_held, round_to=round_to, pooled=False
-    )
+    unpooled = step_peaks(fw, bw, static, pooled=False, **kw)
     phase = "forward" if sp.fwd_peak >= sp.bwd_peak else "backward"
     text = (
         f"Inductor's buffer plan: peak {fmt_bytes(sp.peak)} in the {phase} (forward "

@@ -57,6 +57,7 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
         """What the step gives this region, for cache keys ('' when nothing)."""
         counts = f"|counted={self.count_offsets}" if self.count_offsets else ""
         counts += "|guarded" if self.guarded else ""
+        counts += "|cudagraphs" if self.state.cuda_graphs else ""  # their copies are planned
         if self.assigned is not None:
             a = self.assigned
             sync = sorted((int(k), tuple(v)) for k, v in a.sync.items())
@@ -79,6 +80,7 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
                 activation_inputs=self.activation_inputs,
                 count_offsets=self.count_offsets,
                 model_layers=self.state.model_layers,
+                cuda_graphs=self.state.cuda_graphs,
             )
         except PlanError:
             raise

@@ -173,6 +173,7 @@ class RegionProgram:
         sec = buffers.section(
             graphs,
             tangents_held=compat.tangents_held_to_the_end(),
+            cuda_graphs=self.state.cuda_graphs,
             model_peak=planner.get("predicted_peak") if model_comparable else None,
             workspaces=(allocator.CUBLAS_WORKSPACES_PER_STEP, each),
         )

@@ -118,7 +118,8 @@ class Live:
     nbytes: int
     kind: str
     """``output`` (a graph output: a gradient, the loss, logits), ``temporary``, ``tangent``,
-    ``padded copy`` (of ``name``) or ``layout copy`` (of ``name``)."""
+    ``graph input copy`` (a tangent's copy in a CUDA graph's pool), ``padded copy`` (of
+    ``name``) or ``layout copy`` (of ``name``)."""
 
 
 def _liveness(
@@ -128,6 +129,7 @@ def _liveness(
     *,
     inputs_live: Collection[str] = (),
     pad_matmuls: bool = False,
+    inputs_copied: bool = False,
 ) -> tuple[list[torch.fx.Node], list[Live]]:
     """The values live while each call_function node runs, by :mod:`memopt.memory_rules` (the
     rules of ``memopt plan``'s liveness model): aliases own nothing, temporaries that Inductor
@@ -137,7 +139,10 @@ def _liveness(
     backward's tangents), live from the start to their last read, or on a torch whose
     autograd holds them until the backward returns, for the whole graph (torch 2.11: HF's
     logits get a zero gradient the loss never reads, live to the end; benchmarks/
-    diag_tangents.py)."""
+    diag_tangents.py). ``inputs_copied`` (CUDA graphs): each of ``inputs_live`` is also copied
+    into the graph's pool for the whole graph, as cudagraph trees copy a captured graph's
+    inputs made outside it (on the H100 the zoo Llama's recording step held its 500 MiB logits
+    tangent twice: docs/benchmarks.md, fifty-sixth session)."""
     ops = [n for n in gm.graph.nodes if n.op == "call_function"]
     pos = {n: i for i, n in enumerate(ops)}
     reads = rules.ReadPoints(pos)
@@ -164,6 +169,8 @@ def _liveness(
     for p in gm.graph.nodes:
         if p.op == "placeholder" and p.name in inputs_live:
             add(p, 0, last_pos if held else reads.last(facts.alias_users(p), 0), "tangent")
+            if inputs_copied:
+                add(p, 0, last_pos, "graph input copy")
     if pad_matmuls:
         for operand, factor, first, last in rules.padded_copies(ops, pos):
             add(operand, first, last, "padded copy", int(sizes.of(operand) * factor))
@@ -470,6 +477,7 @@ def base_items(
     *,
     pad_matmuls: bool = False,
     layout_copies: Sequence[torch.fx.Node] = (),
+    cuda_graphs: bool = False,
 ) -> tuple[list[torch.fx.Node], list[Live], list[torch.fx.Node], list[Live]]:
     """The forward's and the backward's ops and the non-candidate values live over them (what
     :class:`StepTimeline`'s ``fwd_live_bytes`` / ``bwd_live_bytes`` sum): for reports and
@@ -479,7 +487,12 @@ def base_items(
     pad_matmuls = pad_matmuls and not pads_in_graph(fw)
     fw_ops, fw_items = _liveness(fw, skip, sizes, pad_matmuls=pad_matmuls)
     bw_ops, bw_items = _liveness(
-        bw, skip, sizes, inputs_live=_tangents(fw, bw), pad_matmuls=pad_matmuls
+        bw,
+        skip,
+        sizes,
+        inputs_live=_tangents(fw, bw),
+        pad_matmuls=pad_matmuls,
+        inputs_copied=cuda_graphs,
     )
     f_copies, b_copies = _layout_copies(layout_copies, fw_ops, bw_ops, bw, sizes)
     return fw_ops, fw_items + f_copies, bw_ops, bw_items + b_copies
@@ -498,17 +511,25 @@ def build_planning_problem(
     pad_matmuls: bool = False,
     sizes: Sizes | None = None,
     layout_copies: Sequence[torch.fx.Node] = (),
+    cuda_graphs: bool = False,
 ) -> PlanningProblem:
     """``pad_matmuls``: charge the padded operand copies Inductor makes on CUDA (when the
     graph does not hold them already: :func:`pads_in_graph`). ``sizes``
     collects the nodes whose size is unknown (pass one in to read them afterwards).
     ``layout_copies``: saved graph inputs Inductor keeps a channels-last copy of
     (:func:`memopt.facts.layout_copied_inputs`): new memory from their first forward use to
-    their last backward read."""
+    their last backward read. ``cuda_graphs``: the region runs as CUDA graphs, which copy the
+    backward's tangents into their pool (:func:`_liveness`'s ``inputs_copied``)."""
     sizes = sizes if sizes is not None else Sizes(value)
     usable = [a for a in analysis if a.cluster_id is not None or a.layer is not None]
     fw_ops, fw_items, bw_ops, bw_items = base_items(
-        fw, bw, usable, sizes, pad_matmuls=pad_matmuls, layout_copies=layout_copies
+        fw,
+        bw,
+        usable,
+        sizes,
+        pad_matmuls=pad_matmuls,
+        layout_copies=layout_copies,
+        cuda_graphs=cuda_graphs,
     )
     fw_live, bw_live = _curve(fw_items, len(fw_ops)), _curve(bw_items, len(bw_ops))
     layers, f_starts, b_starts = _layer_events(fw_ops, bw_ops)

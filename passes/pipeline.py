@@ -73,6 +73,7 @@ class Region:
     symbols: SymbolTable
     known_elsewhere: Collection[str] = ()
     held_bytes: int = 0  # activation bytes earlier regions of the step hold (byte budgets)
+    cuda_graphs: bool = False  # compiled with CUDA graphs (the budget planner counts their copies)
     activation_inputs: Sequence[int] = ()  # per primal: PER_RUN, SHARED or 0 (no activation)
     # saved activation inputs (before, after the plan): pipeline.saved_inputs
     saved_inputs: tuple[tuple, tuple] = ((), ())
@@ -262,6 +263,7 @@ def plan_budget_pass(r: Region) -> Region:
             kernels=r.kernels,
             max_depth=r.planner_depth,
             deferred=r.deferred_kernels,
+            cuda_graphs=r.cuda_graphs,
         )
         ins = saved_input_bytes(
             r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols, (PER_RUN, SHARED)
@@ -507,6 +509,7 @@ def run_pipeline(
     activation_inputs: Sequence[int] = (),
     count_offsets: Mapping[str, int] | None = None,
     model_layers: Sequence[str] = (),
+    cuda_graphs: bool = False,
 ) -> Region:
     """Run every pass on one joint graph; the returned Region holds the final forward and
     backward graphs, the Plan and what the report reads. ``held_bytes`` and ``assigned`` come
@@ -525,6 +528,7 @@ def run_pipeline(
         activation_inputs=activation_inputs,
         count_offsets=count_offsets,
         model_layers=tuple(model_layers),
+        cuda_graphs=cuda_graphs,
     )
     region = run_passes(region)
     region.final_saved = saved_activation_bytes(region.fw, region.num_fwd_outputs, region.symbols)

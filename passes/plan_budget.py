@@ -209,6 +209,7 @@ def plan_budget(
     kernels: Mapping[str, float] | None = None,
     max_depth: int = 2,
     deferred: dict[str, torch.fx.Node] | None = None,
+    cuda_graphs: bool = False,
 ) -> BudgetResult:
     """Solve the region's plan. ``held_bytes``: activation bytes that regions run earlier in
     the step keep while this one runs (a byte budget is for the step: this region gets what
@@ -217,7 +218,8 @@ def plan_budget(
     (memopt.kernel_times); the ops without one are priced by the roofline. ``max_depth``: the
     chain rule (:func:`memopt.planner.chains.planner_depth` of the region's layers).
     ``deferred``: kernels that had no room to be timed now (``kernel_times.measure``), for the
-    result's ``retime``."""
+    result's ``retime``. ``cuda_graphs``: the region runs as CUDA graphs (their copies of the
+    backward's tangents are counted)."""
     fixed = list(config.plans if plans is None else plans)
     if config.level >= 1:
         named = {p.cluster_id for p in fixed}
@@ -248,6 +250,7 @@ def plan_budget(
             pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),
             sizes=sizes,
             layout_copies=layout_copies,
+            cuda_graphs=cuda_graphs,
         )
 
     sizes = Sizes(value, kernel_s=kernel_times.lookup(kernels or {}, value))

@@ -95,6 +95,9 @@ def test_step_peaks_counts_saved_tensors_once_and_static_aliases_not_at_all():
     sp = step_peaks(fw, bw, 400, tangents_held=True)
     assert (sp.fwd_peak, sp.bwd.entry, sp.bwd_peak, sp.bwd.end) == (508, 108, 528, 28)
     assert step_peaks(fw, bw, 400, tangents_held=False).bwd.end == 20
+    # CUDA graphs: the tangent's copy in the graph's pool, live through the whole backward
+    sp = step_peaks(fw, bw, 400, tangents_held=False, inputs_copied=True)
+    assert (sp.bwd.entry, sp.bwd_peak, sp.bwd.end) == (116, 536, 28)
 
 
 def test_a_backward_buffer_never_shares_a_saved_tensors_storage():

@@ -248,3 +248,24 @@ def test_a_matmul_added_to_a_tensor_runs_as_addmm_where_the_add_is():
     with bw.graph.inserting_after(add):
         bw.graph.call_function(aten.neg.default, (mm,))
     assert rules.addmm_parts(add) is None and not rules.deferred_mm(mm)
+
+
+def test_under_cuda_graphs_a_tangent_has_a_copy_in_the_graphs_pool(monkeypatch):
+    """cudagraph trees copy a captured graph's inputs made outside it into the graph's pool:
+    the recording step of the zoo Llama on an H100 held its 500 MiB logits tangent twice
+    (docs/benchmarks.md, fifty-sixth session). Under CUDA graphs the model counts the copy,
+    live through the whole backward, beside the tangent itself."""
+    from memopt import _torch_compat as compat
+
+    monkeypatch.setattr(compat, "tangents_held_to_the_end", lambda: False)
+    fw, bw = _embedding_backward_graphs()
+    nbytes = 256 * 256 * 2
+
+    def kinds(cuda_graphs: bool) -> list:
+        _, _, _, items = base_items(fw, bw, [], Sizes(int), cuda_graphs=cuda_graphs)
+        return sorted(
+            (it.kind, it.start, it.end, it.nbytes) for it in items if it.name == "tangents_1"
+        )
+
+    assert kinds(False) == [("tangent", 0, 0, nbytes)]
+    assert kinds(True) == [("graph input copy", 0, 4, nbytes), ("tangent", 0, 0, nbytes)]
