@@ -67,10 +67,11 @@ def _env_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **comp
 
 _CUDAGRAPHS = (
     "CUDA graphs are on (torch.compile's mode= or options=): memopt plans and applies as without "
-    "them (its offload copies run between the captured partitions), but its predicted peaks do "
-    "not count the graphs' private memory pools, and a budget is planned from predictions "
-    "only: a replayed graph allocates nothing, so the allocator's peaks cannot correct the "
-    "plan; mode='max-autotune-no-cudagraphs' keeps the autotuning without them"
+    "them (its offload copies run between the captured partitions); its predicted peaks count "
+    "the graphs' copies of the backward's incoming gradients but not the segments their private "
+    "memory pools keep, and a budget is planned from predictions only: a replayed graph "
+    "allocates nothing, so the allocator's peaks cannot correct the plan; "
+    "mode='max-autotune-no-cudagraphs' keeps the autotuning without them"
 )
 
 

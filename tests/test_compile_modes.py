@@ -104,6 +104,6 @@ def test_cuda_graphs_are_passed_on_and_said_for_a_cuda_region(patches):
     with FakeTensorMode():
         on_cuda = [torch.empty(4, 8, device="cuda")]
     note = cudagraphs_note({"triton.cudagraphs": True}, on_cuda)
-    assert note is not None and "predicted peaks do not count the graphs' private" in note
+    assert note is not None and "not the segments their private memory pools keep" in note
     assert cudagraphs_note({}, on_cuda) is None
     assert cudagraphs_note({"triton.cudagraphs": True}, [torch.empty(4, 8)]) is None
