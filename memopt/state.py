@@ -89,7 +89,7 @@ class MemoptState(RegionRegistry):
         self.notes: list[str] = []  # what the step could not apply, and why
         self._reached: set[int] = set()  # step positions backward has reached
         self._said: set[str] = set()  # the notes said (_say)
-        self.cuda_graphs = False  # a region compiled with CUDA graphs: no allocator peak to read
+        self.cuda_graphs = False  # regions run as CUDA graphs: no peak to read; copies planned
         self.latest_sizes: dict[str, int] = {}  # dynamic sizes of the latest call, by name
         self._entry: list[int] = []  # CUDA bytes allocated as each run of this step began
         self._bwd_entry: dict[int, int] = {}  # ... and as its backward began
