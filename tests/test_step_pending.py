@@ -9,19 +9,7 @@ import torch.nn as nn
 
 import memopt
 from memopt.api import _STATES
-
-D, H = 64, 256
-
-
-class Block(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up, self.down = nn.Linear(D, H), nn.Linear(H, D)
-
-    def forward(self, x):
-        y = x + self.down(torch.nn.functional.gelu(self.up(x)))
-        torch._dynamo.graph_break()
-        return y * 1.0
+from tests.test_step_regions import Block, D  # a block that breaks the graph after it
 
 
 class Net(nn.Module):
