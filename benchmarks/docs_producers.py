@@ -336,6 +336,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "graph_pool_s57_*.json",
+        f"{PY}diag_graph_pool.py --model llama --variant budget=6471811072 --mode reduce-overhead "
+        "[--steps 2 --history 1] --json docs/data/{file} (one H100, code bcc1977: the tangent's "
+        "copy counted under CUDA graphs)",
+        "gpu",
+    ),
+    Producer(
         "diag_mamba2_kernels_s56.json",
         f"{PY}diag_zoo_offload.py --model mamba2 --variants compile,offload=4 --reps 4 --steps 2 "
         "--out docs/data/{file} (one H100, with the compute stream's kernels)",
