@@ -26,7 +26,7 @@ import torch.fx
 
 from memopt import ranks, step_excess, step_fit, step_notes
 from memopt.config import MemoptConfig
-from memopt.offload.step_offload import StepOffload, first_backward_note, user_step_offload
+from memopt.offload import step_offload as so
 from memopt.peak_probe import PeakProbe, allocated
 from memopt.region_registry import RegionRegistry
 from memopt.report import Report, StepInfo
@@ -80,7 +80,7 @@ class MemoptState(RegionRegistry):
         self._step_plans = 0
         self._planned_for: tuple[int, ...] | None = None
         self.graph_keys: dict[int, str] = {}  # region index -> its graph's code hash
-        self.offload: StepOffload | None = None  # offload_layers across regions
+        self.offload: so.StepOffload | None = None  # offload_layers across regions
         self.model_layers: tuple[str, ...] = ()  # what offload_layers / sync count (api)
         self._user_offload = bool(config.offload_k or config.sync)
         self._offload_by = ""  # what set self.offload (the report says it)
@@ -231,7 +231,7 @@ class MemoptState(RegionRegistry):
     def backward_started(self, pos: int) -> None:
         """Backward reaches the run at step position ``pos``."""
         if not (self._backward_seen or self.last_step) and self._user_offload:
-            note = first_backward_note(self)
+            note = so.first_backward_note(self)
             self._say(note or "", note)  # the same note as the step's end would say
         self._backward_seen = True
         self._reached.add(pos)
@@ -457,10 +457,10 @@ class MemoptState(RegionRegistry):
     def _plan_offload(self, sequence: Sequence[int]) -> None:
         """``offload_layers=k`` or the sync dict when the layers are compiled regions
         (:func:`memopt.offload.step_offload.user_step_offload`)."""
-        if any(self.regions[i].extra.get("layers") for i in set(sequence)):
-            return  # regions that hold repeated layers offload inside their graph
-        keys = [self.graph_keys.get(i, i) for i in sequence]
-        got = user_step_offload(self.config, keys, self.last_layer_reads(sequence))
+        keys = so.region_keys(self, sequence)  # None: regions holding layers offload inside
+        if keys is None:
+            return
+        got = so.user_step_offload(self.config, keys, self.last_layer_reads(sequence))
         if got is not None and got.note:
             self._say(got.note, got.note)  # said once (first_backward_note may have said it)
         elif got is not None:
@@ -499,7 +499,7 @@ class MemoptState(RegionRegistry):
             off = choice.offload
             self.offload, self._away = None, {}
             if off is not None:
-                self.offload = StepOffload(
+                self.offload = so.StepOffload(
                     off.runs, self.config.offload_min_bytes, dict(off.reload_at)
                 )
                 self._away = dict(off.away)

@@ -407,6 +407,14 @@ def _no_layers(setting: str) -> str:
     )
 
 
+def region_keys(state, seq) -> list | None:
+    """The graph keys of the step's regions ``seq``, or None when one of them holds repeated
+    layers (those offload inside their graph, not across regions)."""
+    if any(state.regions[i].extra.get("layers") for i in set(seq)):
+        return None
+    return [state.graph_keys.get(i, i) for i in seq]
+
+
 def first_backward_note(state) -> str | None:
     """The note of an offload setting no layer of the first step can take, said as that step's
     backward begins (its forward runs are known then) rather than as the next step begins (a
@@ -417,10 +425,10 @@ def first_backward_note(state) -> str | None:
     config, seq = state.config, tuple(state._seq)
     if not (config.offload_k or config.sync) or not seq:
         return None
-    if any(state.regions[i].extra.get("layers") for i in set(seq)):
-        return None  # regions holding repeated layers offload inside their graph
+    keys = region_keys(state, seq)
+    if keys is None:
+        return None
     reads = state.run_layers[0]
-    keys = [state.graph_keys.get(i, i) for i in seq]
     if len(step_layers(keys, tuple(reads) if len(reads) == len(seq) else None)) >= 2:
         return None
     return _no_layers("sync" if config.sync else f"offload_layers={config.offload_k}")
