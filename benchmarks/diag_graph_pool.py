@@ -3,12 +3,12 @@ reserved bytes under ``mode="reduce-overhead"`` reserved 11.5% more than its tar
 session, with no model of the graphs' private pools).
 
 Builds a zoo model at its GPU size (benchmarks/zoo_models.py), compiles it one way (``--variant``:
-``compile``, ``torch=0.5`` for torch's activation memory budget, ``budget=BYTES`` or ``level1``
-for memopt), runs ``--steps`` forward+backward steps under ``--mode`` and after each step reads
-the allocator: allocated, its peak, reserved, its peak. After the last step it groups the
-allocator's segments by memory pool and stream (the snapshot's ``segment_pool_id`` and
-``stream``): segments, reserved bytes and the bytes allocated in them. ``--history N`` records
-step N's allocations and lists what is live at its peak. One variant per process::
+``compile``, ``torch=0.5`` for torch's activation memory budget, ``budget=BYTES``, ``level1`` or
+``offload=K`` for memopt), runs ``--steps`` forward+backward steps under ``--mode`` and after each
+step reads the allocator: allocated, its peak, reserved, its peak. After the last step it groups
+the allocator's segments by memory pool and stream (the snapshot's ``segment_pool_id`` and
+``stream``): segments, reserved bytes and the bytes allocated in them. ``--history N`` records step
+N's allocations and lists what is live at its peak. One variant per process::
 
     python benchmarks/diag_graph_pool.py --model llama --variant budget=6471811072 \
         --mode reduce-overhead --json $OUT/pool.json
@@ -42,6 +42,8 @@ def compiled_model(model, variant: str, mode: str | None):
         return torch.compile(model, **kw)
     if variant == "level1":
         return memopt.optimize(model, level=1, **kw)
+    if variant.startswith("offload="):
+        return memopt.optimize(model, offload_layers=int(variant.split("=")[1]), **kw)
     if variant.startswith("budget="):
         return memopt.optimize(model, budget=int(float(variant.split("=")[1])), **kw)
     raise SystemExit(f"unknown variant {variant!r}")
@@ -141,7 +143,7 @@ def main(argv=None) -> None:
         "history_step": args.history,
         "live_at_peak": live,
     }
-    if args.variant in ("level1",) or args.variant.startswith("budget="):
+    if args.variant == "level1" or args.variant.split("=")[0] in ("budget", "offload"):
         facts = _memopt_facts(compiled)
         out["memopt"] = {k: facts.get(k) for k in ("predicted_peak", "offloaded_bytes", "feasible")}
         out["report"] = str(memopt.report(compiled))
@@ -150,6 +152,8 @@ def main(argv=None) -> None:
               f"reserved {p['reserved'] / 2**20:9.1f} MiB, allocated {p['allocated'] / 2**20:9.1f}"
               f" MiB, largest {p['largest_segment'] / 2**20:.1f} MiB")  # fmt: skip
     print(json.dumps(out.get("memopt")))
+    if "report" in out:
+        print(out["report"])
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 
