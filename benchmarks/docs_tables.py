@@ -327,7 +327,7 @@ SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
     "cli_timings": Section(("cli_timings.json",), cli_timings),
     "cli_peak": Section(("cli_timings.json",), cli_peak),
-    "torch_versions": Section(("torch_versions_2026-12-05.json",), torch_versions),
+    "torch_versions": Section(("torch_versions_2026-12-06.json",), torch_versions),
     "fsdp_step_per_run": Section(("fsdp_step_2026-11-25_per_run.json",), fsdp_step),
     "fsdp_step_s8": Section(("fsdp_step_2026-11-25_s8.json",), fsdp_step_s8),
     "fsdp_step_s8_ab": Section(("fsdp_step_2026-11-25_s8_ab.json",), fsdp_step_s8),
