@@ -56,12 +56,21 @@ def _grads(model: nn.Module, run, x) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-def _run(alone: int, normed: bool, caplog, **setting):
+@pytest.fixture(scope="module")
+def compiled():
+    """torch.compile's gradients per (alone, normed): one plain compile of each net (seeded
+    alike, so its weights and inputs are those of every test that builds it), shared."""
+    return {}
+
+
+def _run(alone: int, normed: bool, caplog, compiled, **setting):
     torch.manual_seed(0)
     model, x = _Net(alone, normed), torch.randn(8, 32)
     with compat.no_compile_caches():
-        torch._dynamo.reset()
-        want = _grads(model, torch.compile(model), x)
+        if (alone, normed) not in compiled:
+            torch._dynamo.reset()
+            compiled[alone, normed] = _grads(model, torch.compile(model), x)
+        want = compiled[alone, normed]
         torch._dynamo.reset()
         opt = memopt.optimize(model, offload_min_bytes=0, **setting)
         with caplog.at_level(logging.WARNING, logger="memopt"):
@@ -78,8 +87,10 @@ def _offloaded(region) -> list[int]:
 
 
 @pytest.mark.parametrize("alone, normed", [(1, False), (0, True)])
-def test_a_region_with_too_few_layers_offloads_nothing_and_says_why(alone, normed, caplog):
-    first, rest = _run(alone, normed, caplog, offload_layers=1)
+def test_a_region_with_too_few_layers_offloads_nothing_and_says_why(
+    alone, normed, caplog, compiled
+):
+    first, rest = _run(alone, normed, caplog, compiled, offload_layers=1)
     names = first.extra.get("layers", {}).get("names", [])
     assert names == (["layers.0"] if alone else [])  # no parametrization is a layer
     said = [m for m in caplog.messages if "offload_layers=1: this compiled region holds" in m]
@@ -102,11 +113,11 @@ def test_a_region_with_too_few_layers_offloads_nothing_and_says_why(alone, norme
     ],
 )
 def test_offload_settings_count_the_models_layers_across_regions(
-    alone, setting, first_layers, rest_layers, note, caplog
+    alone, setting, first_layers, rest_layers, note, caplog, compiled
 ):
     """Regions of layers 0..alone-1 and alone..3: the setting's layers land in the region
     holding them, on that region's own schedule, and the gradients are torch.compile's."""
-    first, rest = _run(alone, False, caplog, **setting)
+    first, rest = _run(alone, False, caplog, compiled, **setting)
     assert (_offloaded(first), _offloaded(rest)) == (first_layers, rest_layers)
     said = [m for m in caplog.messages if "this compiled region holds the model's" in m]
     assert [note in m for m in said] == ([True] if note else []), said
