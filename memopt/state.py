@@ -519,13 +519,13 @@ class MemoptState(RegionRegistry):
         return choice
 
     def _offload_options(self, sequence: Sequence[int]) -> tuple[list[list[int]], Any]:
-        """The step's layers and the timing the step planner prices offloading them with;
-        none (budget plans recompute only across regions) unless ``offload_layers="auto"``
-        and the offload pass is on, none when a region holds layers of its own (those
-        offload inside their graph), none on a CPU (saved tensors are in host memory)."""
+        """The layers and timing the step planner prices offloading with: only for "auto" with
+        the offload pass on, no region holding layers (they offload inside their graph), not on
+        a CPU (saved tensors are in host memory) nor with CUDA graphs (they copy reloads)."""
         if (
             not self.config.offload_auto
             or "offload" in self.config.disable_passes
+            or self.cuda_graphs
             or any(self.regions[i].extra.get("layers") for i in set(sequence))
             or self.problems[sequence[0]].device_type not in OFFLOAD_DEVICES
         ):

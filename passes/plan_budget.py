@@ -219,7 +219,7 @@ def plan_budget(
     chain rule (:func:`memopt.planner.chains.planner_depth` of the region's layers).
     ``deferred``: kernels that had no room to be timed now (``kernel_times.measure``), for the
     result's ``retime``. ``cuda_graphs``: the region runs as CUDA graphs (their copies of the
-    backward's tangents are counted)."""
+    backward's tangents are counted; no tensor is offered for offload)."""
     fixed = list(config.plans if plans is None else plans)
     if config.level >= 1:
         named = {p.cluster_id for p in fixed}
@@ -243,9 +243,10 @@ def plan_budget(
             value=value,
             fixed=fixed,
             rates_op_s=lambda op: op_s(op, rates),
-            # the offload pass switched off: budget plans recompute only
+            # the offload pass switched off, or CUDA graphs (whose pools take a copy of each
+            # reloaded tensor: memopt.api): budget plans recompute only
             min_offload_bytes=2**62
-            if "offload" in config.disable_passes
+            if "offload" in config.disable_passes or cuda_graphs
             else config.offload_min_bytes,
             pad_matmuls=device.type == "cuda" and compat.inductor_pads_matmuls(),
             sizes=sizes,

@@ -181,20 +181,30 @@ def test_copies_to_the_host_share_the_stream_and_free_memory_only_when_done():
 
 
 @pytest.mark.parametrize(
-    "setting", [{}, {"offload_layers": "auto", "disable_passes": ("offload",)}]
+    "setting",
+    [
+        {},
+        {"offload_layers": "auto", "disable_passes": ("offload",)},
+        {"offload_layers": "auto", "cuda_graphs": True},
+    ],
 )
 def test_budget_step_plans_recompute_unless_offload_is_auto(monkeypatch, setting):
-    """Without ``offload_layers="auto"`` (the default), or with the offload pass switched off,
-    the same budget as above is met by recomputing, in the step plan and in each region's
-    own plan, even where offloading is priced free."""
+    """Without ``offload_layers="auto"`` (the default), with the offload pass switched off, or
+    under CUDA graphs (whose pools take a copy of each reloaded tensor: memopt.api), the same
+    budget as above is met by recomputing, in the step plan and in each region's own plan,
+    even where offloading is priced free."""
     import torch
 
     import memopt
+    from memopt.api import _STATES
     from tests.test_step_regions import _model, _train
 
     grads0, budget = _offload_priced_free(monkeypatch)
     model = _model()
+    setting = dict(setting)
+    graphs = setting.pop("cuda_graphs", False)
     opt = memopt.optimize(model, budget=budget, offload_min_bytes=0, **setting)
+    _STATES[opt].cuda_graphs = graphs  # as a region compiled with CUDA graphs sets it
     grads, _ = _train(opt, model, steps=3, measure=False)
     for a, b in zip(grads, grads0):
         torch.testing.assert_close(a, b)
