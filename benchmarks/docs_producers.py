@@ -343,6 +343,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "graph_pool_s58_*.json",
+        f"{PY}diag_graph_pool.py --model M --variant V --mode reduce-overhead --steps 3 "
+        "--history H --json docs/data/{file} (M V H: llama offload=4 1, llama offload=4 0, vit "
+        "level1 1, vit compile 1; one H100, code abb2c58: memopt's reloads under CUDA graphs)",
+        "gpu",
+    ),
+    Producer(
         "diag_mamba2_kernels_s56.json",
         f"{PY}diag_zoo_offload.py --model mamba2 --variants compile,offload=4 --reps 4 --steps 2 "
         "--out docs/data/{file} (one H100, with the compute stream's kernels)",

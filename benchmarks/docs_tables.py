@@ -234,6 +234,7 @@ zoo_gpu_s46b = _zoo_gpu_of("_s46b", "The forty-sixth session's rows with flips."
 zoo_gpu_s47 = _zoo_gpu_of("_s47", "The forty-seventh session's Qwen2 and BART with flips.")
 zoo_gpu_s53 = _zoo_gpu_of("_s53", "The fifty-third session's Qwen2 and Mistral (second run).")
 zoo_gpu_s53a = _zoo_gpu_of("_s53a", "The fifty-third session's Qwen2 (first run).")
+zoo_gpu_peers_s58 = _zoo_gpu_of("_peers_s58", "The fifty-eighth session's peers (H100).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -459,6 +460,9 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s47": Section(("zoo_gpu_qwen2_s47.json", "zoo_gpu_bart_s47.json"), zoo_gpu_s47),
     "zoo_gpu_s53": Section(("zoo_gpu_qwen2_s53.json", "zoo_gpu_mistral_s53.json"), zoo_gpu_s53),
     "zoo_gpu_s53a": Section(("zoo_gpu_qwen2_s53a.json",), zoo_gpu_s53a),
+    "zoo_gpu_peers_s58": Section(
+        ("zoo_gpu_qwen2_peers_s58.json", "zoo_gpu_vit_peers_s58.json"), zoo_gpu_peers_s58
+    ),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),
