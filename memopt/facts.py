@@ -415,6 +415,8 @@ class LayoutCopies:
 
     saved: tuple[torch.fx.Node, ...] = ()
     if_saved: Mapping[str, sympy.Expr] = field(default_factory=dict)
+    channels_last: bool = False
+    """Inductor lowers the graph with its layout optimization (:func:`inductor_layout_opt`)."""
 
 
 def layout_copies(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> LayoutCopies:
@@ -429,13 +431,15 @@ def layout_copies(fw: torch.fx.GraphModule, num_fwd_outputs: int) -> LayoutCopie
         and isinstance(v := tensor_val(n), torch.Tensor)
         and _channels_last_copy(v)
     ]
-    if not inputs or not inductor_layout_opt(fw):
-        return LayoutCopies()
+    opt = inductor_layout_opt(fw)
+    if not inputs or not opt:
+        return LayoutCopies(channels_last=opt)
     prefer = compat.inductor_channels_last_nodes(fw)
     copied = [n for n in inputs if n in prefer]
     return LayoutCopies(
         saved=tuple(n for n in copied if n in saved),
         if_saved={n.name: nbytes_expr(tensor_val(n)) for n in copied if n not in saved},
+        channels_last=True,
     )
 
 

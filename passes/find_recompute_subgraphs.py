@@ -11,7 +11,11 @@ marked (``SavedActivation.attention``): levels leave it kept, plan strings and t
 planner may choose it.
 A branch stops at an input that is already saved or is a graph input. Random ops (dropout,
 an attention kernel whose ``dropout_p`` is not 0) end the search: recomputing them would draw
-new numbers. A second search, the *compromise*,
+new numbers. So does an attention kernel in a graph Inductor lays out channels-last (it holds
+convolutions: ``attention=False``): torch wraps a recomputed attention kernel in an RNG-state
+op whose inputs Inductor then lays out channels-last, and the kernel's results are wrong
+(diffusers' Transformer2DModel on CPU, torch 2.13: a loss of nan or inf; fifty-eighth session,
+docs/data/sweep4/REPORT.md). A second search, the *compromise*,
 treats the input of a widening cast as a boundary, so that the smaller pre-cast tensor is
 saved instead of the root.
 """
@@ -41,6 +45,10 @@ PROBE_ALLOW = {
 #: Op classes counted against a subgraph's ``max_matmuls``: a convolution or an attention
 #: kernel is a matmul (an attention kernel's outputs, read through ``getitem``, count once).
 HEAVY = frozenset({"matmul", "convolution", "attention"})
+ATTENTION_CHANNELS_LAST = (
+    "attention kernel in a graph Inductor lays out channels-last (it holds convolutions): "
+    "recomputed there it would read channels-last inputs and give wrong results"
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ def _search(
     order: dict[torch.fx.Node, int],
     extra_stop: frozenset = frozenset(),
     max_matmuls: int = 1,
+    attention: bool = True,
 ) -> Search:
     sub: set[torch.fx.Node] = set()
     inputs: set[torch.fx.Node] = set()
@@ -101,6 +110,9 @@ def _search(
         if cls == "random":
             reason = f"random op {_packet(n.target)} (recomputing would change the numbers)"
             break
+        if cls == "attention" and not attention:
+            reason = ATTENTION_CHANNELS_LAST
+            break
         if cls not in allow:
             src = n.args[0] if n.target is operator.getitem else n
             reason = f"op {_packet(src.target)} ({cls}) is not in the probe-level allow-list"
@@ -129,14 +141,19 @@ def find_recompute_subgraphs_pass(
     probe_level: int,
     max_nodes: int,
     max_matmuls: int = 1,
+    attention: bool = True,
 ) -> tuple[torch.fx.GraphModule, list[Subgraph]]:
+    """``attention``: whether an attention kernel may be recomputed (False in a graph Inductor
+    lays out channels-last: the module's docstring)."""
     allow = PROBE_ALLOW[probe_level]
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     saved = {m for g in groups for m in (g.root, *g.members)}
     saved |= {n for n in gm.graph.nodes if mk.SAVED_INDEX in n.meta}
     out: list[Subgraph] = []
     for g in groups:
-        full = _search(g, saved, allow, max_nodes, order, max_matmuls=max_matmuls)
+        full = _search(
+            g, saved, allow, max_nodes, order, max_matmuls=max_matmuls, attention=attention
+        )
         compromise, stash = None, None
         casts = [n for n in (full.nodes or _casts_above(g, order)) if is_widening_cast(n)]
         for cast in reversed(casts):  # the cast nearest to the root first
@@ -151,6 +168,7 @@ def find_recompute_subgraphs_pass(
                 order,
                 extra_stop=frozenset({src}),
                 max_matmuls=max_matmuls,
+                attention=attention,
             )
             if s.reason is None:
                 compromise, stash = s, src

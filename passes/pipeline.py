@@ -208,6 +208,7 @@ def find_recompute_subgraphs(r: Region) -> Region:
         probe_level=c.probe_level,
         max_nodes=c.max_subgraph_nodes,
         max_matmuls=c.max_subgraph_matmuls,
+        attention=not r.layout.channels_last,
     )
     return r
 
