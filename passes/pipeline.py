@@ -292,6 +292,11 @@ def decide_pass(r: Region) -> Region:
     # model's layers to count the user's offload setting in (the step offloads nothing)
     own = bool(c.offload_k or c.sync)  # the user's setting: it counts the model's layers
     ddp = own and compat.ddp_split_compile()
+    # repeated modules that are none of the model's layers (a head's projections after a
+    # graph break: Segformer, sweep 4): the user's setting does not count them
+    foreign = (
+        own and bool(r.model_layers) and bool(r.layers) and not set(r.layers) & set(r.model_layers)
+    )
     r.plan = decide(
         r.candidates,
         level=0 if b is not None else c.level,
@@ -299,7 +304,7 @@ def decide_pass(r: Region) -> Region:
         known_elsewhere=r.known_elsewhere,
         strict=c.strict,
         value=r.symbols.evaluate,
-        layer_names=() if ddp else r.layers,
+        layer_names=() if ddp or foreign else r.layers,
         layer_slice=layer_slice(r.layers, r.model_layers) if own and not ddp else None,
         offload_layers=c.offload_k,
         # the user's sync dict wins; offload_layers=k takes its default schedule
@@ -308,7 +313,20 @@ def decide_pass(r: Region) -> Region:
     )
     if ddp:
         r.plan = replace(r.plan, warnings=(*r.plan.warnings, _DDP_OFFLOAD))
+    elif foreign:
+        note = _FOREIGN_LAYERS.format(here=_names(r.layers), model=_names(r.model_layers))
+        r.plan = replace(r.plan, warnings=(*r.plan.warnings, note))
     return r
+
+
+def _names(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]} ({len(names)})"
+
+
+_FOREIGN_LAYERS = (
+    "activation offload: this region's repeated modules ({here}) are none of the model's "
+    "layers that offload_layers / sync count ({model}); nothing is offloaded here"
+)
 
 
 _DDP_OFFLOAD = (
