@@ -12,15 +12,7 @@ import torch
 import torch.nn as nn
 
 import memopt
-
-
-class _Block(nn.Module):
-    def __init__(self, d: int = 32):
-        super().__init__()
-        self.a, self.b = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        return x + self.b(torch.nn.functional.gelu(self.a(x)))
+from tests.test_cudagraphs_offload import _Block
 
 
 class _Head(nn.Module):
