@@ -90,6 +90,7 @@ def decide(
     level: int,
     plans: Sequence[PlanSpec],
     known_elsewhere: Collection[str] = (),
+    withheld: Mapping[str, str] | None = None,
     strict: bool = False,
     value: Callable[[sympy.Expr], int | None] = lambda e: None,
     layer_names: Sequence[str] = (),
@@ -102,10 +103,12 @@ def decide(
     ``layer_names``: the region's repeated layers; ``offload_layers`` and ``sync`` are the
     activation-offload settings (see :func:`offload_schedule`; ``layer_slice``: where the
     region's layers sit among the model's, when the user's setting counts those). ``max_depth``: the chain rule
-    (:mod:`memopt.planner.chains`); a planner's plans are applied at the depth it solved with."""
+    (:mod:`memopt.planner.chains`); a planner's plans are applied at the depth it solved with.
+    ``withheld``: op names (a cluster id's tokens) this region never recomputes, with the reason
+    a plan naming them is told."""
     by_cluster = _by_cluster(candidates, plans)
     warnings: list[str] = []
-    unknown = _unknown_plans(plans, by_cluster, known_elsewhere, strict, warnings)
+    unknown = _unknown_plans(plans, by_cluster, known_elsewhere, withheld or {}, strict, warnings)
     plan_by_id = {p.cluster_id: p for p in plans}
     requested = {
         cid: _requested(cid, occ, level, plan_by_id.get(cid), strict, warnings)
@@ -153,15 +156,18 @@ def _by_cluster(
     return by_cluster
 
 
-def _unknown_plans(plans, by_cluster, known_elsewhere, strict, warnings) -> list[str]:
+def _unknown_plans(plans, by_cluster, known_elsewhere, withheld, strict, warnings) -> list[str]:
     unknown = []
     for p in plans:
         if p.cluster_id in by_cluster or p.cluster_id in known_elsewhere:
             continue
+        why = [withheld[t] for t in p.cluster_id.split("+") if t in withheld]
         avail = sorted(set(by_cluster) | set(known_elsewhere))
         close = difflib.get_close_matches(p.cluster_id, avail, n=3, cutoff=0.5)
         msg = (
-            f"plan '{p}': unknown cluster id {p.cluster_id!r}"
+            f"plan '{p}': no cluster {p.cluster_id!r} in this region: {why[0]}"
+            if why
+            else f"plan '{p}': unknown cluster id {p.cluster_id!r}"
             + (f"; did you mean {', '.join(close)}?" if close else "")
             + f" Available cluster ids: {', '.join(avail) if avail else '(none)'}"
         )

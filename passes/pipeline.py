@@ -50,7 +50,10 @@ from memopt.offload.region_layers import layer_slice
 from memopt.passes.apply_recompute import apply_recompute_pass
 from memopt.passes.cluster_subgraphs import cluster_subgraphs_pass
 from memopt.passes.detect_layers import detect_layers_pass
-from memopt.passes.find_recompute_subgraphs import find_recompute_subgraphs_pass
+from memopt.passes.find_recompute_subgraphs import (
+    ATTENTION_CHANNELS_LAST,
+    find_recompute_subgraphs_pass,
+)
 from memopt.passes.find_saved_activations import find_saved_activations_pass
 from memopt.passes.offload_step import offload_step
 from memopt.passes.plan_budget import _device, assigned_result, measure_room, plan_budget
@@ -302,6 +305,7 @@ def decide_pass(r: Region) -> Region:
         level=0 if b is not None else c.level,
         plans=plans,
         known_elsewhere=r.known_elsewhere,
+        withheld={"Attention": ATTENTION_CHANNELS_LAST} if r.layout.channels_last else None,
         strict=c.strict,
         value=r.symbols.evaluate,
         layer_names=() if ddp or foreign else r.layers,

@@ -41,6 +41,10 @@ def test_a_plan_naming_attention_in_a_conv_graph_keeps_it_and_torch_compiles_num
     for name, g in want.items():
         torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-5, msg=name)
     region = memopt.report(opt).regions[0]
+    # the plan is told why, not that the id is unknown
+    assert region.warnings == [
+        f"plan 'Attention+:1:1': no cluster 'Attention+' in this region: {ATTENTION_CHANNELS_LAST}"
+    ], region.warnings
     # the attention output is saved, with the reason, and no cluster recomputes attention
     assert any(e["reason"] == ATTENTION_CHANNELS_LAST for e in region.excluded), region.excluded
     assert not any(c["cluster_id"].startswith("Attention") for c in region.clusters)
