@@ -65,7 +65,9 @@ def build(name: str, device: str, batch: int):
     else:
         raise SystemExit(f"unknown model {name!r} (t2d, unet)")
     net = net.to(device, dtype).train()
-    inputs = {k: v.to(device, dtype) if v.is_floating_point() else v.to(device) for k, v in inputs.items()}
+    inputs = {
+        k: v.to(device, dtype) if v.is_floating_point() else v.to(device) for k, v in inputs.items()
+    }
     return net, inputs, dtype, kwargs
 
 
@@ -80,7 +82,9 @@ def run(net, fn, inputs, iters: int, device: str):
         return loss
 
     loss = step()  # compiles
-    grads = {n: p.grad.detach().float().clone() for n, p in net.named_parameters() if p.grad is not None}
+    grads = {
+        n: p.grad.detach().float().clone() for n, p in net.named_parameters() if p.grad is not None
+    }
     times = []
     if device == "cuda":
         torch.cuda.synchronize()
@@ -122,7 +126,7 @@ def main(argv=None) -> None:
             torch._dynamo.reset()
             layouts = []
 
-            def spy(fw, n, _unguarded=variant == "unguarded"):
+            def spy(fw, n, _unguarded=variant == "unguarded", layouts=layouts):
                 got = real(fw, n)
                 layouts.append(got.channels_last)
                 return dataclasses.replace(got, channels_last=False) if _unguarded else got

@@ -350,6 +350,19 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "graph_pool_s59_ro_budget.json",
+        f"{PY}diag_graph_pool.py --model llama --variant budget=6471811072 --mode reduce-overhead "
+        "--steps 3 --json docs/data/{file} (one H100, code 4ad5a59: "
+        "a budget under CUDA graphs recomputes and does not offload)",
+        "gpu",
+    ),
+    Producer(
+        "attn_layout_s59_*.json",
+        f"{PY}diag_attn_layout.py --model M --batch 8 --json docs/data/{{file}} (M: t2d; one "
+        "H100, diffusers 0.42.1 carried as a wheel; unet did not finish in 180 s)",
+        "gpu",
+    ),
+    Producer(
         "diag_mamba2_kernels_s56.json",
         f"{PY}diag_zoo_offload.py --model mamba2 --variants compile,offload=4 --reps 4 --steps 2 "
         "--out docs/data/{file} (one H100, with the compute stream's kernels)",
