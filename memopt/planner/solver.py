@@ -26,6 +26,7 @@ from memopt.planner.emit import lead_sync, plan_strings, sync_windows
 from memopt.planner.greedy import descend, lowest_peak, tighten
 from memopt.planner.memory import applied_strategy, memory_profile, saved_bytes
 from memopt.planner.problem import PlanningProblem
+from memopt.planner.relax import relax
 from memopt.planner.solution import Solution, fmt_bytes
 from memopt.planner.space import KEEP0, ClusterSpace, Option, Space, State, space_of
 from memopt.planner.timing import step_time
@@ -255,7 +256,9 @@ def _solve_chains(
     # a later round is solved under more marks than decide applies to its plan, so it may
     # recompute more than it needs: the best round wins (ResNet-50 on the CPU at 75% of its
     # unplanned peak: the third of five rounds at 134 ms of predicted overhead, the last 244)
-    best = min(rounds, key=_preference)
+    # its prefixes, as decide applies them, may recompute what the round had kept: give back
+    # what the budget does not need (memopt.planner.relax)
+    best = relax(problem, min(rounds, key=_preference), rates, chains)
     return _better(_solve_once(problem, budget_bytes, rates, max_depth, **kw), best)
 
 
