@@ -235,6 +235,7 @@ zoo_gpu_s47 = _zoo_gpu_of("_s47", "The forty-seventh session's Qwen2 and BART wi
 zoo_gpu_s53 = _zoo_gpu_of("_s53", "The fifty-third session's Qwen2 and Mistral (second run).")
 zoo_gpu_s53a = _zoo_gpu_of("_s53a", "The fifty-third session's Qwen2 (first run).")
 zoo_gpu_peers_s58 = _zoo_gpu_of("_peers_s58", "The fifty-eighth session's peers (H100).")
+zoo_gpu_s59 = _zoo_gpu_of("_s59", "The fifty-ninth session's Mistral, Qwen2, Whisper, ResNet (H100).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -462,6 +463,10 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s53a": Section(("zoo_gpu_qwen2_s53a.json",), zoo_gpu_s53a),
     "zoo_gpu_peers_s58": Section(
         ("zoo_gpu_qwen2_peers_s58.json", "zoo_gpu_vit_peers_s58.json"), zoo_gpu_peers_s58
+    ),
+    "zoo_gpu_s59": Section(
+        tuple(f"zoo_gpu_{m}_s59.json" for m in ("mistral", "qwen2", "whisper", "resnet")),
+        zoo_gpu_s59,
     ),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
