@@ -235,7 +235,9 @@ zoo_gpu_s47 = _zoo_gpu_of("_s47", "The forty-seventh session's Qwen2 and BART wi
 zoo_gpu_s53 = _zoo_gpu_of("_s53", "The fifty-third session's Qwen2 and Mistral (second run).")
 zoo_gpu_s53a = _zoo_gpu_of("_s53a", "The fifty-third session's Qwen2 (first run).")
 zoo_gpu_peers_s58 = _zoo_gpu_of("_peers_s58", "The fifty-eighth session's peers (H100).")
-zoo_gpu_s59 = _zoo_gpu_of("_s59", "The fifty-ninth session's Mistral, Qwen2, Whisper, ResNet (H100).")
+zoo_gpu_s59 = _zoo_gpu_of(
+    "_s59", "The fifty-ninth session's Mistral, Qwen2, Whisper, ResNet (H100)."
+)
 
 
 def _load(data: Path, name: str) -> Any:
