@@ -19,6 +19,7 @@ import sympy
 
 from memopt.candidates import SavedActivation
 from memopt.errors import PlanError
+from memopt.format import short_id_suggestions
 from memopt.offload.region_layers import slice_schedule
 from memopt.offload.sync import SyncEntry, build_schedule, default_sync
 from memopt.plan import PlanSpec, Strategy
@@ -163,7 +164,9 @@ def _unknown_plans(plans, by_cluster, known_elsewhere, withheld, strict, warning
             continue
         why = [withheld[t] for t in p.cluster_id.split("+") if t in withheld]
         avail = sorted(set(by_cluster) | set(known_elsewhere))
-        close = difflib.get_close_matches(p.cluster_id, avail, n=3, cutoff=0.5)
+        close = short_id_suggestions(p.cluster_id, avail)[:3] or difflib.get_close_matches(
+            p.cluster_id, avail, n=3, cutoff=0.5
+        )
         msg = (
             f"plan '{p}': no cluster {p.cluster_id!r} in this region: {why[0]}"
             if why

@@ -5,7 +5,8 @@ them when they print.
 
 * :func:`shorten_ids` -- ``MatMul+Reshape+...+Add+`` (25 ops) -> ``MatMul+…+Add+#5f1c`` and a
   legend line per shortened id; the hash is of the full id, so the short form is stable across
-  runs and machines.
+  runs and machines. Plan strings accept the short form (:func:`short_id_matches`), so log
+  lines print it too (:func:`short_plan_strings`).
 * :func:`pretty_expr` -- ``CeilToInt(IntTrueDiv(seq, 32))`` -> ``ceil(seq/32)``,
   ``2*batch*seq**2`` -> ``2*batch*seq^2``.
 * :func:`fold_param_rows` -- one row per parameter -> one row per layer, identical consecutive
@@ -62,19 +63,65 @@ def shorten_ids(ids: Iterable[str], width: int = 40) -> tuple[dict[str, str], li
             mapping[cid] = cid
     long_ids = [c for c in unique if c not in mapping]
     for cid in long_ids:
-        short = _unique_short(cid, width, set(mapping.values()))
+        others = [c for c in long_ids if c != cid]
+        short = _unique_short(cid, width, set(mapping.values()), others)
         mapping[cid] = short
         legend.append(f"{short} = {cid}")
     return mapping, legend
 
 
-def _unique_short(cid: str, width: int, taken: set[str]) -> str:
+def _unique_short(cid: str, width: int, taken: set[str], others: Sequence[str]) -> str:
+    """The shortest form no other id printed with it has, and that names none of them (a
+    plan string may give it: :func:`short_id_matches`)."""
     for n in range(4, 41):
         forms = _short_forms(cid, _digest(cid, n), width)
         short = next((f for f in forms if len(f) <= width), forms[-1])
-        if short not in taken:
+        if short not in taken and not any(short_id_matches(short, o) for o in others):
             return short
     raise AssertionError(f"no unique short form for {cid!r}")  # sha1 has 40 hex digits
+
+
+#: A short cluster id as :func:`shorten_ids` prints it, or typed with ``...`` for the ellipsis:
+#: ``head…tail#tag`` (``tag``: leading hex digits of the full id's SHA-1).
+SHORT_ID_RE = re.compile(r"^(?P<head>.*?)(?:…|\.\.\.)(?P<tail>.*)#(?P<tag>[0-9a-f]{4,40})$")
+
+
+def short_id_matches(short: str, full: str) -> bool:
+    """Whether ``short`` (a form :func:`shorten_ids` gives, ``…`` or ``...``) names ``full``:
+    the hash tag is a prefix of the full id's digest and the kept ends agree."""
+    m = SHORT_ID_RE.match(short)
+    if m is None:
+        return False
+    head, tail, tag = m["head"], m["tail"], m["tag"]
+    return (
+        _digest(full, len(tag)) == tag
+        and full.startswith(head)
+        and full.endswith(tail)
+        and len(full) >= len(head) + len(tail)
+    )
+
+
+def short_id_suggestions(short: str, ids: Iterable[str]) -> list[str]:
+    """For a short id that names none of ``ids``: those its hash tag fits (a typo in the ends
+    kept), else those its ends fit (a stale tag)."""
+    m = SHORT_ID_RE.match(short)
+    if m is None:
+        return []
+    ids = sorted(set(ids))
+    tagged = [i for i in ids if _digest(i, len(m["tag"])) == m["tag"]]
+    return tagged or [i for i in ids if i.startswith(m["head"]) and i.endswith(m["tail"])]
+
+
+def short_plan_strings(plans: Iterable[str], width: int = 40) -> list[str]:
+    """``ClusterId:Strategy:Count`` strings with long ids in their short form, for log lines:
+    plan strings accept the short form (:func:`memopt.plan.expand_short_ids`)."""
+    plans = list(plans)
+    split = [p.rsplit(":", 2) for p in plans]
+    mapping, _ = shorten_ids([s[0] for s in split if len(s) == 3], width=width)
+    return [
+        ":".join([mapping.get(s[0], s[0]), *s[1:]]) if len(s) == 3 else p
+        for p, s in zip(plans, split, strict=True)
+    ]
 
 
 # ---- formulas -----------------------------------------------------------------------------------

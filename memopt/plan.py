@@ -1,6 +1,8 @@
 """Plan strings: ``ClusterId:Strategy:Count``.
 
-* ``ClusterId`` -- an ORT-style cluster name such as ``BiasGelu+`` or ``Reshape+Where+``.
+* ``ClusterId`` -- an ORT-style cluster name such as ``BiasGelu+`` or ``Reshape+Where+``, or
+  the short form the report prints for a long one (``MaskedFill+…+Slice+#3f2a``; ``...`` may
+  stand for the ellipsis), resolved against the region's ids (:func:`expand_short_ids`).
 * ``Strategy`` -- 0 keep, 1 recompute, 2 recompute with compromise, 3 offload to CPU.
 * ``Count`` -- ``-1`` for every occurrence, ``N > 0`` for the first N in forward order.
 """
@@ -15,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from memopt.errors import PlanError
+from memopt.format import SHORT_ID_RE, short_id_matches
 
 
 class Strategy(enum.IntEnum):
@@ -59,11 +62,12 @@ def parse_plan(text: str) -> PlanSpec:
     cid, strat, count = (p.strip() for p in parts)
     if not cid:
         raise PlanError(f"plan {raw!r}: field ClusterId is empty")
-    if not _CLUSTER_RE.match(cid):
+    if not _CLUSTER_RE.match(cid) and not SHORT_ID_RE.match(cid):
         hint = " (cluster ids end with '+', e.g. 'BiasGelu+')" if not cid.endswith("+") else ""
         raise PlanError(
             f"plan {raw!r}: field ClusterId {cid!r} is not a cluster id: op names made of "
-            f"letters, digits and '_', each followed by '+'{hint}"
+            f"letters, digits and '_', each followed by '+'{hint}, or a short id as the "
+            "report prints it ('MatMul+…+Add+#5f1c')"
         )
     try:
         s = int(strat)
@@ -111,6 +115,35 @@ def localize(plans: Iterable[PlanSpec], before: Mapping[str, int]) -> tuple[Plan
         else:
             out.append(PlanSpec(p.cluster_id, p.strategy, p.count - done))
     return tuple(out)
+
+
+def names(plan_id: str, cluster_id: str) -> bool:
+    """Whether a plan's cluster id (full or short) names the graph's ``cluster_id``."""
+    return plan_id == cluster_id or short_id_matches(plan_id, cluster_id)
+
+
+def expand_short_ids(plans: Iterable[PlanSpec], known: Iterable[str]) -> tuple[PlanSpec, ...]:
+    """Plans whose cluster id is a short form (``head…tail#tag``) with the full id from
+    ``known`` it names; one naming none stays as written (decide calls it unknown), one naming
+    several is an error that lists them."""
+    known = sorted(set(known))
+    out = []
+    for p in plans:
+        if SHORT_ID_RE.match(p.cluster_id) is None or p.cluster_id in known:
+            out.append(p)
+            continue
+        hits = [k for k in known if short_id_matches(p.cluster_id, k)]
+        if len(hits) > 1:
+            raise PlanError(
+                f"plan '{p}': the short id {p.cluster_id!r} names {len(hits)} clusters "
+                f"({', '.join(hits)}); give more hash digits after '#' or the full id"
+            )
+        out.append(PlanSpec(hits[0], p.strategy, p.count) if hits else p)
+    by_id = {}
+    for p in out:  # a later plan for the same cluster replaces an earlier one
+        by_id.pop(p.cluster_id, None)
+        by_id[p.cluster_id] = p
+    return tuple(by_id.values())
 
 
 def parse_plans(value: str | Iterable[str] | None) -> tuple[PlanSpec, ...]:

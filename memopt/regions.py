@@ -28,6 +28,7 @@ from memopt._torch_compat import allocator, fusion, inductor_plan
 from memopt.config import MemoptConfig
 from memopt.errors import KeptGraphError
 from memopt.partitioner import MemoptPartitioner
+from memopt.plan import names
 from memopt.state import MemoptState
 
 log = logging.getLogger("memopt")
@@ -217,9 +218,11 @@ class RegionProgram:
             return None
         freq = {c["cluster_id"]: c["freq"] for c in self.state.regions[self.index].clusters}
         return tuple(
-            (p.cluster_id, min(max(p.count - before.get(p.cluster_id, 0), 0), freq[p.cluster_id]))
+            (cid, min(max(p.count - before.get(cid, 0), 0), n))
             for p in self.config.plans
-            if p.count >= 0 and freq.get(p.cluster_id)
+            if p.count >= 0
+            for cid, n in freq.items()
+            if n and names(p.cluster_id, cid)  # a plan's short id names the full one
         )
 
     def _variant(self, option: Any, before: dict[str, int] | None) -> tuple[Any, int]:

@@ -17,7 +17,7 @@ from tabulate import tabulate
 from memopt.config import MemoptConfig
 from memopt.decide import saved_id
 from memopt.format import fold_kept_lines, ranges
-from memopt.plan import Strategy
+from memopt.plan import Strategy, names
 from memopt.step_report import OUTPUT, StepInfo, step_input_bytes, step_section
 from memopt.symbolic import SymbolTable, fmt_bytes
 
@@ -370,7 +370,7 @@ class Report:
         _, legend = shorten_ids([c["cluster_id"] for c in self.clusters()], width=ID_WIDTH)
         if legend:
             notes.append(
-                f"Note {len(notes) + 1}: shortened cluster ids (plan strings take the full id):"
+                f"Note {len(notes) + 1}: shortened cluster ids (plan strings take either form):"
             )
             notes += [f"  {line}" for line in legend]
         from memopt.format import wrap_line
@@ -549,10 +549,15 @@ def _step_plans(result: Any) -> list[str]:
     """A run's plan strings for a plan file of the step: where a Count counts over the step
     (the run applied what earlier runs left of it), the user's plan string, in every region
     that has the cluster, so the runs agree."""
-    counted = {p.cluster_id: str(p) for p in result.config.plans if p.count >= 0}
+    counted = [p for p in result.config.plans if p.count >= 0]
     here = {c.cluster_id for c in result.plan.clusters}
-    out = [counted.get(s.rsplit(":", 2)[0], s) for s in result.plan.plan_strings()]
-    return out + [t for cid, t in counted.items() if cid in here and t not in out]
+
+    def user(s: str) -> str:  # the user's string for an applied one (full or short id)
+        return next((str(p) for p in counted if names(p.cluster_id, s.rsplit(":", 2)[0])), s)
+
+    out = [user(s) for s in result.plan.plan_strings()]
+    mine = [str(p) for p in counted if any(names(p.cluster_id, h) for h in here)]
+    return out + [t for t in mine if t not in out]
 
 
 def _frozen_config(r: RegionReport) -> list[str]:

@@ -120,12 +120,14 @@ class Option:
         return tuple(sorted(self.plans)), sync
 
     def describe(self) -> str:
+        from memopt.format import short_plan_strings
         from memopt.symbolic import fmt_bytes
 
         return (
             f"{self.label or 'plan'}: peak {fmt_bytes(self.peak)} while it runs, "
             f"{fmt_bytes(self.saved)} saved for backward, predicted overhead "
-            f"{self.overhead_s * 1e3:.3f} ms per run; plan: {','.join(self.plans) or '(keep)'}"
+            f"{self.overhead_s * 1e3:.3f} ms per run; plan: "
+            + (",".join(short_plan_strings(self.plans)) or "(keep)")
             + (f"; sync {dict(self.sync)}" if self.sync else "")
         )
 

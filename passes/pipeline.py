@@ -44,7 +44,7 @@ from memopt import _torch_compat as compat
 from memopt import facts, kernel_times
 from memopt.candidates import SavedActivation
 from memopt.config import MemoptConfig, cache_dir
-from memopt.decide import Plan, decide
+from memopt.decide import Plan, decide, saved_id
 from memopt.errors import ConfigError
 from memopt.offload.region_layers import layer_slice
 from memopt.passes.apply_recompute import apply_recompute_pass
@@ -57,7 +57,7 @@ from memopt.passes.find_recompute_subgraphs import (
 from memopt.passes.find_saved_activations import find_saved_activations_pass
 from memopt.passes.offload_step import offload_step
 from memopt.passes.plan_budget import _device, assigned_result, measure_room, plan_budget
-from memopt.plan import PlanSpec, Strategy, localize
+from memopt.plan import PlanSpec, Strategy, expand_short_ids, localize
 from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, planner_depth
 from memopt.step_report import OUTPUT, PER_RUN, SHARED
 from memopt.symbolic import SymbolTable, build_symbol_table
@@ -277,8 +277,12 @@ def plan_budget_pass(r: Region) -> Region:
 
 
 def _plans(r: Region) -> tuple[PlanSpec, ...]:
-    """The user's plans as this run applies them (Counts count over the step)."""
-    return localize(r.config.plans, r.count_offsets or {})
+    """The user's plans as this run applies them (Counts count over the step; short ids
+    resolved against the step's cluster ids)."""
+    known = {c.cluster_id for c in r.candidates if c.cluster_id is not None}
+    known |= {saved_id(c.root) for c in r.candidates if c.cluster_id is None}
+    known |= set(r.known_elsewhere) | set(r.count_offsets or {})
+    return localize(expand_short_ids(r.config.plans, known), r.count_offsets or {})
 
 
 def decide_pass(r: Region) -> Region:

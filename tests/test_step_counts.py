@@ -108,3 +108,16 @@ def test_counts_are_per_step_on_every_step():
         _, measured = _train(opt, model, steps=2)
     keep = _keep(True)
     assert keep - measured == 32 * H * 4
+
+
+def test_a_short_id_counts_over_the_step_too():
+    """A Count given with the short id (memopt.format.shorten_ids) counts the same occurrences
+    of the full id's cluster across the step's runs, and the plan file keeps the user's string."""
+    from memopt.format import shorten_ids
+
+    short = shorten_ids([GELU], width=10)[0][GELU]
+    assert short != GELU
+    plan = f"{short}:1:2"
+    _, many, rep = _run(True, config=plan)
+    assert _keep(True) - many == 2 * 32 * H * 4
+    assert rep.frozen_plan()["config"] == [plan]

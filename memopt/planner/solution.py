@@ -87,7 +87,11 @@ class Solution:
                 f"peak below {fmt_bytes(self.peak_lower_bound)}"
             )
         # ", " between plan strings: the line stays a valid MEMOPT_CONFIG value and wraps
-        lines.append("plan: " + (", ".join(self.plan_strings) or "(keep everything)"))
+        # long ids in their short form, which plan strings accept (memopt.plan.expand_short_ids)
+        from memopt.format import short_plan_strings
+
+        plans = short_plan_strings(self.plan_strings)
+        lines.append("plan: " + (", ".join(plans) or "(keep everything)"))
         if self.sync:
             lines.append(f"sync (lead {self.lead}): {self.sync}")
         lines += [f"note: {n}" for n in self.notes]
