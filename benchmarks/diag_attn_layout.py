@@ -13,8 +13,9 @@ handed it channels-last q, k and v. memopt now keeps attention in such graphs
 
 Models: ``t2d``, diffusers' Transformer2DModel (a 1x1 conv in, self- and cross-attention, a
 1x1 conv out), fp32, with the plan ``Attention+:1:1``; ``unet``, a UNet2DConditionModel
-(Stable Diffusion 1.5's block widths, one layer per block), bf16, with ``level=1``. One JSON
-line per variant::
+(Stable Diffusion 1.5's block widths, one layer per block), bf16 (``--dtype float32`` to
+compare gradients without bf16's rounding), with ``level=1``. Reference gradients are held on
+the host. One JSON line per variant::
 
     python benchmarks/diag_attn_layout.py --model t2d --json $OUT/attn_t2d.json
 """
@@ -35,7 +36,7 @@ for p in (str(ROOT), str(ROOT / "benchmarks")):
         sys.path.insert(0, p)
 
 
-def build(name: str, device: str, batch: int):
+def build(name: str, device: str, batch: int, dtype_name: str | None = None):
     import diffusers
     import torch
 
@@ -64,6 +65,8 @@ def build(name: str, device: str, batch: int):
         dtype, kwargs = torch.bfloat16, {"level": 1}
     else:
         raise SystemExit(f"unknown model {name!r} (t2d, unet)")
+    if dtype_name:
+        dtype = getattr(torch, dtype_name)
     net = net.to(device, dtype).train()
     inputs = {
         k: v.to(device, dtype) if v.is_floating_point() else v.to(device) for k, v in inputs.items()
@@ -82,8 +85,8 @@ def run(net, fn, inputs, iters: int, device: str):
         return loss
 
     loss = step()  # compiles
-    grads = {
-        n: p.grad.detach().float().clone() for n, p in net.named_parameters() if p.grad is not None
+    grads = {  # on the host: the next variant's device peak must not hold them
+        n: p.grad.detach().float().cpu() for n, p in net.named_parameters() if p.grad is not None
     }
     times = []
     if device == "cuda":
@@ -117,8 +120,9 @@ def main(argv=None) -> None:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--dtype", default=None, help="float32, bfloat16 (default: the model's)")
     args = ap.parse_args(argv)
-    net, inputs, dtype, kwargs = build(args.model, args.device, args.batch)
+    net, inputs, dtype, kwargs = build(args.model, args.device, args.batch, args.dtype)
     real = facts.layout_copies
     rows, ref = [], None
     with compat.no_compile_caches():
@@ -134,14 +138,19 @@ def main(argv=None) -> None:
             facts.layout_copies = spy
             fn = None
             try:
-                fn = torch.compile(net) if variant == "compile" else memopt.optimize(net, **kwargs)
+                if variant == "eager":  # the noise floor: eager against torch.compile
+                    fn = net
+                elif variant == "compile":
+                    fn = torch.compile(net)
+                else:
+                    fn = memopt.optimize(net, **kwargs)
                 row, grads = run(net, fn, inputs, args.iters, args.device)
             except Exception as e:  # a failing variant is a result too
                 row, grads = {"error": f"{type(e).__name__}: {str(e)[:400]}"}, None
             finally:
                 facts.layout_copies = real
             row.update(model=args.model, variant=variant, channels_last=layouts)
-            if variant != "compile" and "error" not in row:
+            if variant not in ("compile", "eager") and "error" not in row:
                 rep = memopt.report(fn)
                 row["attention_recomputed"] = sum(
                     c["enabled"] for r in rep.regions for c in r.clusters

@@ -357,6 +357,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "attn_layout_s60_*.json",
+        f"{PY}diag_attn_layout.py --model unet --batch B --variants V [--dtype float32] --json "
+        "docs/data/{file} (B V: 8 compile,guarded (bf16); 4 compile,guarded; 4 compile,eager; "
+        "one H100, diffusers 0.42.1 carried as a wheel, code 7d39f8e)",
+        "gpu",
+    ),
+    Producer(
         "attn_layout_s59_*.json",
         f"{PY}diag_attn_layout.py --model M --batch 8 --json docs/data/{{file}} (M: t2d; one "
         "H100, diffusers 0.42.1 carried as a wheel; unet did not finish in 180 s)",

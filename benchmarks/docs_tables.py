@@ -238,6 +238,7 @@ zoo_gpu_peers_s58 = _zoo_gpu_of("_peers_s58", "The fifty-eighth session's peers 
 zoo_gpu_s59 = _zoo_gpu_of(
     "_s59", "The fifty-ninth session's Mistral, Qwen2, Whisper, ResNet (H100)."
 )
+zoo_gpu_s60 = _zoo_gpu_of("_s60", "The sixtieth session's ResNet (relaxed), ConvNeXt, Swin (H100).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -469,6 +470,9 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s59": Section(
         tuple(f"zoo_gpu_{m}_s59.json" for m in ("mistral", "qwen2", "whisper", "resnet")),
         zoo_gpu_s59,
+    ),
+    "zoo_gpu_s60": Section(
+        tuple(f"zoo_gpu_{m}_s60.json" for m in ("resnet", "convnext", "swin")), zoo_gpu_s60
     ),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
