@@ -203,6 +203,7 @@ def _sweep_forward(fw, bw, num_fwd_outputs, at: _Positions, sweep, device) -> sy
     user_outs = {_root(n) for n in fw_out[:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
     saved = sympy.Integer(0)
     donated = donated_saved(fw, bw, num_fwd_outputs)
+    rng = _rng_state_inputs(fw_out[num_fwd_outputs:], bw)
     for n in at.fw_ops:
         if not _owns(n, device):
             continue
@@ -211,7 +212,7 @@ def _sweep_forward(fw, bw, num_fwd_outputs, at: _Positions, sweep, device) -> sy
         last = at.fread.last(users, at.fpos[n])
         saved_here = [a.name for a in aliases if a.name in saved_names]
         if saved_here:
-            bw_last = at.last_bw_use(saved_here)
+            bw_last = at.last_bw_use(saved_here + [rng[a] for a in saved_here if a in rng])
             end = bw_last if bw_last is not None else at.nf
             read = [at.bw_inputs[x] for x in saved_here if x in at.bw_inputs]
             read = [p for p in read if p.users]
@@ -235,6 +236,8 @@ def _sweep_forward(fw, bw, num_fwd_outputs, at: _Positions, sweep, device) -> sy
         saved += tensor_bytes_expr(val)
     for p in bw.graph.nodes:  # tangents (incoming gradients of the forward's outputs)
         if p.op == "placeholder" and p.name not in saved_names and _is_tensor(p):
+            if p.name in rng.values():  # a saved RNG state, charged with its forward value
+                continue
             if device is not None and p.meta[mk.TORCH_VAL].device.type != device:
                 continue
             last = at.last_bw_use([p.name])
@@ -244,6 +247,19 @@ def _sweep_forward(fw, bw, num_fwd_outputs, at: _Positions, sweep, device) -> sy
                 at.nf, at.nf if last is None else max(at.nf, last), "temporaries", p.meta["val"]
             )
     return saved
+
+
+def _rng_state_inputs(saved: Sequence, bw: torch.fx.GraphModule) -> dict[str, str]:
+    """Forward RNG states saved for a seeded recompute (:func:`memopt.facts.is_rng_state`) ->
+    their backward placeholders, which the partitioner names ``rng_state_output_<i>``, one
+    per state in the order of the forward's outputs."""
+    states = [n.name for n in saved if isinstance(n, torch.fx.Node) and is_rng_state(n)]
+    inputs = [
+        p.name
+        for p in bw.graph.nodes
+        if p.op == "placeholder" and p.name.startswith("rng_state_output_")
+    ]
+    return dict(zip(states, inputs)) if len(states) == len(inputs) else {}
 
 
 def _sweep_backward(bw, at: _Positions, sweep, device) -> sympy.Expr:

@@ -139,6 +139,57 @@ def chain_intervals(problem: PlanningProblem, decisions: Mapping[str, Strategy])
     return out
 
 
+def remade(problem: PlanningProblem, decisions: Mapping[str, Strategy]) -> dict[str, int]:
+    """The candidates a recompute remakes without being recomputed themselves, with the
+    backward op where: a recompute whose subgraph makes other candidates (``rerun_with``: a
+    multi-output op's other outputs, nodes of its subgraph) remakes those kept or offloaded by
+    the plan, at its own or their first backward use, the earlier (the partitioner saves none
+    of them)."""
+    out: dict[str, int] = {}
+    for c in problem.candidates:
+        if not c.rerun_with:
+            continue
+        if (
+            applied_strategy(c, Strategy(decisions.get(c.name, Strategy.KEEP)))
+            != Strategy.RECOMPUTE
+        ):
+            continue
+        for name in c.rerun_with:
+            m = problem.by_name.get(name)
+            if m is None:
+                continue
+            s = applied_strategy(m, Strategy(decisions.get(name, Strategy.KEEP)))
+            if s in (Strategy.KEEP, Strategy.OFFLOAD):
+                at = min(m.first_bwd_use_pos, c.first_bwd_use_pos)
+                out[name] = min(out.get(name, at), at)
+    return out
+
+
+def rerun_intervals(
+    problem: PlanningProblem,
+    decisions: Mapping[str, Strategy],
+    windows: Mapping[int, OffloadWindow] | None = None,
+) -> list[Interval]:
+    """The change to the curve of the candidates a rerun remakes (:func:`remade`): their own
+    intervals out; in, the forward part as recomputed and the remade tensor from the rerun to
+    its last backward read. Empty without multi-output reruns."""
+    got = remade(problem, decisions)
+    if not got:
+        return []
+    windows = windows or {}
+    n_fwd = problem.timeline.n_fwd
+    out: list[Interval] = []
+    for name, at in got.items():
+        c = problem.by_name[name]
+        s = Strategy(decisions.get(name, Strategy.KEEP))
+        w = windows.get(c.layer) if c.layer is not None else None
+        out += [(a, e, -b) for a, e, b in intervals(c, s, n_fwd, w)]
+        end = n_fwd + c.bwd_last + (0 if c.reused_when_recomputed else 1)
+        fwd = 0 if c.fused_unless_saved else c.nbytes
+        out += [(c.produce_pos, c.fwd_last + 1, fwd), (n_fwd + at, end, c.nbytes)]
+    return [iv for iv in out if iv[1] > iv[0] and iv[2] != 0]
+
+
 @dataclass(frozen=True)
 class MemoryProfile:
     """Predicted device memory over the step."""
@@ -171,6 +222,7 @@ def memory_profile(
             raise ValueError(f"{c.name}: strategy {s.name} does not apply")
         add_intervals(diff, intervals(c, s, tl.n_fwd, w))
     add_intervals(diff, chain_intervals(problem, decisions))
+    add_intervals(diff, rerun_intervals(problem, decisions, windows))
     curve = curve_from_diff(tl.base_bytes, diff)
     if not curve:
         return MemoryProfile((), 0, 0, 0)
@@ -199,8 +251,11 @@ def saved_bytes(problem: PlanningProblem, decisions: Mapping[str, Strategy]) -> 
     offload counts ``nbytes`` on the host.
     """
     dev = off = 0
+    gone = remade(problem, decisions)
     for c in problem.candidates:
         s = applied_strategy(c, Strategy(decisions.get(c.name, Strategy.KEEP)))
+        if c.name in gone:
+            continue
         if s == Strategy.KEEP:
             dev += c.nbytes
         elif s == Strategy.COMPROMISE:

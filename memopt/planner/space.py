@@ -24,6 +24,7 @@ from memopt.planner.memory import (
     chain_intervals,
     curve_from_diff,
     intervals,
+    rerun_intervals,
     strategy_valid,
 )
 from memopt.planner.problem import Candidate, OffloadWindow, PlanningProblem, covered, lead_windows
@@ -105,6 +106,8 @@ class Space:
         self.base = curve_from_diff(tl.base_bytes, diff)
         self.chains = self._chains(max_recompute_depth)
         self._chained = any(c.recompute_reads or c.compromise_reads for c in problem.candidates)
+        self._reruns = any(c.rerun_with for c in problem.candidates)
+        self._rerun_memo: dict[tuple, list] = {}
         self._saves_memo: dict[tuple[int, int], dict[Strategy, list[int]]] = {}
         self._time_memo: dict[tuple[Option, ...], StepTime] = {}
         self._stall_memo: dict[tuple[tuple[int, int], ...], float] = {}
@@ -299,7 +302,8 @@ class Space:
 
     def curve(self, state: State) -> list[int]:
         """Bytes live at each position under ``state``, recompute chains rebuilt early
-        included (:func:`memopt.planner.memory.chain_intervals`)."""
+        included (:func:`memopt.planner.memory.chain_intervals`), and the outputs a rerun
+        multi-output op remakes (:func:`memopt.planner.memory.rerun_intervals`)."""
         diff = [0] * (len(self.base) + 1)
         for cs, (s, n) in zip(self.clusters, state):
             for i in range(n):
@@ -311,6 +315,13 @@ class Space:
             ivs = self._chain_memo.get(key)
             if ivs is None:
                 ivs = self._chain_memo[key] = chain_intervals(self.problem, self.decisions(state))
+            add_intervals(diff, ivs)
+        if self._reruns:  # outputs of a rerun multi-output op (rerun_intervals)
+            key = tuple(state)
+            ivs = self._rerun_memo.get(key)
+            if ivs is None:
+                dec = self.decisions(state)
+                ivs = self._rerun_memo[key] = rerun_intervals(self.problem, dec, self.windows)
             add_intervals(diff, ivs)
         return curve_from_diff(self.base, diff)
 
