@@ -17,7 +17,6 @@ the node is named in ``Sizes.unknown`` for the report.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -32,6 +31,7 @@ from memopt import meta_keys as mk
 from memopt.candidates import SavedActivation as Analysis
 from memopt.decide import saved_id
 from memopt.offload.fx_helpers import gateless_layers
+from memopt.passes.rerun_siblings import rerun_siblings
 from memopt.plan import PlanSpec, Strategy
 from memopt.planner.problem import Candidate, OpCost, PlanningProblem, StepTimeline
 
@@ -242,35 +242,6 @@ def recompute_reads(analysis: Sequence[Analysis]) -> dict[str, dict[Strategy, tu
             for s, ins in a.boundary.items()
         }
     return out
-
-
-def rerun_siblings(
-    analysis: Sequence[Analysis], joint_by_name: Mapping[str, torch.fx.Node]
-) -> dict[str, tuple[str, ...]]:
-    """Per candidate: the other candidates its recompute remakes. The rewrite tags its
-    subgraph's nodes recomputed; the partitioner then saves no other candidate that is one of
-    them, nor one whose own subgraph is these nodes plus its root, when that root costs
-    nothing to make again (an output of a multi-output op the subgraph reruns: recomputing an
-    attention kernel's output remakes its log-sum-exp and Philox seed and offset; a pointwise
-    op of a recomputed value: GPT-2's LayerNorm ``rsqrt / n`` beside its normalized input)
-    (``Candidate.rerun_with``)."""
-    nodes = {a.root: set(a.recompute_nodes.get(Strategy.RECOMPUTE, ())) for a in analysis}
-    having: dict[str, list[str]] = {}
-    for root, ns in nodes.items():
-        for x in ns:
-            having.setdefault(x, []).append(root)
-    out: dict[str, set[str]] = {root: set() for root in nodes}
-    for b, ns in nodes.items():
-        node = joint_by_name.get(b)
-        for a in having.get(b, ()):  # b is a node of a's subgraph
-            out[a].add(b)
-        rest = ns - {b}
-        if not rest or node is None or not (node.target is operator.getitem or rules.fusible(node)):
-            continue
-        for a in having.get(next(iter(rest)), ()):
-            if a != b and rest <= nodes[a]:
-                out[a].add(b)
-    return {root: tuple(sorted(v - {root})) for root, v in out.items()}
 
 
 class _Graphs:
