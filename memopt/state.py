@@ -24,11 +24,10 @@ from typing import Any
 import torch
 import torch.fx
 
-from memopt import ranks, step_excess, step_fit, step_notes
+from memopt import plan, ranks, step_excess, step_fit, step_notes
 from memopt.config import MemoptConfig
 from memopt.offload import step_offload as so
 from memopt.peak_probe import PeakProbe, allocated
-from memopt.plan import names
 from memopt.region_registry import RegionRegistry
 from memopt.report import Report, StepInfo
 from memopt.step import (
@@ -187,7 +186,7 @@ class MemoptState(RegionRegistry):
             return out
         for i in self._report_seq:
             for c in self.regions[i].clusters if i < len(self.regions) else ():
-                if any(names(i, c["cluster_id"]) for i in ids):  # a short id names it too
+                if any(plan.names(p, c["cluster_id"]) for p in ids):  # a short id names it too
                     out[c["cluster_id"]] = out.get(c["cluster_id"], 0) + c["freq"]
         return {k: v for k, v in out.items() if v}
 
