@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from memopt.plan import Strategy
-from memopt.planner.problem import Candidate, OffloadWindow, StepTimeline
+from memopt.planner.problem import Candidate, OffloadWindow, PlanningProblem, StepTimeline
 
 SyncEntry = tuple[bool, int, bool, int]
 
@@ -69,6 +69,15 @@ def plan_count(cands: Sequence[Candidate], n: int) -> int:
     if n >= len(cands):
         return -1
     return cands[n - 1].occurrence + 1
+
+
+def solution_strings(
+    cluster_plans: Mapping[str, tuple[Strategy, int]], problem: PlanningProblem
+) -> tuple[str, ...]:
+    """A solution's plan strings: :func:`plan_strings` and the problem's fixed plans
+    (``problem.fixed``, the user's own), sorted."""
+    fixed = tuple(f"{cid}:{int(s)}:{n}" for cid, (s, n) in sorted(problem.fixed.items()))
+    return tuple(sorted(plan_strings(cluster_plans, problem.clusters) + fixed))
 
 
 def plan_strings(

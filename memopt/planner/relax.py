@@ -22,7 +22,7 @@ from dataclasses import replace
 from memopt.plan import Strategy
 from memopt.planner.chains import REBUILT, Chains, refused
 from memopt.planner.costs import DeviceRates
-from memopt.planner.emit import plan_strings, sync_windows
+from memopt.planner.emit import solution_strings, sync_windows
 from memopt.planner.memory import applied_strategy, memory_profile, saved_bytes
 from memopt.planner.problem import PlanningProblem
 from memopt.planner.solution import Solution
@@ -105,13 +105,11 @@ def relax(problem: PlanningProblem, sol: Solution, rates: DeviceRates, chains: C
         return sol
     peak, time, dec = best_state
     cluster_plans = {c: o for c, o in plans.items() if o[0] != Strategy.KEEP and o[1] > 0}
-    fixed = tuple(f"{cid}:{int(s)}:{n}" for cid, (s, n) in sorted(problem.fixed.items()))
-    strings = plan_strings(cluster_plans, problem.clusters)
     return replace(
         sol,
         decisions=dec,
         cluster_plans=cluster_plans,
-        plan_strings=tuple(sorted(strings + fixed)),
+        plan_strings=solution_strings(cluster_plans, problem),
         predicted_peak=peak,
         time=time,
         saved=saved_bytes(problem, dec),

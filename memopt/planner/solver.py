@@ -22,11 +22,11 @@ from memopt.planner import progress
 from memopt.planner.bounds import compute_bounds, peak_floor
 from memopt.planner.chains import MAX_RECOMPUTE_DEPTH, REBUILT, Chains, refused
 from memopt.planner.costs import DeviceRates
-from memopt.planner.emit import lead_sync, plan_strings, sync_windows
+from memopt.planner.emit import lead_sync, solution_strings, sync_windows
 from memopt.planner.greedy import descend, lowest_peak, tighten
 from memopt.planner.memory import applied_strategy, memory_profile, saved_bytes
 from memopt.planner.problem import PlanningProblem
-from memopt.planner.relax import relax
+from memopt.planner.relax import applied, relax
 from memopt.planner.solution import Solution, fmt_bytes
 from memopt.planner.space import KEEP0, ClusterSpace, Option, Space, State, space_of
 from memopt.planner.timing import step_time
@@ -249,7 +249,7 @@ def _solve_chains(
                 return sol
             # nothing fits: the smallest peak of either way is the answer
             return _better(_solve_once(problem, budget_bytes, rates, max_depth, **kw), sol)
-        rounds.append(_as_applied(problem, sol, new, rates))
+        rounds.append(_as_applied(problem, sol, chains, rates))
         if not new - kept:
             break
         kept |= new
@@ -282,14 +282,14 @@ CHAIN_ROUNDS = 8
 
 
 def _as_applied(
-    problem: PlanningProblem, sol: Solution, refused_now: set[str], rates: DeviceRates
+    problem: PlanningProblem, sol: Solution, chains: Chains, rates: DeviceRates
 ) -> Solution:
     """``sol``, solved with every candidate an earlier round refused marked kept, as decide
-    applies its plan strings: only ``refused_now`` (what decide refuses for this plan's own
-    recomputes) stays kept, and a candidate an earlier plan's chains refused is recomputed
-    (ResNet-50's relaxed step plan on an H200: 20 ReLU outputs, 649 MB, recomputed that the
-    solver had kept; the plan peaked 504 MB under its prediction)."""
-    decisions = {n: s for n, s in sol.covered.items() if not (n in refused_now and s in REBUILT)}
+    applies its plan strings (:func:`memopt.planner.relax.applied`): only what decide refuses
+    for this plan's own recomputes stays kept, and a candidate an earlier plan's chains refused
+    is recomputed (ResNet-50's relaxed step plan on an H200: 20 ReLU outputs, 649 MB,
+    recomputed that the solver had kept; the plan peaked 504 MB under its prediction)."""
+    decisions = applied(problem, sol.covered, chains)
     if decisions == sol.decisions:
         return sol
     windows = sync_windows(sol.sync, problem.timeline) if sol.sync else {}
@@ -483,8 +483,6 @@ def _solution(
     cluster_plans = {
         cs.cid: opt for cs, opt in zip(space.clusters, r.state) if opt[0] != Strategy.KEEP
     }
-    strings = plan_strings(cluster_plans, problem.clusters)
-    fixed = tuple(f"{cid}:{int(s)}:{n}" for cid, (s, n) in sorted(problem.fixed.items()))
     layers = {problem.by_name[n].layer for n, s in decisions.items() if s == Strategy.OFFLOAD}
     lead = space.lead if layers else None
     n = problem.timeline.n_layers
@@ -497,7 +495,7 @@ def _solution(
         budget_bytes=budget,
         decisions=decisions,
         cluster_plans=cluster_plans,
-        plan_strings=tuple(sorted(strings + fixed)),
+        plan_strings=solution_strings(cluster_plans, problem),
         sync=sync,
         lead=lead,
         predicted_peak=peak,
