@@ -110,11 +110,10 @@ class Candidate:
     """Its subgraph rebuilds it only from a smaller cast input: strategy 1 does not apply to
     it (:func:`memopt.decide.decide` ignores a plan string asking for it), strategy 2 does."""
     rerun_with: tuple[str, ...] = ()
-    """The other candidates its recompute remakes (``passes.build_planning_problem.
-    rerun_siblings``): nodes of its subgraph, other outputs of a multi-output op it reruns (an
-    attention kernel's log-sum-exp and Philox seed and offset beside its output), pointwise
-    ops of its recomputed values. Recomputed, the partitioner saves none of them
-    (:func:`memopt.planner.memory.rerun_intervals`)."""
+    """The other candidates its recompute remakes (``passes/rerun_siblings.py``): nodes of its
+    subgraph, other outputs of a multi-output op it reruns (an attention kernel's log-sum-exp
+    and Philox seed and offset beside its output), pointwise ops of its recomputed values.
+    Recomputed, the partitioner saves none of them (:func:`memopt.planner.memory.rerun_intervals`)."""
     kept_by_chain: bool = False
     """The plan strings cannot recompute it: :func:`memopt.decide.decide` keeps it even when
     its cluster's plan covers it (a recompute chain would be too deep). Recompute and
