@@ -313,6 +313,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "multi_gpu_steps_w1_s61.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only budgets,auto,level,offload --warmup 9 --iters 20 --memopt-log memopt_w1_s61.log "
+        "--out docs/data/{file} (one H100, code d28b8b1)",
+        "gpu",
+    ),
+    Producer(
         "diag_*_s54.json",
         "python docs/data/diag_s54/diag_overlap.py (diag_overlap_s54.json) or "
         "docs/data/diag_s54/diag_mamba32.py (diag_mamba32_s54.json), with OUT=docs/data and "

@@ -358,6 +358,7 @@ SECTIONS: dict[str, Section] = {
     "multi_gpu_steps_w1_s31c": Section(("multi_gpu_steps_w1_s31c.json",), multi.steps_ratio),
     "multi_gpu_steps_w1_s45": Section(("multi_gpu_steps_w1_s45.json",), multi.steps_ratio),
     "multi_gpu_steps_w1_s53": Section(("multi_gpu_steps_w1_s53.json",), multi.steps_ratio),
+    "multi_gpu_steps_w1_s61": Section(("multi_gpu_steps_w1_s61.json",), multi.steps_ratio),
     "multi_gpu_steps_repeat": Section(
         ("multi_gpu_steps_w2_warmup9_2026-11-25.json",), multi.steps_repeat
     ),

@@ -242,9 +242,11 @@ def check_model(entry: ZooModel, size: str = "tiny", device: str = "cpu", dtype=
         "exact": predicted == base.compiled,
         "level1_measured": lvl1.compiled,
         "level1_predicted": predicted_l1,
+        "level1_compiled": rep.compiled_saved_bytes(),  # Inductor's buffers, as compiled
         "budget": BUDGET,
         "budget_measured": cut.compiled,
         "budget_predicted": brep.saved_bytes()[1],
+        "budget_compiled": brep.compiled_saved_bytes(),
         "budget_step": steps,
         "budget_grads_match": bool(budget_ok),
         **{f"budget_{k}": v for k, v in _planner(brep).items()},

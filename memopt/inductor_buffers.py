@@ -235,6 +235,20 @@ def step_peaks(
     return StepPeaks(static, f, b)
 
 
+def saved_made_bytes(fw: GraphBuffers, bw: GraphBuffers) -> int:
+    """Bytes of the storages ``fw`` allocates that ``bw`` reads: the activations the region
+    saves for its backward as Inductor compiled them (views of one buffer once; saved forward
+    inputs, parameters among them, not counted). The graph-level estimate counts a saved view
+    at its base's storage, where Inductor may store the view as a buffer of its own."""
+    f = replay(fw)
+    sizes = {
+        out[0]: out[1]
+        for name, out in zip(fw.fx_outputs, f.outputs)
+        if name is not None and out is not None and name in bw.inputs
+    }
+    return sum(sizes.values())
+
+
 #: FX node names a section keeps from a peak's kernel on (where the planner's op is found)
 PEAK_NODES = 24
 
@@ -329,6 +343,7 @@ def section(
         "bwd_peak": sp.bwd_peak,
         "static": static,
         "peak_unpooled": unpooled.peak,
+        "saved_made": saved_made_bytes(fw, bw),
         "model_peak": model_peak,
         "workspaces": ws,
         "fwd_at_peak": list(sp.fwd.peak_names),

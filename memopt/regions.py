@@ -15,6 +15,7 @@ import copy
 import functools
 import hashlib
 import logging
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,8 @@ from memopt.errors import KeptGraphError
 from memopt.partitioner import MemoptPartitioner
 from memopt.plan import names
 from memopt.state import MemoptState
+from memopt.step_report import PER_RUN
+from memopt.symbolic import fmt_bytes
 
 log = logging.getLogger("memopt")
 
@@ -180,6 +183,14 @@ class RegionProgram:
         )
         if sec is None:
             return
+        sec["saved_delta"] = delta = _saved_delta(region, sec["saved_made"])
+        if delta:  # the graph-level estimate counts a saved view at its base's storage
+            sec["text"] += "\n" + textwrap.fill(
+                f"Inductor's forward saves {fmt_bytes(sec['saved_made'])} for the backward, "
+                f"{abs(delta):,} bytes {'fewer' if delta < 0 else 'more'} than the graph's "
+                "estimate (it stored saved views apart from their bases or laid them out anew).",
+                width=100,
+            )
         region.extra["inductor"] = sec
         if self.state.last_key is not None:
             report_cache.store(self.state.last_key, region)
@@ -290,6 +301,23 @@ def _over_model(region: Any, assigned: Any = None) -> bool:
     sec = region.extra.get("inductor") or {}
     peak, model = sec.get("peak"), _model(sec, assigned)
     return peak is not None and model is not None and peak > model * (1 + GUARD_EXCESS)
+
+
+def _saved_delta(region: Any, made: int) -> int | None:
+    """Inductor's saved bytes (``made``: the storages its forward allocates for the backward)
+    less the graph-level estimate of the same (the plan's saved bytes without the saved inputs
+    of earlier regions); None when the estimate is not a number, and where the graph copies
+    saved tensors to the host (a CUDA graph saves the host copy, one outside its buffers; a CPU
+    graph the tensor itself)."""
+    fx = region.final_saved_bytes
+    if fx is None or (region.extra.get("offload") or {}).get("total_bytes"):
+        return None
+    for e in region.extra.get("saved_inputs") or ():
+        if e["kind"] == PER_RUN and e["saved"][1]:
+            if e["bytes"] is None:
+                return None
+            fx -= e["bytes"]
+    return made - fx
 
 
 def _model(sec: dict, assigned: Any) -> int | None:

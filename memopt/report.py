@@ -221,7 +221,6 @@ class Report:
 
     def saved_bytes(self) -> tuple[int | None, int | None]:
         """Predicted activation bytes saved for backward (before, after), summed over regions."""
-
         runs = self.step_runs()
 
         def total(key: str, i: int) -> int | None:
@@ -232,6 +231,20 @@ class Report:
             return sum(vals) + inputs
 
         return total("baseline_saved_bytes", 0), total("final_saved_bytes", 1)
+
+    def compiled_saved_bytes(self) -> int | None:
+        """:meth:`saved_bytes`' after as Inductor compiled the plan (each run's storages its forward
+        allocates for the backward: a saved view may be stored apart from its base); None where
+        a running region has no such count or symbolic sizes (it is at the compile's sizes)."""
+        after = self.saved_bytes()[1]
+        if after is None:
+            return None
+        for r, _ in self.step_runs():
+            delta = (r.extra.get("inductor") or {}).get("saved_delta")
+            if delta is None or not r.final_saved_symbolic.isdigit():
+                return None
+            after += delta
+        return after
 
     def frozen_plan(self) -> dict[str, Any]:
         """The plan file that re-applies this step's plan without planning again

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import memopt
-from memopt.inductor_buffers import Event, GraphBuffers, replay, step_peaks
+from memopt.inductor_buffers import Event, GraphBuffers, replay, saved_made_bytes, step_peaks
 from tests.helpers import warm_compile_caches
 
 
@@ -94,6 +94,14 @@ def test_step_peaks_counts_saved_tensors_once_and_static_aliases_not_at_all():
     )
     sp = step_peaks(fw, bw, 400, tangents_held=True)
     assert (sp.fwd_peak, sp.bwd.entry, sp.bwd_peak, sp.bwd.end) == (508, 108, 528, 28)
+    # saved as compiled: the view and its base once, the saved parameter and the output not
+    assert saved_made_bytes(fw, bw) == 100
+    alone = _gb(  # the view stored as a buffer of its own: its 30 bytes, not its base's 100
+        [Event("alloc", "buf0", 100), Event("alloc", "buf1", 30), Event("free", "buf0")],
+        outputs=("buf1",),
+        fx_outputs=("view",),
+    )
+    assert saved_made_bytes(alone, bw) == 30
     assert step_peaks(fw, bw, 400, tangents_held=False).bwd.end == 20
     # CUDA graphs: the tangent's copy in the graph's pool, live through the whole backward
     sp = step_peaks(fw, bw, 400, tangents_held=False, inputs_copied=True)
@@ -156,6 +164,9 @@ def test_region_report_has_inductor_plan_and_a_warm_cache_keeps_it(tmp_path, mon
     assert s0["bwd_peak"] >= static + grads
     assert s0["peak"] == max(s0["fwd_peak"], s0["bwd_peak"])
     assert "Inductor's buffer plan: peak" in rep.table()
+    # its saved bytes as compiled: the four activations, as the graph-level estimate says
+    assert (s0["saved_made"], s0["saved_delta"]) == (4 * 32 * 256 * 4, 0)
+    assert rep.compiled_saved_bytes() == rep.saved_bytes()[1] == 4 * 32 * 256 * 4
     assert s1 == s0  # the cache hit generated no code; its stored report has the section
 
 

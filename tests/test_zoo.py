@@ -55,9 +55,11 @@ def test_quick_zoo_estimate_is_exact(name):
     torch._dynamo.reset()
     opt = memopt.optimize(model, level=0)
     _, _, saved = one_step(model, opt, inputs)
-    predicted, _ = memopt.report(opt).saved_bytes()
+    rep = memopt.report(opt)
+    predicted, _ = rep.saved_bytes()
     assert saved.eager == 0  # one compiled graph: everything saved is the graph's
     assert predicted == saved.compiled
+    assert rep.compiled_saved_bytes() == saved.compiled  # Inductor's buffers count the same
 
 
 def test_quick_zoo_budget_cuts_what_it_predicts():
