@@ -233,9 +233,9 @@ class Report:
         return total("baseline_saved_bytes", 0), total("final_saved_bytes", 1)
 
     def compiled_saved_bytes(self) -> int | None:
-        """:meth:`saved_bytes`' after as Inductor compiled the plan (each run's storages its forward
-        allocates for the backward: a saved view may be stored apart from its base); None where
-        a running region has no such count or symbolic sizes (it is at the compile's sizes)."""
+        """:meth:`saved_bytes`' after as Inductor compiled the plan (a saved view may be stored
+        apart from its base); None where a running region has no such count (a CUDA graph, an
+        offload in the graph) or symbolic sizes (the count is at the compile's sizes)."""
         after = self.saved_bytes()[1]
         if after is None:
             return None
