@@ -313,6 +313,12 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "compiled_saved_s61.json",
+        "python benchmarks/diag_compiled_saved.py docs/data/{file} llama,bert,t5,vit,resnet,convnext,"
+        "swin,dit,whisper,mamba2,sd3,qwen2_moe (one H100, code d28b8b1 with 84b7ad2's count)",
+        "gpu",
+    ),
+    Producer(
         "multi_gpu_steps_w1_s61.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only budgets,auto,level,offload --warmup 9 --iters 20 --memopt-log memopt_w1_s61.log "
