@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 
 import torch.fx
 
@@ -125,17 +126,33 @@ def _containers(children: dict[str, set[int]], order: dict[str, tuple]) -> list[
     return sorted((c for c in ranked if c.rpartition(".")[2] == name), key=order.__getitem__)
 
 
-def detect_layers_pass(gm: torch.fx.GraphModule, prefix: str | None = None) -> list[str]:
+def detect_layers_pass(
+    gm: torch.fx.GraphModule, prefix: str | None = None, model_layers: Sequence[str] = ()
+) -> list[str]:
     """Tag ``node.meta[LAYER]`` and return the layer names (``model.layers.0``, ...) in forward
     order (see the module docstring).
 
     ``prefix`` (e.g. ``"model.encoder.layers"``) selects one container; otherwise the
     container with the most distinct children and those of its attribute name. Returns []
-    when there is none.
+    when there is none. ``model_layers``: the model's layers as ``memopt.optimize`` counts
+    them (in order). Where the graph's repeated modules are none of them but some of its nodes
+    run inside them, those are its layers: MobileViT's blocks differ in type, and its layers
+    are the lists inside them (sweep 4).
     """
+    layers = _detect(list(gm.graph.nodes), prefix)
+    if prefix is None and model_layers and not set(layers[0]) & set(model_layers):
+        inner = _inside(layers[1], model_layers)
+        if inner[0]:
+            layers = inner
+    for node, k in layers[1].items():
+        node.meta[mk.LAYER] = k
+    return layers[0]
+
+
+def _detect(nodes: list[torch.fx.Node], prefix: str | None) -> tuple[list[str], dict]:
+    """The layer names and each node's layer index (None outside them)."""
     if prefix is not None:
         prefix = normalize_module_path(prefix)
-    nodes = list(gm.graph.nodes)
     found: dict[torch.fx.Node, tuple[str, int]] = {}
     children: dict[str, set[int]] = {}
     for node in nodes:
@@ -149,7 +166,24 @@ def detect_layers_pass(gm: torch.fx.GraphModule, prefix: str | None = None) -> l
         containers = _containers(children, _forward_order(nodes, found))
     names = [(c, i) for c in containers for i in sorted(children[c])]
     position = {layer: k for k, layer in enumerate(names)}
-    for node in nodes:
-        hit = found.get(node)
-        node.meta[mk.LAYER] = position.get(hit) if hit is not None else None
-    return [f"{c}.{i}" for c, i in names]
+    tags = {n: position.get(found[n]) if n in found else None for n in nodes}
+    return [f"{c}.{i}" for c, i in names], tags
+
+
+def _inside(tags: dict, model_layers: Sequence[str]) -> tuple[list[str], dict]:
+    """Each node's model layer: the outermost of ``model_layers`` its module stack runs in."""
+    index = {name: i for i, name in enumerate(model_layers)}
+    hit: dict[torch.fx.Node, int] = {}
+    for node in tags:
+        for path in _stack_paths(node):
+            parts = path.split(".")
+            i = next(
+                (index[q] for j in range(1, len(parts) + 1) if (q := ".".join(parts[:j])) in index),
+                None,
+            )
+            if i is not None:
+                hit[node] = i
+                break
+    present = sorted(set(hit.values()))
+    position = {i: k for k, i in enumerate(present)}
+    return [model_layers[i] for i in present], {n: position.get(hit.get(n)) for n in tags}

@@ -158,7 +158,7 @@ def saved_activation_bytes(
 
 def detect_layers(r: Region) -> Region:
     # on the joint graph, before any partition: the forward and backward graphs copy the tags
-    r.layers = detect_layers_pass(r.joint, r.config.layers)
+    r.layers = detect_layers_pass(r.joint, r.config.layers, r.model_layers)
     return r
 
 
