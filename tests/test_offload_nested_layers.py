@@ -13,24 +13,8 @@ import torch
 import torch.nn as nn
 
 import memopt
-
-
-class _Layer(nn.Module):
-    def __init__(self, d: int = 32):
-        super().__init__()
-        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        return x + self.down(torch.nn.functional.gelu(self.up(x)))
-
-
-class _Stem(nn.Module):
-    def __init__(self, d: int = 32):
-        super().__init__()
-        self.p = nn.Linear(d, d)
-
-    def forward(self, x):
-        return torch.tanh(self.p(x))
+from tests.test_cudagraphs_offload import _Block as _Layer
+from tests.test_offload_foreign_layers import _Head as _Stem
 
 
 class _Stage(nn.Module):
