@@ -349,16 +349,10 @@ SECTIONS: dict[str, Section] = {
     "multi_gpu_steps_s26": Section(("multi_gpu_steps_w2_s26.json",), multi.steps_repeat),
     "multi_gpu_steps_s26g": Section(("multi_gpu_steps_w2_s26g.json",), multi.steps_repeat),
     "multi_gpu_steps_s28": Section(("multi_gpu_steps_w2_s28.json",), multi.steps_repeat),
-    "multi_gpu_steps_w1_s29": Section(("multi_gpu_steps_w1_s29.json",), multi.steps_ratio),
-    "multi_gpu_steps_w1_s30a": Section(("multi_gpu_steps_w1_s30a.json",), multi.steps_ratio),
-    "multi_gpu_steps_w1_s30b": Section(("multi_gpu_steps_w1_s30b.json",), multi.steps_ratio),
-    "multi_gpu_steps_w1_s30c": Section(("multi_gpu_steps_w1_s30c.json",), multi.steps_ratio),
-    "multi_gpu_steps_w1_s31": Section(("multi_gpu_steps_w1_s31.json",), multi.steps_ratio),
-    "multi_gpu_steps_w1_s31b": Section(("multi_gpu_steps_w1_s31b.json",), multi.steps_ratio),
-    "multi_gpu_steps_w1_s31c": Section(("multi_gpu_steps_w1_s31c.json",), multi.steps_ratio),
-    "multi_gpu_steps_w1_s45": Section(("multi_gpu_steps_w1_s45.json",), multi.steps_ratio),
-    "multi_gpu_steps_w1_s53": Section(("multi_gpu_steps_w1_s53.json",), multi.steps_ratio),
-    "multi_gpu_steps_w1_s61": Section(("multi_gpu_steps_w1_s61.json",), multi.steps_ratio),
+    **{  # issue 14's FSDP2 step table, re-measured session after session
+        f"multi_gpu_steps_w1_{t}": Section((f"multi_gpu_steps_w1_{t}.json",), multi.steps_ratio)
+        for t in ("s29", "s30a", "s30b", "s30c", "s31", "s31b", "s31c", "s45", "s53", "s61")
+    },
     "multi_gpu_steps_repeat": Section(
         ("multi_gpu_steps_w2_warmup9_2026-11-25.json",), multi.steps_repeat
     ),
