@@ -208,14 +208,12 @@ def step_peaks(
     holds them (``tangents_held``). ``pooled``: as :func:`replay`'s. ``inputs_copied`` (CUDA
     graphs): each tangent also has a copy in the graph's pool, live through the backward."""
     f = replay(fw, round_to=round_to, pooled=pooled)
-    made = {
-        name: out
-        for name, out in zip(fw.fx_outputs, f.outputs)
-        if name is not None and out is not None
-    }
-    static_names = {
-        name for name, out in zip(fw.fx_outputs, f.outputs) if name is not None and out is None
-    }
+    made, static_names = {}, set()
+    for name, i in saved_outputs(fw, bw).items():
+        if f.outputs[i] is None:
+            static_names.add(name)
+        else:
+            made[name] = f.outputs[i]
     counted: dict[str, tuple[str, int]] = {}
     held: set[object] = set()
     for name, nbytes in bw.inputs.items():
@@ -241,12 +239,33 @@ def saved_made_bytes(fw: GraphBuffers, bw: GraphBuffers) -> int:
     inputs, parameters among them, not counted). The graph-level estimate counts a saved view
     at its base's storage, where Inductor may store the view as a buffer of its own."""
     f = replay(fw)
-    sizes = {
-        out[0]: out[1]
-        for name, out in zip(fw.fx_outputs, f.outputs)
-        if name is not None and out is not None and name in bw.inputs
-    }
-    return sum(sizes.values())
+    outs = (f.outputs[i] for i in saved_outputs(fw, bw).values())
+    return sum(dict(o for o in outs if o is not None).values())
+
+
+def saved_outputs(fw: GraphBuffers, bw: GraphBuffers) -> dict[str, int]:
+    """Each backward input the forward returns: its name to the forward's output position.
+    Mostly by name (the partitioner names a saved tensor alike in both graphs), else by
+    position next to a name that matches: Inductor's post-grad passes may replace a saved
+    forward node, whose backward input keeps the old name (on CUDA the cross-entropy's
+    ``amax`` becomes a ``getitem`` of the online softmax's reduction)."""
+    where = {n: i for i, n in enumerate(fw.fx_outputs) if n is not None}
+    names = list(bw.inputs)
+    got = {n: where[n] for n in names if n in where}
+    taken = set(got.values())
+    for j, name in enumerate(names):
+        if name in got or name.startswith("tangents"):  # autograd's incoming gradients
+            continue
+        near = [(abs(k - j), k) for k, other in enumerate(names) if other in got]
+        if not near:
+            continue
+        k = min(near)[1]
+        i = got[names[k]] + j - k
+        if 0 <= i < len(fw.fx_outputs) and i not in taken and fw.fx_outputs[i] not in bw.inputs:
+            if fw.fx_outputs[i] is not None and i < len(fw.outputs) and fw.outputs[i]:
+                got[name] = i
+                taken.add(i)
+    return got
 
 
 #: FX node names a section keeps from a peak's kernel on (where the planner's op is found)

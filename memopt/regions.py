@@ -183,10 +183,7 @@ class RegionProgram:
         )
         if sec is None:
             return
-        # on CUDA the count fell 64-2,048 B short of the measured saved tensors on 10 of 12 zoo
-        # models (H100, tiny sizes; docs/zoo.md, sixty-first session): given on CPU graphs only
-        on_cpu = graphs[0].device == "cpu"
-        sec["saved_delta"] = delta = _saved_delta(region, sec["saved_made"]) if on_cpu else None
+        sec["saved_delta"] = delta = _saved_delta(region, sec["saved_made"])
         if delta:  # the graph-level estimate counts a saved view at its base's storage
             sec["text"] += "\n" + textwrap.fill(
                 f"Inductor's forward saves {fmt_bytes(sec['saved_made'])} for the backward, "

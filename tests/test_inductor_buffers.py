@@ -9,7 +9,14 @@ import torch
 import torch.nn as nn
 
 import memopt
-from memopt.inductor_buffers import Event, GraphBuffers, replay, saved_made_bytes, step_peaks
+from memopt.inductor_buffers import (
+    Event,
+    GraphBuffers,
+    replay,
+    saved_made_bytes,
+    saved_outputs,
+    step_peaks,
+)
 from tests.helpers import warm_compile_caches
 
 
@@ -106,6 +113,30 @@ def test_step_peaks_counts_saved_tensors_once_and_static_aliases_not_at_all():
     # CUDA graphs: the tangent's copy in the graph's pool, live through the whole backward
     sp = step_peaks(fw, bw, 400, tangents_held=False, inputs_copied=True)
     assert (sp.bwd.entry, sp.bwd_peak, sp.bwd.end) == (116, 536, 28)
+
+
+def test_a_saved_node_replaced_after_the_partition_is_found_by_its_position():
+    """On CUDA Inductor's post-grad passes replace the cross-entropy's ``amax`` with a
+    ``getitem`` of the online softmax's reduction: the forward returns ``getitem_8`` where the
+    backward's input is still named ``amax``. By name alone its 2,048 bytes (4 per token) went
+    uncounted (docs/zoo.md, sixty-first session: 2,048 B short on the LLMs, 64 B on the
+    vision models). A tangent is never matched to the forward's outputs."""
+    fw = _gb(
+        [Event("alloc", n, b) for n, b in (("buf0", 100), ("buf1", 8), ("buf3", 8), ("buf2", 4))],
+        outputs=("buf2", "buf0", "buf1", "buf3", None),
+        fx_outputs=("div", "mm", "getitem_8", "log", "sym_size_int"),
+    )
+    bw = _gb(
+        [Event("free", "amax"), Event("alloc", "buf0", 20)],
+        inputs={"mm": 100, "amax": 8, "log": 8, "tangents_1": 4},
+        outputs=("buf0",),
+        backward=True,
+    )
+    assert saved_outputs(fw, bw) == {"mm": 1, "amax": 2, "log": 3}
+    assert saved_made_bytes(fw, bw) == 116  # 108 by name alone
+    # freed at its del as the forward's buffer, not held to the end as a tangent (140, 32)
+    sp = step_peaks(fw, bw, 0, tangents_held=True)
+    assert (sp.bwd.entry, sp.bwd_peak, sp.bwd.end) == (120, 132, 24)
 
 
 def test_a_backward_buffer_never_shares_a_saved_tensors_storage():
