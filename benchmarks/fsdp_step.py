@@ -123,6 +123,9 @@ def memopt_extra(compiled) -> dict:
     before, after = rep.saved_bytes()
     return {
         "regions": len(rep.regions),
+        "fused_losses": [
+            f for r in rep.regions for f in (r.extra.get("fused_loss") or {}).get("losses", ())
+        ],
         "sequence": list(step.sequence) if step else None,
         "predicted_step_peak": step.peak if step else None,
         "step_target": step.target if step else None,

@@ -98,6 +98,8 @@ def _compile(model, variant: dict[str, Any]):
         return torch.compile(model, **mode)
     if kind == "level1":
         return memopt.optimize(model, level=1, **mode)
+    if kind == "fused":  # the linear layer and cross-entropy fused, nothing else planned
+        return memopt.optimize(model, level=0, fuse_loss=True, **mode)
     if kind == "offload":
         variant["k"] = _outer_layers(model) // 2
         return memopt.optimize(model, offload_layers=variant["k"], **mode)
@@ -349,6 +351,7 @@ def _variants(points, peers: bool = True, min_bytes: int = 2**20) -> list[dict[s
     out = [{"label": "torch.compile", "kind": "compile"}]
     out += [{"label": f"torch budget={b}", "kind": "torch", "budget": b} for b in points]
     out.append({"label": "memopt level=1", "kind": "level1"})
+    out.append({"label": "memopt fuse_loss=True (level 0)", "kind": "fused"})
     out.append({"label": "memopt offload half the layers", "kind": "offload"})
     if peers:
         out += [

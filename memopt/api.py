@@ -251,6 +251,7 @@ _SETTING_NAMES = frozenset(
         "offload_min_bytes",
         "disable_passes",
         "fusion_guard",
+        "fuse_loss",
     }
 )
 

@@ -90,6 +90,13 @@ class MemoptConfig:
     peaked over its model. Else False: the guard alone lowers some compiled peaks and raises
     others (docs/zoo.md, "Inductor's distant fusions")."""
 
+    fuse_loss: bool = False
+    """A linear layer feeding ``cross_entropy`` (a language model's head and loss) runs as one
+    fused op that computes the loss and the layer's gradients chunk by chunk in the forward:
+    the backward holds neither the logits nor their float32 softmax
+    (:mod:`memopt.fused_loss`, ``passes/fuse_loss.py``; ``MEMOPT_FUSE_LOSS=1``). A loss it
+    cannot fuse is named in a warning, with the reason."""
+
     disable_passes: tuple[str, ...] = ()
     """Passes switched off by name (``passes/pipeline.py`` lists them), e.g. ``("offload",)``;
     ``MEMOPT_DISABLE_PASSES=offload,apply_recompute``."""
@@ -326,6 +333,7 @@ def resolve_config(
     pick("debug", None, "MEMOPT_DEBUG", _bool_setting)
     pick("fusion_guard", others.pop("fusion_guard", None), "MEMOPT_FUSION_GUARD", _guard_setting)
     pick("disable_passes", others.pop("disable_passes", None), "MEMOPT_DISABLE_PASSES", _passes)
+    pick("fuse_loss", others.pop("fuse_loss", None), "MEMOPT_FUSE_LOSS", _bool_setting)
     if sources["fusion_guard"] == "default" and values.get("budget") is not None:
         values["fusion_guard"] = "auto"  # a budget is a peak: see the setting's docstring
         sources["fusion_guard"] = "default with a budget"

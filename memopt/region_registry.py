@@ -204,6 +204,14 @@ class RegionRegistry:
             if watch:
                 self._watch_eager_layers(model, layers, watch, output)
         self.compiled_paths, self.compiled_storages = set(), set()
+        if self.config.fuse_loss and not any("fused_loss" in r.extra for r in self.regions):
+            if not any(w.startswith("fuse_loss ") for w in getattr(self, "_said", ())):
+                self._coverage_note(
+                    "fuse_loss=True fused nothing: no compiled graph of the model's forward "
+                    "computes a cross_entropy (a loss computed outside the compiled model, e.g. "
+                    "from its returned logits, is not seen: let the model compute it, as "
+                    "transformers models do when given labels=)"
+                )
         return None
 
     def _coverage_note(self, note: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -50,6 +51,7 @@ class RegionProgram:
     ):
         self.config, self.state = config, state
         self._inductor = dict(inductor or {})  # Inductor settings (torch.compile's mode=, options=)
+        self._fused = _fuse_loss(config, state, gm)
         # clusters of plans with a Count: the Count is over the step, so runs of this graph
         # after other occurrences apply what is left of it (plan variants)
         self._counted = frozenset(p.cluster_id for p in config.plans if p.count >= 0)
@@ -132,9 +134,14 @@ class RegionProgram:
         ):
             patches = {**self._inductor, "custom_partitioner_fn": p}
             fn = compat.compile_fx(gm, example_inputs, config_patches=patches)
+        specs = [f["outputs"] for f in (self._fused or {}).get("losses", ()) if f["outputs"]]
+        if specs:  # the fused losses' logits get their gradient outside the graph
+            fn = functools.partial(_reattached, fn, specs)
         index = self.state.end_region(example_inputs)
         if index is not None:
             self.state.regions[index].extra["fusions_refused"] = len(refused)
+            if self._fused:
+                self.state.regions[index].extra["fused_loss"] = self._fused
         if index is not None and graphs:
             self._note_buffers(index, graphs, model_comparable=held == 0)
         return fn, index
@@ -301,6 +308,30 @@ def _over_model(region: Any, assigned: Any = None) -> bool:
     sec = region.extra.get("inductor") or {}
     peak, model = sec.get("peak"), _model(sec, assigned)
     return peak is not None and model is not None and peak > model * (1 + GUARD_EXCESS)
+
+
+def _reattached(fn: Any, specs: list, *args: Any) -> Any:
+    from memopt.fused_loss import reattach
+
+    return reattach(fn(*args), args, specs)
+
+
+def _fuse_loss(config: MemoptConfig, state: MemoptState, gm: Any) -> dict | None:
+    """``fuse_loss=True``: fuse ``gm``'s linear layers and their cross-entropy (in place); the
+    report's section, or None. A loss left unfused is a warning that says why."""
+    if not config.fuse_loss or not torch.is_grad_enabled():
+        return None
+    from memopt.passes.fuse_loss import fuse_loss_pass
+
+    fused, skipped = fuse_loss_pass(gm)
+    for why in skipped:
+        state._say(f"fuse_loss {why}", f"fuse_loss=True: {why}")
+    if not fused:
+        return None
+    return {
+        "losses": [dataclasses.asdict(f) for f in fused],
+        "text": "\n".join(f.text() for f in fused),
+    }
 
 
 def _saved_delta(region: Any, made: int) -> int | None:
