@@ -25,9 +25,11 @@ CHUNK_BYTES = 256 << 20
 MAX_CHUNKS = 64
 
 
-def chunk_count(tokens: int, vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """Chunks for ``tokens`` rows of ``vocab`` float32 logits: about ``chunk_bytes`` each."""
-    return max(1, min(MAX_CHUNKS, -(-tokens * vocab * 4 // max(1, chunk_bytes)), tokens))
+def chunk_count(tokens: int, vocab: int, chunk_bytes: int | None = None) -> int:
+    """Chunks for ``tokens`` rows of ``vocab`` logits computed from the layer's input: about
+    ``chunk_bytes`` (default :data:`CHUNK_BYTES`) of float32 each."""
+    per = max(1, chunk_bytes if chunk_bytes is not None else CHUNK_BYTES)
+    return max(1, min(MAX_CHUNKS, -(-tokens * vocab * 4 // per), tokens))
 
 
 class LinearCrossEntropy(torch.autograd.Function):
@@ -62,8 +64,9 @@ class LinearCrossEntropy(torch.autograd.Function):
         for hc, tc, vc, lc in zip(split(h), split(target), split(valid), split(logits)):
             x = (F.linear(hc, weight, bias) if lc is None else lc).to(acc)
             lse = torch.logsumexp(x, dim=-1)
-            hit = classes[None, :] == torch.where(vc, tc, 0)[:, None]
-            picked = torch.where(hit, x, 0.0).sum(-1)
+            safe = torch.where(vc, tc, 0)
+            hit = classes[None, :] == safe[:, None]
+            picked = x.gather(1, safe[:, None])[:, 0]
             total = total + torch.where(vc, lse - picked, 0.0).sum()
             d = torch.exp(x - lse[:, None]) - hit.to(acc)
             grads.append(torch.where(vc[:, None], d * scale, 0.0).to(h.dtype))

@@ -151,9 +151,12 @@ def _replace(graph, ce, args, chain, lin, chunk_bytes) -> FusedLoss:
     wv, x = _value(w), _value(args["input"])
     vocab, hidden = (_hint(s) for s in wv.shape)
     tokens = _hint(x.shape[0])
-    chunks = chunk_count(tokens, vocab, *(() if chunk_bytes is None else (chunk_bytes,)))
     need = tuple(bool(getattr(_value(v), "requires_grad", False)) for v in (h, w, b))
     others = [u for u in lin.users if u not in chain and u is not ce]
+    # the model's logits are read whole: their float32 form is never stored (Inductor computes
+    # it inside the reduction and the pointwise kernel that read it); computed from the
+    # layer's input, chunks keep all but one chunk's logits away
+    chunks = 1 if others else chunk_count(tokens, vocab, chunk_bytes)
     outputs = _detach_logits(graph, lin, h, w, b) if others else None
     with graph.inserting_before(ce):
         flat = graph.call_method("reshape", (h, -1, wv.shape[1]))
