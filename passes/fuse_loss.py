@@ -99,10 +99,14 @@ def _why_not(ce: torch.fx.Node, args: dict, chain: list, lin: Any) -> str | None
     if x is None or t is None or x.dim() != 2 or t.dim() != 1 or t.is_floating_point():
         return "its input is not (tokens, classes) with integer class targets"
     if not (isinstance(lin, torch.fx.Node) and lin.op == "call_function" and lin.target in _LINEAR):
-        what = lin.name if isinstance(lin, torch.fx.Node) else repr(lin)
-        origin = "a graph input: the logits come from another compiled graph (a graph break?)"
+        if not isinstance(lin, torch.fx.Node):
+            return f"its input is not a linear layer's output but {lin!r}"
+        if lin.op == "placeholder":
+            what = "a graph input: the logits come from another compiled graph (a graph break?)"
+        else:
+            what = f"{getattr(lin.target, '__name__', lin.target)}'s result"
         return (f"its input is not a linear layer's output through casts and views but "
-                f"{what!r}" + (f" ({origin})" if getattr(lin, "op", "") == "placeholder" else ""))  # fmt: skip
+                f"{lin.name!r} ({what})")  # fmt: skip
     if any(len(c.users) != 1 for c in chain):
         return "the casts or views between the linear layer and the loss have other users"
     others = [u for u in lin.users if u not in chain and u is not ce]

@@ -70,6 +70,12 @@ def check_step_plans(rank):
     # FSDP2's per-layer regions: no plan that fits costs less than the proven floor
     assert 0 < rep.step.overhead_floor_s <= rep.step.overhead_s
 
+    # the head's linear layer and loss fused, under FSDP2's per-layer regions and a budget
+    losses, rep = _run(rank, budget=0.5, fuse_loss=True)
+    torch.testing.assert_close(losses, ref, rtol=1e-5, atol=1e-5)
+    fused = [r.extra["fused_loss"]["losses"] for r in rep.regions if "fused_loss" in r.extra]
+    assert fused and fused[0][0]["module"] == "lm_head" and fused[0][0]["logits_reused"]
+
     losses, rep = _run(rank, offload_layers=2, offload_min_bytes=0)
     torch.testing.assert_close(losses, ref, rtol=1e-5, atol=1e-5)
     assert len(rep.step.offload_runs) >= 2 and rep.step.offloaded_bytes > 0

@@ -1,0 +1,155 @@
+"""``fuse_loss=True``: a linear layer feeding ``cross_entropy`` becomes one op that computes the
+loss and the layer's gradients in the forward (memopt/fused_loss.py, passes/fuse_loss.py).
+Losses and gradients equal torch.compile's; the backward saves the layer's gradients, not the
+logits (exact bytes); what cannot be fused is named."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import memopt
+from memopt import fused_loss
+from memopt.config import resolve_config
+from memopt.errors import ConfigError
+from tests.helpers import compare, tiny_llama
+
+N, H, V = 64, 16, 40  # tokens, hidden, classes: N > H, so the weight's gradient is the smaller
+
+
+class Head(nn.Module):
+    """A norm, a linear layer with a bias and a summed cross-entropy; returns the loss only
+    (the fused op computes the logits itself, chunk by chunk)."""
+
+    def __init__(self, reduction="sum", smoothing=0.0, cap=None):
+        super().__init__()
+        self.norm = nn.LayerNorm(H)
+        self.proj = nn.Linear(H, V)
+        self.reduction, self.smoothing, self.cap = reduction, smoothing, cap
+
+    def forward(self, x, labels):
+        logits = self.proj(self.norm(x))
+        if self.cap is not None:  # a soft-cap (Gemma 2): not a linear layer's output any more
+            logits = torch.tanh(logits / self.cap) * self.cap
+        flat = logits.float().view(-1, V)
+        kw = dict(reduction=self.reduction, label_smoothing=self.smoothing)
+        return F.cross_entropy(flat, labels.view(-1), **kw)
+
+
+def _inputs(ignored=8):
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, V, (4, N // 4), generator=g)
+    labels.view(-1)[:ignored] = -100
+    return {"x": torch.randn(4, N // 4, H, generator=g, requires_grad=True), "labels": labels}
+
+
+def _fused(rep):
+    return [f for r in rep.regions for f in (r.extra.get("fused_loss") or {}).get("losses", ())]
+
+
+def test_llama_fused_matches_torch_compile_and_the_report_says_what_was_fused():
+    model = tiny_llama()
+    ids = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(1))
+    labels = ids.clone()
+    labels[0, :5] = -100
+    rep, _, measured, _ = compare(model, {"input_ids": ids, "labels": labels}, level=1,
+                                  fuse_loss=True)  # fmt: skip
+    (f,) = _fused(rep)
+    assert (f["module"], f["tokens"], f["hidden"], f["vocab"]) == ("lm_head", 64, 64, 128)
+    assert f["logits_reused"] and f["chunks"] == 1  # the model returns its logits: read whole
+    assert "Fused loss: lm_head (64 -> 128, float32)" in rep.table()
+    # the graph's saved bytes are exact; beside them the layer's input (64 x 64 float32) that
+    # the returned logits' gradient would need, saved outside the graph, and the rotary
+    # embedding's inv_freq buffer (8 float32), which the helper does not leave out
+    assert rep.saved_bytes()[1] + 64 * 64 * 4 + 8 * 4 == measured
+
+
+def test_the_returned_logits_get_their_gradient_when_a_loss_reads_them():
+    model = tiny_llama()
+    ids = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(2))
+    loss_fn = lambda out: out.loss + 0.3 * out.logits.float().pow(2).mean()  # noqa: E731
+    compare(model, {"input_ids": ids, "labels": ids}, loss_fn=loss_fn, fuse_loss=True)
+
+
+def test_computed_logits_in_chunks_with_a_bias_and_a_sum_exact_bytes(monkeypatch):
+    monkeypatch.setattr(fused_loss, "CHUNK_BYTES", N * V * 4 // 4)  # four chunks
+    torch.manual_seed(0)
+    model = Head()
+    rep, _, measured, _ = compare(model, _inputs(), loss_fn=lambda loss: loss, fuse_loss=True)
+    (f,) = _fused(rep)
+    assert (f["chunks"], f["reduction"], f["logits_reused"]) == (4, "sum", False)
+    # saved for the backward: the input's, the weight's and the bias's gradients (no logits),
+    # and the norm's mean and reciprocal deviation per token
+    saved = N * H * 4 + V * H * 4 + V * 4 + 2 * N * 4
+    assert rep.saved_bytes() == (saved, saved)
+    assert measured == saved
+
+
+def test_dynamic_token_counts_and_a_bfloat16_loss():
+    torch.manual_seed(0)
+    model = Head(reduction="mean").to(torch.bfloat16)
+    for ignored in (8, 0):
+        inputs = _inputs(ignored)
+        inputs["x"] = inputs["x"].detach().to(torch.bfloat16).requires_grad_()
+        torch._dynamo.reset()
+        ref = torch.compile(model, dynamic=True)(**inputs)
+        got = memopt.optimize(model, fuse_loss=True, dynamic=True)(**inputs)
+        assert got.dtype == ref.dtype == torch.float32  # the loss of the float32 logits
+        torch.testing.assert_close(got, ref, rtol=1e-2, atol=1e-2)
+
+
+def test_every_target_ignored_gives_torchs_nan_loss_and_zero_gradients():
+    torch.manual_seed(0)
+    model = Head(reduction="mean")
+    inputs = _inputs(ignored=N)
+    torch._dynamo.reset()
+    ref = torch.compile(model)(**inputs)
+    ref.backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    torch._dynamo.reset()
+    got = memopt.optimize(model, fuse_loss=True)(**inputs)
+    got.backward()
+    assert ref.isnan() and got.isnan()
+    for p, w in zip(model.parameters(), want):
+        torch.testing.assert_close(p.grad, w)
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        (Head(smoothing=0.1), "it smooths its labels"),
+        (Head(cap=30.0), "casts and views but 'logits_1' (mul's result)"),
+    ],
+)
+def test_a_loss_that_cannot_be_fused_is_named(caplog, model, reason):
+    torch._dynamo.reset()
+    with caplog.at_level(logging.WARNING, logger="memopt"):
+        loss = memopt.optimize(model, fuse_loss=True)(**_inputs())
+    loss.backward()
+    assert "fuse_loss=True: cross_entropy 'cross_entropy' not fused: " in caplog.text
+    assert reason in caplog.text
+
+
+def test_a_loss_outside_the_compiled_model_is_said():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(H, H), nn.ReLU(), nn.Linear(H, V))
+    torch._dynamo.reset()
+    opt = memopt.optimize(model, fuse_loss=True)
+    inputs = _inputs()
+    F.cross_entropy(opt(inputs["x"]).view(-1, V), inputs["labels"].view(-1)).backward()
+    assert any("fuse_loss=True fused nothing" in n for n in memopt.report(opt).notes)
+
+
+def test_the_setting(monkeypatch):
+    assert not resolve_config().fuse_loss
+    monkeypatch.setenv("MEMOPT_FUSE_LOSS", "1")
+    assert resolve_config().fuse_loss
+    assert not resolve_config(fuse_loss=False).fuse_loss
+    monkeypatch.setenv("MEMOPT_FUSE_LOSS", "maybe")
+    with pytest.raises(ConfigError, match="MEMOPT_FUSE_LOSS='maybe' is not a boolean"):
+        resolve_config()
