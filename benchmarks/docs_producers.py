@@ -326,6 +326,28 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "multi_gpu_steps_w1_s62a.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only budgets --warmup 9 --iters 20 --out docs/data/{file} (one H100, code d6db033; "
+        "docs/data/logs/s62/gpu1.sh)",
+        "gpu",
+    ),
+    Producer(
+        "multi_gpu_steps_w1_s62b.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only auto --optimizer device_overlap --targets 0.5=9360502272,0.1=7614734848 "
+        "--warmup 9 --iters 20 --out docs/data/{file} (torch's peaks from the _s62a run before "
+        "it on the same H100, code d6db033; docs/data/logs/s62/gpu1.sh)",
+        "gpu",
+    ),
+    Producer(
+        "multi_gpu_steps_w1_s62f.json",
+        "MEMOPT_FUSE_LOSS=1 OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 "
+        "benchmarks/multi_gpu.py steps --only budgets,auto --warmup 9 --iters 20 --out "
+        "docs/data/{file} (one H100, code 6ad7583; docs/data/logs/s62/gpu5.sh)",
+        "gpu",
+    ),
+    Producer(
         "diag_*_s54.json",
         "python docs/data/diag_s54/diag_overlap.py (diag_overlap_s54.json) or "
         "docs/data/diag_s54/diag_mamba32.py (diag_mamba32_s54.json), with OUT=docs/data and "

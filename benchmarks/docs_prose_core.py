@@ -492,8 +492,10 @@ def zoo_pts(model: str, what: str) -> str:
     peak fell under the measured one, whole %), ``kratio`` (memopt's over torch's overhead in
     kernel time per point, 2 decimals, `` / ``-joined as in the tables), ``wmet`` / ``kmet``
     (points where memopt's peak is at most torch's and its overhead at most half of torch's, in
-    step time / in kernel time)."""
-    ps = compare(load(f"zoo_gpu_{model}.json"))["points"]
+    step time / in kernel time). ``what@tag``: memopt's points are the run's ``--ab`` rows of
+    that tag (``kratio@fused``)."""
+    what, _, ab = what.partition("@")
+    ps = compare(load(f"zoo_gpu_{model}.json"), ab=ab)["points"]
     if what == "kratio":
         return " / ".join("-" if p["kratio"] is None else f"{p['kratio']:.2f}" for p in ps)
     if what == "wmet":

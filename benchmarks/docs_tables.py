@@ -224,6 +224,7 @@ zoo_gpu_s43m = _zoo_gpu_of("_s43m", "The forty-third session's Mistral, one timi
 zoo_gpu_s44 = _zoo_gpu_of("_s44", "The forty-fourth session's first rows of Phi-3 and wav2vec 2.0.")
 zoo_gpu_s44m = _zoo_gpu_of("_s44m", "The forty-fourth session's Mistral at 0.3 again.")
 zoo_gpu_s44c = _zoo_gpu_of("_s44c", "The forty-fourth session's rows with placed excesses.")
+zoo_gpu_s62d = _zoo_gpu_of("_s62d", "The sixty-second session's Qwen2, fuse_loss A/B (H100).")
 zoo_gpu_s44v = _zoo_gpu_of("_s44v", "The forty-fourth session's ConvNeXt at 0.1.")
 zoo_gpu_s44d = _zoo_gpu_of("_s44d", "The forty-fourth session's Mistral at 0.1, tie rule.")
 zoo_gpu_s45 = _zoo_gpu_of("_s45", "The forty-fifth session's Swin at 0.1 and Mistral (plan kinds).")
@@ -328,6 +329,8 @@ def section_cpu_reorder(rows: list) -> str:
     return "\n".join(out) + "\n"
 
 
+#: issue 14's FSDP2 step runs: docs/data/multi_gpu_steps_w1_<tag>.json
+FSDP_STEP_TAGS = "s29 s30a s30b s30c s31 s31b s31c s45 s53 s61 s62a s62b s62f"
 SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
     "cli_timings": Section(("cli_timings.json",), cli_timings),
@@ -351,7 +354,7 @@ SECTIONS: dict[str, Section] = {
     "multi_gpu_steps_s28": Section(("multi_gpu_steps_w2_s28.json",), multi.steps_repeat),
     **{  # issue 14's FSDP2 step table, re-measured session after session
         f"multi_gpu_steps_w1_{t}": Section((f"multi_gpu_steps_w1_{t}.json",), multi.steps_ratio)
-        for t in ("s29", "s30a", "s30b", "s30c", "s31", "s31b", "s31c", "s45", "s53", "s61")
+        for t in FSDP_STEP_TAGS.split()
     },
     "multi_gpu_steps_repeat": Section(
         ("multi_gpu_steps_w2_warmup9_2026-11-25.json",), multi.steps_repeat
@@ -371,6 +374,8 @@ SECTIONS: dict[str, Section] = {
     ),
     "multi_gpu_pcie": Section(("pcie_w2_2026-11-25.json",), multi.pcie),
     "zoo_gpu": Section(tuple(f"zoo_gpu_{m}.json" for m in ZOO_GPU), zoo_gpu),
+    "zoo_gpu_s62d": Section(("zoo_gpu_qwen2_s62d.json",), zoo_gpu_s62d),
+    "zoo_gpu_s62d_ab": Section(("zoo_gpu_qwen2_s62d.json",), _ab),
     "zoo_gpu_s11": Section(tuple(f"zoo_gpu_{m}_s11.json" for m in ZOO_GPU_S11), zoo_gpu_s11),
     "zoo_gpu_s12": Section(tuple(f"zoo_gpu_{m}_s12.json" for m in ZOO_GPU_S12), zoo_gpu_s12),
     "zoo_gpu_s13": Section(tuple(f"zoo_gpu_{m}_s13.json" for m in ZOO_GPU_S13), zoo_gpu_s13),

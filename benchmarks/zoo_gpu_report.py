@@ -62,9 +62,10 @@ def _baselines(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def compare(d: dict[str, Any]) -> dict[str, Any]:
+def compare(d: dict[str, Any], ab: str = "") -> dict[str, Any]:
     """Per torch point: torch's and memopt's peak and overhead and the issue's targets; per
-    peer: its peak and overhead, memopt's at its peak, and whether memopt dominates it."""
+    peer: its peak and overhead, memopt's at its peak, and whether memopt dominates it.
+    ``ab``: memopt's points are the ``--ab`` rows of that tag (``"fused"``)."""
     rows = _rows(d)
     base = rows.get("torch.compile", {})
     if "ms" not in base:
@@ -95,7 +96,7 @@ def compare(d: dict[str, Any]) -> dict[str, Any]:
     for r in d["rows"]:
         if r["kind"] != "torch":
             continue
-        m = rows.get(f"memopt budget at torch {r['budget']}", {})
+        m = rows.get(f"memopt budget at torch {r['budget']}" + (f" [{ab}]" if ab else ""), {})
         p = {"budget": r["budget"], "torch": r, "memopt": m}
         # the plan that ran is inside the budget by the planner's word or by measurement
         p["kept"] = bool(m.get("feasible") or went_back(m))
