@@ -35,7 +35,8 @@ def chunk_count(tokens: int, vocab: int, chunk_bytes: int | None = None) -> int:
 class LinearCrossEntropy(torch.autograd.Function):
     """``cross_entropy(linear(h, weight, bias), target)`` over 2-D ``h`` (tokens, hidden) and
     1-D ``target``; ``logits``: the layer's output when the graph computes it anyway (it is
-    not computed again), else None. ``need``: whether h, weight and bias need gradients."""
+    not computed again), else None. ``need``: whether h, weight and bias need gradients.
+    ``added``: a constant (vocabulary,) bias added after the layer, for computed logits."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -50,6 +51,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         chunks: int,
         need: tuple[bool, bool, bool],
         out_dtype: torch.dtype,
+        added: torch.Tensor | None = None,
     ) -> torch.Tensor:
         acc = torch.float32
         valid = target != ignore_index
@@ -62,7 +64,10 @@ class LinearCrossEntropy(torch.autograd.Function):
             return t.tensor_split(chunks) if t is not None else (None,) * chunks
 
         for hc, tc, vc, lc in zip(split(h), split(target), split(valid), split(logits)):
-            x = (F.linear(hc, weight, bias) if lc is None else lc).to(acc)
+            if lc is None:  # a constant bias after the layer (final_logits_bias) added here
+                lc = F.linear(hc, weight, bias)
+                lc = lc if added is None else lc + added
+            x = lc.to(acc)
             lse = torch.logsumexp(x, dim=-1)
             safe = torch.where(vc, tc, 0)
             hit = classes[None, :] == safe[:, None]
@@ -84,7 +89,7 @@ class LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
         scaled = tuple(None if g is None else g * grad for g in ctx.saved_tensors)
-        return (*scaled, None, None, None, None, None, None, None)
+        return (*scaled, None, None, None, None, None, None, None, None)
 
 
 class LogitsGrad(torch.autograd.Function):

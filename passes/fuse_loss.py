@@ -13,6 +13,7 @@ Every ``cross_entropy`` left unfused is named with the reason, for the user's wa
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ from memopt.passes.detect_layers import _stack_paths
 _CE_ARGS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction",
             "label_smoothing")  # fmt: skip
 _LINEAR = (torch._C._nn.linear, F.linear)
+_ADD = (operator.add, torch.add)
 _CHAIN_METHODS = frozenset({"float", "to", "view", "reshape", "contiguous"})
 
 
@@ -85,8 +87,27 @@ def _chain(x: Any) -> tuple[list[torch.fx.Node], Any]:
     return chain, x
 
 
-def _why_not(ce: torch.fx.Node, args: dict, chain: list, lin: Any) -> str | None:
-    """Why ``ce`` cannot be fused, or None."""
+def _split_bias(head: Any) -> tuple[Any, Any]:
+    """``head`` as (the linear layer's node, a constant bias added to its output or None):
+    ``linear(h, W) + final_logits_bias`` (BART, mBART, Pegasus, Marian) is fused too when the
+    added tensor needs no gradient and is one row of the vocabulary."""
+    if not (isinstance(head, torch.fx.Node) and len(head.args) == 2 and not head.kwargs):
+        return head, None
+    if not (head.target in _ADD or (head.op == "call_method" and head.target == "add")):
+        return head, None
+    for a, b in (head.args, head.args[::-1]):
+        lin, extra = _value(a), _value(b)
+        if not (isinstance(a, torch.fx.Node) and a.target in _LINEAR and len(a.users) == 1):
+            continue
+        if isinstance(extra, torch.Tensor) and not extra.requires_grad and lin is not None:
+            if extra.numel() == extra.shape[-1] == lin.shape[-1]:
+                return a, b
+    return head, None
+
+
+def _why_not(ce: torch.fx.Node, args: dict, chain: list, head: Any, lin: Any) -> str | None:
+    """Why ``ce`` cannot be fused, or None (``head``: the logits' node, ``lin`` or its sum
+    with a constant bias)."""
     if args.get("weight") is not None or args.get("size_average") is not None:
         return "it has class weights or the legacy size_average"
     if args.get("reduce") is not None or args.get("reduction", "mean") not in ("mean", "sum"):
@@ -109,9 +130,9 @@ def _why_not(ce: torch.fx.Node, args: dict, chain: list, lin: Any) -> str | None
                 f"{lin.name!r} ({what})")  # fmt: skip
     if any(len(c.users) != 1 for c in chain):
         return "the casts or views between the linear layer and the loss have other users"
-    others = [u for u in lin.users if u not in chain and u is not ce]
+    others = [u for u in head.users if u not in chain and u is not ce]
     if any(u.op != "output" for u in others):
-        return f"the linear layer's output {lin.name!r} has other users in the graph"
+        return f"the linear layer's output {head.name!r} has other users in the graph"
     params = [lin.args[1], *lin.args[2:3], lin.kwargs.get("bias")]
     if others and not isinstance(ce.graph.output_node().args[0], tuple | list):
         return "the graph returns its logits alone"
@@ -137,42 +158,45 @@ def fuse_loss_pass(
         if ce.op != "call_function" or ce.target is not F.cross_entropy:
             continue
         args = _ce_args(ce)
-        chain, lin = _chain(args.get("input"))
-        why = _why_not(ce, args, chain, lin)
+        chain, head = _chain(args.get("input"))
+        lin, extra = _split_bias(head)
+        why = _why_not(ce, args, chain, head, lin)
         if why is not None:
             skipped.append(f"cross_entropy {ce.name!r} not fused: {why}")
             continue
-        fused.append(_replace(graph, ce, args, chain, lin, chunk_bytes))
+        fused.append(_replace(graph, ce, args, chain, head, (lin, extra), chunk_bytes))
     if fused:
         graph.lint()
         gm.recompile()
     return fused, skipped
 
 
-def _replace(graph, ce, args, chain, lin, chunk_bytes) -> FusedLoss:
+def _replace(graph, ce, args, chain, head, linear, chunk_bytes) -> FusedLoss:
+    lin, extra = linear
     h, w = lin.args[0], lin.args[1]
     b = lin.args[2] if len(lin.args) > 2 else lin.kwargs.get("bias")
     wv, x = _value(w), _value(args["input"])
     vocab, hidden = (_hint(s) for s in wv.shape)
     tokens = _hint(x.shape[0])
     need = tuple(bool(getattr(_value(v), "requires_grad", False)) for v in (h, w, b))
-    others = [u for u in lin.users if u not in chain and u is not ce]
+    others = [u for u in head.users if u not in chain and u is not ce]
     # the model's logits are read whole: their float32 form is never stored (Inductor computes
     # it inside the reduction and the pointwise kernel that read it); computed from the
     # layer's input, chunks keep all but one chunk's logits away
     chunks = 1 if others else chunk_count(tokens, vocab, chunk_bytes)
-    outputs = _detach_logits(graph, lin, h, w, b) if others else None
+    outputs = _detach_logits(graph, head, h, w, b) if others else None
     with graph.inserting_before(ce):
         flat = graph.call_method("reshape", (h, -1, wv.shape[1]))
-        logits = graph.call_method("reshape", (lin, -1, wv.shape[0])) if others else None
+        logits = graph.call_method("reshape", (head, -1, wv.shape[0])) if others else None
+        add = None if extra is None or others else graph.call_method("reshape", (extra, -1))
         call = (flat, w, b, args["target"], logits, args.get("ignore_index", -100),
-                args.get("reduction", "mean"), chunks, need, x.dtype)  # fmt: skip
+                args.get("reduction", "mean"), chunks, need, x.dtype, add)  # fmt: skip
         new = graph.call_function(LinearCrossEntropy.apply, call)
     new.meta.update({k: v for k, v in ce.meta.items() if k != "example_value"})
     new.meta["example_value"] = _value(ce)
     ce.replace_all_uses_with(new)
     graph.erase_node(ce)
-    for node in (*chain, lin):
+    for node in dict.fromkeys((*chain, head, lin)):
         if not node.users:
             graph.erase_node(node)
     paths = _stack_paths(lin)

@@ -25,15 +25,19 @@ class Head(nn.Module):
     """A norm, a linear layer with a bias and a summed cross-entropy; returns the loss only
     (the fused op computes the logits itself, chunk by chunk)."""
 
-    def __init__(self, reduction="sum", smoothing=0.0, cap=None, returns_logits=False):
+    def __init__(self, reduction="sum", smoothing=0.0, cap=None, returns_logits=False, add=False):
         super().__init__()
         self.norm = nn.LayerNorm(H)
         self.proj = nn.Linear(H, V)
         self.reduction, self.smoothing, self.cap = reduction, smoothing, cap
         self.returns_logits = returns_logits
+        # a constant bias after the layer, as BART's final_logits_bias
+        self.register_buffer("final_bias", torch.randn(1, V) if add else None)
 
     def forward(self, x, labels):
         logits = self.proj(self.norm(x))
+        if self.final_bias is not None:
+            logits = logits + self.final_bias
         if self.cap is not None:  # a soft-cap (Gemma 2): not a linear layer's output any more
             logits = torch.tanh(logits / self.cap) * self.cap
         flat = logits.float().view(-1, V)
@@ -90,6 +94,19 @@ def test_computed_logits_in_chunks_with_a_bias_and_a_sum_exact_bytes(monkeypatch
     saved = N * H * 4 + V * H * 4 + V * 4 + 2 * N * 4
     assert rep.saved_bytes() == (saved, saved)
     assert measured == saved
+
+
+@pytest.mark.parametrize("returns_logits", [False, True])
+def test_a_constant_bias_after_the_layer_is_fused_too(monkeypatch, returns_logits):
+    """BART's ``final_logits_bias`` (a buffer added to the head's output): added to each chunk
+    of computed logits, or already in the logits the model returns."""
+    monkeypatch.setattr(fused_loss, "CHUNK_BYTES", N * V * 4 // 2)
+    torch.manual_seed(0)
+    model = Head(reduction="mean", add=True, returns_logits=returns_logits)
+    loss_fn = (lambda out: out[0]) if returns_logits else (lambda loss: loss)
+    rep = compare(model, _inputs(), loss_fn=loss_fn, fuse_loss=True)[0]
+    (f,) = _fused(rep)
+    assert (f["chunks"], f["logits_reused"]) == ((1, True) if returns_logits else (2, False))
 
 
 def test_dynamic_token_counts_and_a_bfloat16_loss():
