@@ -36,7 +36,8 @@ class LinearCrossEntropy(torch.autograd.Function):
     """``cross_entropy(linear(h, weight, bias), target)`` over 2-D ``h`` (tokens, hidden) and
     1-D ``target``; ``logits``: the layer's output when the graph computes it anyway (it is
     not computed again), else None. ``need``: whether h, weight and bias need gradients.
-    ``added``: a constant (vocabulary,) bias added after the layer, for computed logits."""
+    ``added``: a constant (vocabulary,) bias added after the layer, for computed logits;
+    ``scale``: the number the logits are the layer's output times."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -52,10 +53,11 @@ class LinearCrossEntropy(torch.autograd.Function):
         need: tuple[bool, bool, bool],
         out_dtype: torch.dtype,
         added: torch.Tensor | None = None,
+        scale: float = 1.0,
     ) -> torch.Tensor:
         acc = torch.float32
         valid = target != ignore_index
-        scale = 1.0 / valid.sum().to(acc) if reduction == "mean" else h.new_ones((), dtype=acc)
+        per = 1.0 / valid.sum().to(acc) if reduction == "mean" else h.new_ones((), dtype=acc)
         classes = torch.arange(weight.shape[0], device=h.device)
         total = torch.zeros((), dtype=acc, device=h.device)
         grads = []
@@ -67,6 +69,7 @@ class LinearCrossEntropy(torch.autograd.Function):
             if lc is None:  # a constant bias after the layer (final_logits_bias) added here
                 lc = F.linear(hc, weight, bias)
                 lc = lc if added is None else lc + added
+                lc = lc if scale == 1.0 else lc * scale
             x = lc.to(acc)
             lse = torch.logsumexp(x, dim=-1)
             safe = torch.where(vc, tc, 0)
@@ -74,7 +77,8 @@ class LinearCrossEntropy(torch.autograd.Function):
             picked = x.gather(1, safe[:, None])[:, 0]
             total = total + torch.where(vc, lse - picked, 0.0).sum()
             d = torch.exp(x - lse[:, None]) - hit.to(acc)
-            grads.append(torch.where(vc[:, None], d * scale, 0.0).to(h.dtype))
+            # through the logits' scale (Cohere, Granite) to the layer's output
+            grads.append(torch.where(vc[:, None], d * (per * scale), 0.0).to(h.dtype))
         # the logits' gradient in the layer's dtype, as unfused (its float32 form lived only
         # per chunk); one matmul each for the input's and the weight's gradient, as unfused
         d = torch.cat(grads)
@@ -84,12 +88,12 @@ class LinearCrossEntropy(torch.autograd.Function):
             d.t() @ h if need[1] else None,
             d.sum(0) if need[2] else None,
         )
-        return (total * scale).to(out_dtype)
+        return (total * per).to(out_dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
         scaled = tuple(None if g is None else g * grad for g in ctx.saved_tensors)
-        return (*scaled, None, None, None, None, None, None, None, None)
+        return (*scaled, None, None, None, None, None, None, None, None, None)
 
 
 class LogitsGrad(torch.autograd.Function):
@@ -101,20 +105,20 @@ class LogitsGrad(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, h: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
-                bias: torch.Tensor | None) -> torch.Tensor:  # fmt: skip
+                bias: torch.Tensor | None, scale: float = 1.0) -> torch.Tensor:  # fmt: skip
         ctx.save_for_backward(h, weight)
-        ctx.bias = bias is not None
+        ctx.bias, ctx.scale = bias is not None, scale
         return logits.view_as(logits)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
         h, weight = ctx.saved_tensors
-        g = grad.reshape(-1, grad.shape[-1]).to(weight.dtype)
+        g = (grad.reshape(-1, grad.shape[-1]) * ctx.scale).to(weight.dtype)
         flat = h.reshape(-1, h.shape[-1])
         gh = (g @ weight).view(h.shape) if ctx.needs_input_grad[1] else None
         gw = g.t() @ flat if ctx.needs_input_grad[2] else None
         gb = g.sum(0) if ctx.bias and ctx.needs_input_grad[3] else None
-        return None, gh, gw, gb
+        return None, gh, gw, gb, None
 
 
 def reattach(out: Any, args: Any, specs: list[dict]) -> Any:
@@ -131,7 +135,7 @@ def reattach(out: Any, args: Any, specs: list[dict]) -> Any:
         h, w = hs[s["h_out"]], args[s["weight_in"]]
         b = args[s["bias_in"]] if s["bias_in"] is not None else None
         if torch.is_grad_enabled() and (h.requires_grad or w.requires_grad):
-            logits = LogitsGrad.apply(got[s["logits_out"]], h, w, b)
+            logits = LogitsGrad.apply(got[s["logits_out"]], h, w, b, s.get("scale", 1.0))
             for i in (s["logits_out"], *s["logits_also"]):
                 got[i] = logits
     return type(out)(got) if isinstance(out, tuple) else got

@@ -46,12 +46,16 @@ class FusedLoss:
     #: layer's input's extra output index, the weight's and bias's input indices
     #: (:func:`memopt.fused_loss.reattach` puts their gradient back outside the graph)
     outputs: dict | None = None
+    scale: float = 1.0  # the logits are the layer's output (plus a constant bias) times this
+    added_bias: bool = False  # a constant bias added after the layer (final_logits_bias)
 
     def text(self) -> str:
         how = ("reads the logits the model returns" if self.logits_reused
                else "computes the logits chunk by chunk")  # fmt: skip
+        after = " + a constant bias" if self.added_bias else ""
+        after += f" times {self.scale:g}" if self.scale != 1.0 else ""
         return (
-            f"Fused loss: {self.module} ({self.hidden:,} -> {self.vocab:,}, {self.dtype}) and its "
+            f"Fused loss: {self.module} ({self.hidden:,} -> {self.vocab:,}, {self.dtype}){after} and its "
             f"cross-entropy ({self.reduction}) over {self.tokens:,} tokens in {self.chunks} "
             f"chunk(s): the forward {how} and computes the layer's gradients; the backward "
             f"keeps those ({self.tokens:,} x {self.hidden:,} and {self.vocab:,} x "
@@ -78,36 +82,75 @@ def _ce_args(node: torch.fx.Node) -> dict[str, Any]:
 def _chain(x: Any) -> tuple[list[torch.fx.Node], Any]:
     """The casts and views from ``x`` back to what they start at (nearest first)."""
     chain = []
-    while isinstance(x, torch.fx.Node) and x.op == "call_method" and x.target in _CHAIN_METHODS:
-        to = (*x.args[1:], *x.kwargs.values())
-        if x.target == "to" and not all(a == torch.float32 for a in to):
-            break  # a device move or another dtype
+    while _castview(x) and len(x.users) == 1:  # one with other users holds the logits: the head
         chain.append(x)
         x = x.args[0]
     return chain, x
 
 
-def _split_bias(head: Any) -> tuple[Any, Any]:
-    """``head`` as (the linear layer's node, a constant bias added to its output or None):
-    ``linear(h, W) + final_logits_bias`` (BART, mBART, Pegasus, Marian) is fused too when the
-    added tensor needs no gradient and is one row of the vocabulary."""
-    if not (isinstance(head, torch.fx.Node) and len(head.args) == 2 and not head.kwargs):
-        return head, None
-    if not (head.target in _ADD or (head.op == "call_method" and head.target == "add")):
-        return head, None
-    for a, b in (head.args, head.args[::-1]):
-        lin, extra = _value(a), _value(b)
-        if not (isinstance(a, torch.fx.Node) and a.target in _LINEAR and len(a.users) == 1):
-            continue
-        if isinstance(extra, torch.Tensor) and not extra.requires_grad and lin is not None:
-            if extra.numel() == extra.shape[-1] == lin.shape[-1]:
+def _castview(x: Any) -> bool:
+    """A cast to float32, ``contiguous`` or a view: the logits' values unchanged."""
+    if not (isinstance(x, torch.fx.Node) and x.op == "call_method" and x.target in _CHAIN_METHODS):
+        return False
+    return x.target != "to" or all(a == torch.float32 for a in (*x.args[1:], *x.kwargs.values()))
+
+
+def _scale_of(node: torch.fx.Node) -> tuple[Any, float] | None:
+    """``(x, s)`` where ``node`` is ``x * s`` or ``x / (1 / s)`` by a Python number (Cohere's
+    ``logit_scale``, Granite's ``logits_scaling``), else None."""
+    if len(node.args) != 2 or node.kwargs or node.op not in ("call_function", "call_method"):
+        return None
+    name = getattr(node.target, "__name__", node.target)
+    a, b = node.args
+    if name in ("mul", "truediv", "div") and isinstance(b, int | float) and b:
+        return a, (b if name == "mul" else 1.0 / b)
+    if name == "mul" and isinstance(a, int | float):
+        return b, a
+    return None
+
+
+def _head_parts(head: Any) -> tuple[Any, Any, float, list]:
+    """``head`` (the node holding the logits) as (its linear layer's node, a constant bias
+    added to the layer's output or None, a number the sum is scaled by, the nodes in between).
+    ``(linear(h, W) + final_logits_bias) * scale`` with casts and views between: BART's,
+    mBART's, Pegasus' and Marian's bias, Cohere's and Granite's scale. Where no linear layer is
+    reached, the first node of the walk that is none of these stands for it."""
+    node, extra, scale, inner = head, None, 1.0, []
+    while isinstance(node, torch.fx.Node) and node.target not in _LINEAR:
+        nxt: Any = None
+        if _castview(node):
+            nxt = node.args[0]
+        elif (got := _scale_of(node)) is not None and scale == 1.0 and extra is None:
+            nxt, scale = got
+        elif extra is None and (got := _bias_of(node)) is not None:
+            nxt, extra = got
+        if nxt is None:
+            return node, None, 1.0, []
+        if node is not head:
+            inner.append(node)
+        node = nxt
+    return node, extra, scale, inner
+
+
+def _bias_of(node: torch.fx.Node) -> tuple[Any, Any] | None:
+    """``(x, bias)`` where ``node`` is ``x + bias`` with a constant bias (no gradient, one row
+    of ``x``'s last dimension), else None."""
+    if len(node.args) != 2 or node.kwargs:
+        return None
+    if not (node.target in _ADD or (node.op == "call_method" and node.target == "add")):
+        return None
+    for a, b in (node.args, node.args[::-1]):
+        x, extra = _value(a), _value(b)
+        if isinstance(extra, torch.Tensor) and not extra.requires_grad and x is not None:
+            if extra.numel() == extra.shape[-1] == x.shape[-1]:
                 return a, b
-    return head, None
+    return None
 
 
-def _why_not(ce: torch.fx.Node, args: dict, chain: list, head: Any, lin: Any) -> str | None:
-    """Why ``ce`` cannot be fused, or None (``head``: the logits' node, ``lin`` or its sum
-    with a constant bias)."""
+def _why_not(ce: torch.fx.Node, args: dict, chain: list, head: Any, parts: tuple) -> str | None:
+    """Why ``ce`` cannot be fused, or None (``head``: the node holding the logits; ``parts``:
+    :func:`_head_parts` of it)."""
+    lin, _, _, inner = parts
     if args.get("weight") is not None or args.get("size_average") is not None:
         return "it has class weights or the legacy size_average"
     if args.get("reduce") is not None or args.get("reduction", "mean") not in ("mean", "sum"):
@@ -128,8 +171,8 @@ def _why_not(ce: torch.fx.Node, args: dict, chain: list, head: Any, lin: Any) ->
             what = f"{getattr(lin.target, '__name__', lin.target)}'s result"
         return (f"its input is not a linear layer's output through casts and views but "
                 f"{lin.name!r} ({what})")  # fmt: skip
-    if any(len(c.users) != 1 for c in chain):
-        return "the casts or views between the linear layer and the loss have other users"
+    if any(len(c.users) != 1 for c in ((*inner, lin) if lin is not head else ())):
+        return "the ops between the linear layer and the logits have other users"
     others = [u for u in head.users if u not in chain and u is not ce]
     if any(u.op != "output" for u in others):
         return f"the linear layer's output {head.name!r} has other users in the graph"
@@ -159,20 +202,20 @@ def fuse_loss_pass(
             continue
         args = _ce_args(ce)
         chain, head = _chain(args.get("input"))
-        lin, extra = _split_bias(head)
-        why = _why_not(ce, args, chain, head, lin)
+        parts = _head_parts(head)
+        why = _why_not(ce, args, chain, head, parts)
         if why is not None:
             skipped.append(f"cross_entropy {ce.name!r} not fused: {why}")
             continue
-        fused.append(_replace(graph, ce, args, chain, head, (lin, extra), chunk_bytes))
+        fused.append(_replace(graph, ce, args, chain, head, parts, chunk_bytes))
     if fused:
         graph.lint()
         gm.recompile()
     return fused, skipped
 
 
-def _replace(graph, ce, args, chain, head, linear, chunk_bytes) -> FusedLoss:
-    lin, extra = linear
+def _replace(graph, ce, args, chain, head, parts, chunk_bytes) -> FusedLoss:
+    lin, extra, scale, inner = parts
     h, w = lin.args[0], lin.args[1]
     b = lin.args[2] if len(lin.args) > 2 else lin.kwargs.get("bias")
     wv, x = _value(w), _value(args["input"])
@@ -185,18 +228,20 @@ def _replace(graph, ce, args, chain, head, linear, chunk_bytes) -> FusedLoss:
     # layer's input, chunks keep all but one chunk's logits away
     chunks = 1 if others else chunk_count(tokens, vocab, chunk_bytes)
     outputs = _detach_logits(graph, head, h, w, b) if others else None
+    if outputs is not None:
+        outputs["scale"] = scale
     with graph.inserting_before(ce):
         flat = graph.call_method("reshape", (h, -1, wv.shape[1]))
         logits = graph.call_method("reshape", (head, -1, wv.shape[0])) if others else None
         add = None if extra is None or others else graph.call_method("reshape", (extra, -1))
         call = (flat, w, b, args["target"], logits, args.get("ignore_index", -100),
-                args.get("reduction", "mean"), chunks, need, x.dtype, add)  # fmt: skip
+                args.get("reduction", "mean"), chunks, need, x.dtype, add, scale)  # fmt: skip
         new = graph.call_function(LinearCrossEntropy.apply, call)
     new.meta.update({k: v for k, v in ce.meta.items() if k != "example_value"})
     new.meta["example_value"] = _value(ce)
     ce.replace_all_uses_with(new)
     graph.erase_node(ce)
-    for node in dict.fromkeys((*chain, head, lin)):
+    for node in dict.fromkeys((*chain, head, *inner, lin)):
         if not node.users:
             graph.erase_node(node)
     paths = _stack_paths(lin)
@@ -209,6 +254,8 @@ def _replace(graph, ce, args, chain, head, linear, chunk_bytes) -> FusedLoss:
         reduction=args.get("reduction", "mean"),
         logits_reused=bool(others),
         outputs=outputs,
+        scale=scale,
+        added_bias=extra is not None,
         dtype=str(_value(lin).dtype).replace("torch.", ""),
     )
 

@@ -25,8 +25,10 @@ class Head(nn.Module):
     """A norm, a linear layer with a bias and a summed cross-entropy; returns the loss only
     (the fused op computes the logits itself, chunk by chunk)."""
 
-    def __init__(self, reduction="sum", smoothing=0.0, cap=None, returns_logits=False, add=False):
+    def __init__(self, reduction="sum", smoothing=0.0, cap=None, returns_logits=False, add=False,
+                 scale=None):  # fmt: skip
         super().__init__()
+        self.scale = scale  # "*2.5" (Cohere's logit_scale) or "/4" (Granite's logits_scaling)
         self.norm = nn.LayerNorm(H)
         self.proj = nn.Linear(H, V)
         self.reduction, self.smoothing, self.cap = reduction, smoothing, cap
@@ -38,6 +40,9 @@ class Head(nn.Module):
         logits = self.proj(self.norm(x))
         if self.final_bias is not None:
             logits = logits + self.final_bias
+        if self.scale is not None:
+            n = float(self.scale[1:])
+            logits = (logits * n if self.scale[0] == "*" else logits / n).contiguous()  # OPT's
         if self.cap is not None:  # a soft-cap (Gemma 2): not a linear layer's output any more
             logits = torch.tanh(logits / self.cap) * self.cap
         flat = logits.float().view(-1, V)
@@ -109,6 +114,21 @@ def test_a_constant_bias_after_the_layer_is_fused_too(monkeypatch, returns_logit
     assert (f["chunks"], f["logits_reused"]) == ((1, True) if returns_logits else (2, False))
 
 
+@pytest.mark.parametrize("returns_logits", [False, True])
+@pytest.mark.parametrize("scale", ["*2.5", "/4"])
+def test_scaled_logits_are_fused_too(monkeypatch, returns_logits, scale):
+    """Cohere's ``logits * logit_scale`` and Granite's ``logits / logits_scaling`` after a bias
+    (BART's), then ``contiguous`` (OPT's): the loss's gradient reaches the layer through the
+    scale, inside the graph and (returned logits read by a loss) outside it."""
+    monkeypatch.setattr(fused_loss, "CHUNK_BYTES", N * V * 4 // 2)
+    torch.manual_seed(0)
+    model = Head(reduction="mean", add=True, returns_logits=returns_logits, scale=scale)
+    loss_fn = (lambda out: out[0] + out[1].pow(2).mean()) if returns_logits else (lambda x: x)
+    rep = compare(model, _inputs(), loss_fn=loss_fn, fuse_loss=True)[0]
+    (f,) = _fused(rep)
+    assert f["logits_reused"] == returns_logits
+
+
 def test_dynamic_token_counts_and_a_bfloat16_loss():
     torch.manual_seed(0)
     model = Head(reduction="mean").to(torch.bfloat16)
@@ -143,7 +163,7 @@ def test_every_target_ignored_gives_torchs_nan_loss_and_zero_gradients():
     ("model", "reason"),
     [
         (Head(smoothing=0.1), "it smooths its labels"),
-        (Head(cap=30.0), "casts and views but 'logits_1' (mul's result)"),
+        (Head(cap=30.0), "casts and views but 'tanh' (tanh's result)"),
     ],
 )
 def test_a_loss_that_cannot_be_fused_is_named(caplog, model, reason):
