@@ -121,6 +121,12 @@ class LogitsGrad(torch.autograd.Function):
         return None, gh, gw, gb, None
 
 
+def linear_cross_entropy(*args: Any) -> torch.Tensor:
+    """:class:`LinearCrossEntropy` as the graph calls it: a module-level function, which FX's
+    code generation can name (torch 2.14 cannot name an ``autograd.Function``'s ``apply``)."""
+    return LinearCrossEntropy.apply(*args)
+
+
 def reattach(out: Any, args: Any, specs: list[dict]) -> Any:
     """The compiled graph's outputs as the user's model returns them: each fused loss's extra
     output (the layer's input) dropped, its logits given :class:`LogitsGrad`."""

@@ -20,7 +20,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from memopt.fused_loss import LinearCrossEntropy, chunk_count
+from memopt.fused_loss import chunk_count, linear_cross_entropy
 from memopt.passes.detect_layers import _stack_paths
 
 _CE_ARGS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction",
@@ -236,7 +236,7 @@ def _replace(graph, ce, args, chain, head, parts, chunk_bytes) -> FusedLoss:
         add = None if extra is None or others else graph.call_method("reshape", (extra, -1))
         call = (flat, w, b, args["target"], logits, args.get("ignore_index", -100),
                 args.get("reduction", "mean"), chunks, need, x.dtype, add, scale)  # fmt: skip
-        new = graph.call_function(LinearCrossEntropy.apply, call)
+        new = graph.call_function(linear_cross_entropy, call)
     new.meta.update({k: v for k, v in ce.meta.items() if k != "example_value"})
     new.meta["example_value"] = _value(ce)
     ce.replace_all_uses_with(new)
