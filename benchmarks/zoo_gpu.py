@@ -54,6 +54,8 @@ if str(ROOT) not in sys.path:
 POINTS = (0.8, 0.5, 0.3, 0.1)
 GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes with CUDA graphs
 MEMOPT_KINDS = ("level1", "budget")  # the kinds --ab runs again
+MEMOPT_LABELS = {"level1": "memopt level=1", "fused": "memopt fuse_loss=True (level 0)",
+                 "offload": "memopt offload half the layers"}  # fmt: skip
 TAG = "@@zoo_gpu "
 
 from benchmarks.zoo_gpu_report import AGAIN, PEER_LABELS, write_docs  # noqa: E402
@@ -96,15 +98,14 @@ def _compile(model, variant: dict[str, Any]):
         if kind == "torch":
             torch._functorch.config.activation_memory_budget = variant["budget"]
         return torch.compile(model, **mode)
-    if kind == "level1":
-        return memopt.optimize(model, level=1, **mode)
-    if kind == "fused":  # the linear layer and cross-entropy fused, nothing else planned
-        return memopt.optimize(model, level=0, fuse_loss=True, **mode)
     if kind == "offload":
         variant["k"] = _outer_layers(model) // 2
-        return memopt.optimize(model, offload_layers=variant["k"], **mode)
-    if kind == "budget":
-        return memopt.optimize(model, budget=variant["target"], **mode)
+    # fused: the linear layer and its cross-entropy fused, nothing else planned
+    settings = {"level1": dict(level=1), "fused": dict(level=0, fuse_loss=True),
+                "offload": dict(offload_layers=variant.get("k")),
+                "budget": dict(budget=variant.get("target"))}  # fmt: skip
+    if kind in settings:
+        return memopt.optimize(model, **settings[kind], **mode)
     if kind in PEERS:
         from benchmarks.native_offload import NativeOffload
 
@@ -350,13 +351,9 @@ def _not_run(row: dict[str, Any]) -> bool:
 def _variants(points, peers: bool = True, min_bytes: int = 2**20) -> list[dict[str, Any]]:
     out = [{"label": "torch.compile", "kind": "compile"}]
     out += [{"label": f"torch budget={b}", "kind": "torch", "budget": b} for b in points]
-    out.append({"label": "memopt level=1", "kind": "level1"})
-    out.append({"label": "memopt fuse_loss=True (level 0)", "kind": "fused"})
-    out.append({"label": "memopt offload half the layers", "kind": "offload"})
+    out += [{"label": label, "kind": kind} for kind, label in MEMOPT_LABELS.items()]
     if peers:
-        out += [
-            {"label": PEER_LABELS[kind], "kind": kind, "min_bytes": min_bytes} for kind in PEERS
-        ]
+        out += [{"label": PEER_LABELS[k], "kind": k, "min_bytes": min_bytes} for k in PEERS]
     return out
 
 
