@@ -92,8 +92,8 @@ class MemoptConfig:
 
     fuse_loss: bool = False
     """A linear layer feeding ``cross_entropy`` (a language model's head and loss) runs as one
-    fused op that computes the loss and the layer's gradients chunk by chunk in the forward:
-    the backward holds neither the logits nor their float32 softmax
+    fused op that computes the loss and the layer's gradients in the forward (the float32
+    softmax a chunk at a time): the backward holds neither the logits nor their float32 softmax
     (:mod:`memopt.fused_loss`, ``passes/fuse_loss.py``; ``MEMOPT_FUSE_LOSS=1``). A loss it
     cannot fuse is named in a warning, with the reason."""
 

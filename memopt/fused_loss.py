@@ -1,16 +1,18 @@
 """A linear layer and its cross-entropy fused: the loss and the gradients of the layer's input,
-weight and bias are computed chunk by chunk in the forward, so the backward holds neither the
-logits nor their fp32 softmax, only those gradients (``passes/fuse_loss.py`` puts it in the
-graph under ``fuse_loss=True``; docs/fused_loss.md).
+weight and bias are computed in the forward, so the backward holds neither the logits nor their
+float32 softmax, only those gradients or, where smaller, the logits' gradient in the layer's
+dtype (min-cut's choice; ``passes/fuse_loss.py`` puts the op in the graph under
+``fuse_loss=True``; docs/fused_loss.md).
 
 The forward's arithmetic is the unfused backward's: per chunk of tokens the logits (the
 model's own, when the graph returns them, else ``linear(h_chunk)``), cast to float32, their
 log-sum-exp and ``softmax - one_hot(target)`` masked at ``ignore_index`` and scaled by the
 reduction, cast to the layer's dtype; then, over all tokens at once, the two matmuls of the
 linear layer's backward (a weight gradient summed over chunks would read and write the whole
-weight once per chunk: 10 times 2.3 GB on Qwen2's head, +10 ms on an H100). The backward scales the saved
-gradients by the loss's incoming gradient (a scalar), so a loss divided or weighted afterwards
-(gradient accumulation, ``num_items_in_batch``) gets the same gradients as unfused."""
+weight once per chunk: 10 times 2.3 GB on Qwen2's head, +10 ms on an H100). The backward
+scales the saved gradients by the loss's incoming gradient (a scalar), so a loss divided or
+weighted afterwards (gradient accumulation, ``num_items_in_batch``) gets the same gradients as
+unfused."""
 
 from __future__ import annotations
 
@@ -82,7 +84,6 @@ class LinearCrossEntropy(torch.autograd.Function):
         # the logits' gradient in the layer's dtype, as unfused (its float32 form lived only
         # per chunk); one matmul each for the input's and the weight's gradient, as unfused
         d = torch.cat(grads)
-        ctx.need = need
         ctx.save_for_backward(
             d @ weight if need[0] else None,
             d.t() @ h if need[1] else None,
@@ -127,6 +128,11 @@ def linear_cross_entropy(*args: Any) -> torch.Tensor:
     return LinearCrossEntropy.apply(*args)
 
 
+def reattached(fn: Any, specs: list[dict], *args: Any) -> Any:
+    """``fn(*args)`` (a compiled region) with :func:`reattach` applied to its outputs."""
+    return reattach(fn(*args), args, specs)
+
+
 def reattach(out: Any, args: Any, specs: list[dict]) -> Any:
     """The compiled graph's outputs as the user's model returns them: each fused loss's extra
     output (the layer's input) dropped, its logits given :class:`LogitsGrad`."""
@@ -141,7 +147,7 @@ def reattach(out: Any, args: Any, specs: list[dict]) -> Any:
         h, w = hs[s["h_out"]], args[s["weight_in"]]
         b = args[s["bias_in"]] if s["bias_in"] is not None else None
         if torch.is_grad_enabled() and (h.requires_grad or w.requires_grad):
-            logits = LogitsGrad.apply(got[s["logits_out"]], h, w, b, s.get("scale", 1.0))
+            logits = LogitsGrad.apply(got[s["logits_out"]], h, w, b, s["scale"])
             for i in (s["logits_out"], *s["logits_also"]):
                 got[i] = logits
     return type(out)(got) if isinstance(out, tuple) else got

@@ -136,7 +136,9 @@ class RegionProgram:
             fn = compat.compile_fx(gm, example_inputs, config_patches=patches)
         specs = [f["outputs"] for f in (self._fused or {}).get("losses", ()) if f["outputs"]]
         if specs:  # the fused losses' logits get their gradient outside the graph
-            fn = functools.partial(_reattached, fn, specs)
+            from memopt.fused_loss import reattached
+
+            fn = functools.partial(reattached, fn, specs)
         index = self.state.end_region(example_inputs)
         if index is not None:
             self.state.regions[index].extra["fusions_refused"] = len(refused)
@@ -308,12 +310,6 @@ def _over_model(region: Any, assigned: Any = None) -> bool:
     sec = region.extra.get("inductor") or {}
     peak, model = sec.get("peak"), _model(sec, assigned)
     return peak is not None and model is not None and peak > model * (1 + GUARD_EXCESS)
-
-
-def _reattached(fn: Any, specs: list, *args: Any) -> Any:
-    from memopt.fused_loss import reattach
-
-    return reattach(fn(*args), args, specs)
 
 
 def _fuse_loss(config: MemoptConfig, state: MemoptState, gm: Any) -> dict | None:

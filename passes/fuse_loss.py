@@ -59,7 +59,8 @@ class FusedLoss:
             f"cross-entropy ({self.reduction}) over {self.tokens:,} tokens in {self.chunks} "
             f"chunk(s): the forward {how} and computes the layer's gradients; the backward "
             f"keeps those ({self.tokens:,} x {self.hidden:,} and {self.vocab:,} x "
-            f"{self.hidden:,}), neither the logits nor their float32 softmax."
+            f"{self.hidden:,}) or, where smaller, the logits' gradient in the layer's dtype, "
+            "never the logits or their float32 softmax."
         )
 
 
@@ -227,9 +228,7 @@ def _replace(graph, ce, args, chain, head, parts, chunk_bytes) -> FusedLoss:
     # it inside the reduction and the pointwise kernel that read it); computed from the
     # layer's input, chunks keep all but one chunk's logits away
     chunks = 1 if others else chunk_count(tokens, vocab, chunk_bytes)
-    outputs = _detach_logits(graph, head, h, w, b) if others else None
-    if outputs is not None:
-        outputs["scale"] = scale
+    outputs = _detach_logits(graph, head, h, w, b, scale) if others else None
     with graph.inserting_before(ce):
         flat = graph.call_method("reshape", (h, -1, wv.shape[1]))
         logits = graph.call_method("reshape", (head, -1, wv.shape[0])) if others else None
@@ -260,7 +259,7 @@ def _replace(graph, ce, args, chain, head, parts, chunk_bytes) -> FusedLoss:
     )
 
 
-def _detach_logits(graph: torch.fx.Graph, lin, h, w, b) -> dict:
+def _detach_logits(graph: torch.fx.Graph, lin, h, w, b, scale: float) -> dict:
     """The graph returns ``lin`` (the logits) detached and ``h`` as one more output: their
     gradient is computed outside the graph, only when used (:class:`memopt.fused_loss.
     LogitsGrad`); in the graph it would be zeros through two vocabulary-sized matmuls."""
@@ -281,4 +280,5 @@ def _detach_logits(graph: torch.fx.Graph, lin, h, w, b) -> dict:
         "h_out": len(flat) - 1,
         "weight_in": inputs.index(w),
         "bias_in": inputs.index(b) if isinstance(b, torch.fx.Node) else None,
+        "scale": scale,
     }

@@ -137,7 +137,9 @@ def test_dynamic_token_counts_and_a_bfloat16_loss():
         inputs["x"] = inputs["x"].detach().to(torch.bfloat16).requires_grad_()
         torch._dynamo.reset()
         ref = torch.compile(model, dynamic=True)(**inputs)
-        got = memopt.optimize(model, fuse_loss=True, dynamic=True)(**inputs)
+        opt = memopt.optimize(model, fuse_loss=True, dynamic=True)
+        got = opt(**inputs)
+        assert _fused(memopt.report(opt))  # fused at symbolic token counts
         assert got.dtype == ref.dtype == torch.float32  # the loss of the float32 logits
         torch.testing.assert_close(got, ref, rtol=1e-2, atol=1e-2)
 
@@ -152,8 +154,10 @@ def test_every_target_ignored_gives_torchs_nan_loss_and_zero_gradients():
     want = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
     torch._dynamo.reset()
-    got = memopt.optimize(model, fuse_loss=True)(**inputs)
+    opt = memopt.optimize(model, fuse_loss=True)
+    got = opt(**inputs)
     got.backward()
+    assert _fused(memopt.report(opt))
     assert ref.isnan() and got.isnan()
     for p, w in zip(model.parameters(), want):
         torch.testing.assert_close(p.grad, w)
