@@ -4,15 +4,21 @@ float32 softmax, only those gradients or, where smaller, the logits' gradient in
 dtype (min-cut's choice; ``passes/fuse_loss.py`` puts the op in the graph under
 ``fuse_loss=True``; docs/fused_loss.md).
 
-The forward's arithmetic is the unfused backward's: per chunk of tokens the logits (the
-model's own, when the graph returns them, else ``linear(h_chunk)``), cast to float32, their
+The forward's arithmetic is the unfused backward's: the logits cast to float32, their
 log-sum-exp and ``softmax - one_hot(target)`` masked at ``ignore_index`` and scaled by the
-reduction, cast to the layer's dtype; then, over all tokens at once, the two matmuls of the
-linear layer's backward (a weight gradient summed over chunks would read and write the whole
-weight once per chunk: 10 times 2.3 GB on Qwen2's head, +10 ms on an H100). The backward
-scales the saved gradients by the loss's incoming gradient (a scalar), so a loss divided or
-weighted afterwards (gradient accumulation, ``num_items_in_batch``) gets the same gradients as
-unfused."""
+reduction, cast to the layer's dtype, then the two matmuls of the linear layer's backward.
+- Logits the graph returns (a transformers model's) are read whole and their gradient is made
+  a vocabulary part at a time: each part's slice of the weight's gradient is its own matmul,
+  the input's gradient is summed over parts inside ``addmm``; only one part of the logits'
+  gradient is ever held beside the logits.
+- Logits the graph does not return are computed a chunk of tokens at a time, and the logits'
+  gradient is whole before the two matmuls over all tokens at once (a weight gradient summed
+  over token chunks would read and write the whole weight once per chunk: 10 times 2.3 GB on
+  Qwen2's head, +10 ms on an H100).
+
+The backward scales the saved gradients by the loss's incoming gradient (a scalar), so a loss
+divided or weighted afterwards (gradient accumulation, ``num_items_in_batch``) gets the same
+gradients as unfused."""
 
 from __future__ import annotations
 
@@ -27,6 +33,15 @@ CHUNK_BYTES = 256 << 20
 MAX_CHUNKS = 64
 
 
+#: the logits' gradient per vocabulary part (bytes, in the layer's dtype) when the graph
+#: returns the logits; at most :data:`MAX_PARTS` parts (each adds one rounding to the input's
+#: gradient, summed over parts in the layer's dtype)
+PART_BYTES = 128 << 20
+MAX_PARTS = 8
+#: vocabulary parts are multiples of this many classes (aligned matmul operands)
+PART_ALIGN = 64
+
+
 def chunk_count(tokens: int, vocab: int, chunk_bytes: int | None = None) -> int:
     """Chunks for ``tokens`` rows of ``vocab`` logits computed from the layer's input: about
     ``chunk_bytes`` (default :data:`CHUNK_BYTES`) of float32 each."""
@@ -34,10 +49,29 @@ def chunk_count(tokens: int, vocab: int, chunk_bytes: int | None = None) -> int:
     return max(1, min(MAX_CHUNKS, -(-tokens * vocab * 4 // per), tokens))
 
 
+def part_count(tokens: int, vocab: int, itemsize: int, part_bytes: int | None = None) -> int:
+    """Vocabulary parts for the gradient of ``tokens`` x ``vocab`` returned logits: about
+    ``part_bytes`` (default :data:`PART_BYTES`) each in the layer's dtype; the count
+    :func:`vocab_bounds` really makes."""
+    per = max(1, part_bytes if part_bytes is not None else PART_BYTES)
+    asked = max(1, min(MAX_PARTS, -(-tokens * vocab * itemsize // per)))
+    return len(vocab_bounds(vocab, asked))
+
+
+def vocab_bounds(vocab: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` ranges of classes covering ``vocab``, each a multiple of :data:`PART_ALIGN`
+    but the last (fewer where rounding up leaves nothing for the last ones)."""
+    step = -(-vocab // max(1, parts))
+    step = -(-step // PART_ALIGN) * PART_ALIGN
+    return [(lo, min(vocab, lo + step)) for lo in range(0, vocab, step)]
+
+
 class LinearCrossEntropy(torch.autograd.Function):
     """``cross_entropy(linear(h, weight, bias), target)`` over 2-D ``h`` (tokens, hidden) and
     1-D ``target``; ``logits``: the layer's output when the graph computes it anyway (it is
-    not computed again), else None. ``need``: whether h, weight and bias need gradients.
+    not computed again), else None. ``chunks``: token chunks of computed logits, or vocabulary
+    parts (:func:`vocab_bounds`) of returned ones. ``need``: whether h, weight and bias need
+    gradients.
     ``added``: a constant (vocabulary,) bias added after the layer, for computed logits;
     ``scale``: the number the logits are the layer's output times."""
 
@@ -60,41 +94,70 @@ class LinearCrossEntropy(torch.autograd.Function):
         acc = torch.float32
         valid = target != ignore_index
         per = 1.0 / valid.sum().to(acc) if reduction == "mean" else h.new_ones((), dtype=acc)
-        classes = torch.arange(weight.shape[0], device=h.device)
-        total = torch.zeros((), dtype=acc, device=h.device)
-        grads = []
+        safe = torch.where(valid, target, 0)
+        # through the logits' scale (Cohere, Granite) to the layer's output
+        factor = per * scale
 
-        def split(t: torch.Tensor | None) -> Any:
-            return t.tensor_split(chunks) if t is not None else (None,) * chunks
+        def grad_of(x: torch.Tensor, lse: torch.Tensor, hit: torch.Tensor, vc: torch.Tensor):
+            d = torch.exp(x - lse[:, None]) - hit.to(acc)
+            return torch.where(vc[:, None], d * factor, 0.0).to(h.dtype)
 
-        for hc, tc, vc, lc in zip(split(h), split(target), split(valid), split(logits)):
-            if lc is None:  # a constant bias after the layer (final_logits_bias) added here
+        if logits is not None:
+            # the model's logits, read whole; the logits' gradient a vocabulary part at a
+            # time, each part's matmuls run before the next part is made
+            lse = torch.logsumexp(logits.to(acc), dim=-1)
+            picked = logits.gather(1, safe[:, None])[:, 0].to(acc)
+            total = torch.where(valid, lse - picked, 0.0).sum()
+            gh, gws, gbs = None, [], []
+            for lo, hi in vocab_bounds(weight.shape[0], chunks):
+                hit = torch.arange(lo, hi, device=h.device)[None, :] == safe[:, None]
+                d = grad_of(logits[:, lo:hi].to(acc), lse, hit, valid)
+                if need[0]:  # summed over parts in the matmul itself
+                    w = weight[lo:hi]
+                    gh = d @ w if gh is None else torch.addmm(gh, d, w)
+                if need[1]:
+                    gws.append(d.t() @ h)
+                if need[2]:
+                    gbs.append(d.sum(0))
+        else:
+            classes = torch.arange(weight.shape[0], device=h.device)
+            total = torch.zeros((), dtype=acc, device=h.device)
+            grads = []
+
+            def split(t: torch.Tensor | None) -> Any:
+                return t.tensor_split(chunks) if t is not None else (None,) * chunks
+
+            for hc, sc, vc in zip(split(h), split(safe), split(valid)):
+                # a constant bias after the layer (final_logits_bias) added here
                 lc = F.linear(hc, weight, bias)
                 lc = lc if added is None else lc + added
-                lc = lc if scale == 1.0 else lc * scale
-            x = lc.to(acc)
-            lse = torch.logsumexp(x, dim=-1)
-            safe = torch.where(vc, tc, 0)
-            hit = classes[None, :] == safe[:, None]
-            picked = x.gather(1, safe[:, None])[:, 0]
-            total = total + torch.where(vc, lse - picked, 0.0).sum()
-            d = torch.exp(x - lse[:, None]) - hit.to(acc)
-            # through the logits' scale (Cohere, Granite) to the layer's output
-            grads.append(torch.where(vc[:, None], d * (per * scale), 0.0).to(h.dtype))
-        # the logits' gradient in the layer's dtype, as unfused (its float32 form lived only
-        # per chunk); one matmul each for the input's and the weight's gradient, as unfused
-        d = torch.cat(grads)
-        ctx.save_for_backward(
-            d @ weight if need[0] else None,
-            d.t() @ h if need[1] else None,
-            d.sum(0) if need[2] else None,
-        )
+                x = (lc if scale == 1.0 else lc * scale).to(acc)
+                lse = torch.logsumexp(x, dim=-1)
+                picked = x.gather(1, sc[:, None])[:, 0]
+                total = total + torch.where(vc, lse - picked, 0.0).sum()
+                grads.append(grad_of(x, lse, classes[None, :] == sc[:, None], vc))
+            # the logits' gradient in the layer's dtype, as unfused (its float32 form lived
+            # only per chunk); one matmul each for the input's and the weight's gradient
+            d = torch.cat(grads)
+            gh = d @ weight if need[0] else None
+            gws = [d.t() @ h] if need[1] else []
+            gbs = [d.sum(0)] if need[2] else []
+        ctx.parts = len(gws)
+        ctx.save_for_backward(gh, *gws, *gbs)
         return (total * per).to(out_dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        scaled = tuple(None if g is None else g * grad for g in ctx.saved_tensors)
-        return (*scaled, None, None, None, None, None, None, None, None, None)
+        gh, *rest = ctx.saved_tensors
+        gws, gbs = rest[: ctx.parts], rest[ctx.parts :]
+
+        def joined(parts: list[torch.Tensor]) -> torch.Tensor | None:
+            if not parts:
+                return None
+            return parts[0] * grad if len(parts) == 1 else torch.cat([p * grad for p in parts])
+
+        gh = None if gh is None else gh * grad
+        return (gh, joined(gws), joined(gbs), None, None, None, None, None, None, None, None, None)
 
 
 class LogitsGrad(torch.autograd.Function):

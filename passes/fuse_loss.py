@@ -20,7 +20,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from memopt.fused_loss import chunk_count, linear_cross_entropy
+from memopt.fused_loss import chunk_count, linear_cross_entropy, part_count
 from memopt.passes.detect_layers import _stack_paths
 
 _CE_ARGS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction",
@@ -50,14 +50,15 @@ class FusedLoss:
     added_bias: bool = False  # a constant bias added after the layer (final_logits_bias)
 
     def text(self) -> str:
-        how = ("reads the logits the model returns" if self.logits_reused
-               else "computes the logits chunk by chunk")  # fmt: skip
+        how = (f"reads the logits the model returns, their gradient in {self.chunks} vocabulary "
+               "part(s)," if self.logits_reused
+               else f"computes the logits in {self.chunks} chunk(s) of tokens")  # fmt: skip
         after = " + a constant bias" if self.added_bias else ""
         after += f" times {self.scale:g}" if self.scale != 1.0 else ""
         return (
             f"Fused loss: {self.module} ({self.hidden:,} -> {self.vocab:,}, {self.dtype}){after} and its "
-            f"cross-entropy ({self.reduction}) over {self.tokens:,} tokens in {self.chunks} "
-            f"chunk(s): the forward {how} and computes the layer's gradients; the backward "
+            f"cross-entropy ({self.reduction}) over {self.tokens:,} tokens: the forward {how}"
+            " and computes the layer's gradients; the backward "
             f"keeps those ({self.tokens:,} x {self.hidden:,} and {self.vocab:,} x "
             f"{self.hidden:,}) or, where smaller, the logits' gradient in the layer's dtype, "
             "never the logits or their float32 softmax."
@@ -225,9 +226,13 @@ def _replace(graph, ce, args, chain, head, parts, chunk_bytes) -> FusedLoss:
     need = tuple(bool(getattr(_value(v), "requires_grad", False)) for v in (h, w, b))
     others = [u for u in head.users if u not in chain and u is not ce]
     # the model's logits are read whole: their float32 form is never stored (Inductor computes
-    # it inside the reduction and the pointwise kernel that read it); computed from the
-    # layer's input, chunks keep all but one chunk's logits away
-    chunks = 1 if others else chunk_count(tokens, vocab, chunk_bytes)
+    # it inside the reduction and the pointwise kernel that read it) and their gradient is
+    # made a vocabulary part at a time; computed from the layer's input, chunks of tokens keep
+    # all but one chunk's logits away
+    if others:
+        chunks = part_count(tokens, vocab, _value(lin).dtype.itemsize)
+    else:
+        chunks = chunk_count(tokens, vocab, chunk_bytes)
     outputs = _detach_logits(graph, head, h, w, b, scale) if others else None
     with graph.inserting_before(ce):
         flat = graph.call_method("reshape", (h, -1, wv.shape[1]))

@@ -101,6 +101,27 @@ def test_computed_logits_in_chunks_with_a_bias_and_a_sum_exact_bytes(monkeypatch
     assert measured == saved
 
 
+def test_returned_logits_in_vocabulary_parts_exact_bytes(monkeypatch):
+    """The logits' gradient made a vocabulary part at a time (16, 16 and 8 of the 40 classes):
+    the weight's and bias's gradients joined from the parts, the input's summed over them."""
+    monkeypatch.setattr(fused_loss, "PART_ALIGN", 8)
+    monkeypatch.setattr(fused_loss, "PART_BYTES", N * V * 4 // 3)
+    assert fused_loss.vocab_bounds(V, 3) == [(0, 16), (16, 32), (32, 40)]
+    assert fused_loss.vocab_bounds(V, 8) == [(0, 8), (8, 16), (16, 24), (24, 32), (32, 40)]
+    torch.manual_seed(0)
+    model = Head(reduction="mean", returns_logits=True)
+    rep, _, measured, _ = compare(model, _inputs(), loss_fn=lambda out: out[0], fuse_loss=True)
+    (f,) = _fused(rep)
+    assert (f["chunks"], f["logits_reused"]) == (3, True)
+    assert "their gradient in 3 vocabulary part(s)" in rep.table()
+    # saved: the input's gradient, the weight's and the bias's in three parts each, the norm's
+    # mean and reciprocal deviation per token; beside them the layer's input (kept outside the
+    # graph for the returned logits' gradient)
+    saved = N * H * 4 + V * H * 4 + V * 4 + 2 * N * 4
+    assert rep.saved_bytes() == (saved, saved)
+    assert measured == saved + N * H * 4
+
+
 @pytest.mark.parametrize("returns_logits", [False, True])
 def test_a_constant_bias_after_the_layer_is_fused_too(monkeypatch, returns_logits):
     """BART's ``final_logits_bias`` (a buffer added to the head's output): added to each chunk
