@@ -92,10 +92,13 @@ class MemoptConfig:
 
     fuse_loss: bool = False
     """A linear layer feeding ``cross_entropy`` (a language model's head and loss) runs as one
-    fused op that computes the loss and the layer's gradients in the forward (the float32
-    softmax a chunk at a time): the backward holds neither the logits nor their float32 softmax
-    (:mod:`memopt.fused_loss`, ``passes/fuse_loss.py``; ``MEMOPT_FUSE_LOSS=1``). A loss it
-    cannot fuse is named in a warning, with the reason."""
+    fused op that computes the loss and the layer's gradients in the forward: the backward
+    holds neither the logits nor their float32 softmax (:mod:`memopt.fused_loss`,
+    ``passes/fuse_loss.py``; ``MEMOPT_FUSE_LOSS=1``). A loss it cannot fuse is named in a
+    warning, with the reason. On by default with a ``budget`` (a peak to meet): at level 0 it
+    cost no kernel time and lowered the peak on every model measured (docs/fused_loss.md), and
+    a plan that keeps the head's logits away otherwise recomputes the head's matmul; there a
+    loss it cannot fuse is said at the info level. Else off: pass ``fuse_loss=True``."""
 
     disable_passes: tuple[str, ...] = ()
     """Passes switched off by name (``passes/pipeline.py`` lists them), e.g. ``("offload",)``;
@@ -337,6 +340,9 @@ def resolve_config(
     if sources["fusion_guard"] == "default" and values.get("budget") is not None:
         values["fusion_guard"] = "auto"  # a budget is a peak: see the setting's docstring
         sources["fusion_guard"] = "default with a budget"
+    if sources["fuse_loss"] == "default" and values.get("budget") is not None:
+        values["fuse_loss"] = True  # a budget is a peak: see the setting's docstring
+        sources["fuse_loss"] = "default with a budget"
 
     # a frozen budget plan file ({"config": [...], "sync": {...}, "offload_layers": k}) brings
     # its sync dict and the step plan's offload along, unless given as arguments

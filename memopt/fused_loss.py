@@ -90,6 +90,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         out_dtype: torch.dtype,
         added: torch.Tensor | None = None,
         scale: float = 1.0,
+        cap: tuple[float, float] | None = None,
     ) -> torch.Tensor:
         acc = torch.float32
         valid = target != ignore_index
@@ -100,6 +101,9 @@ class LinearCrossEntropy(torch.autograd.Function):
 
         def grad_of(x: torch.Tensor, lse: torch.Tensor, hit: torch.Tensor, vc: torch.Tensor):
             d = torch.exp(x - lse[:, None]) - hit.to(acc)
+            if cap is not None:  # through a * tanh(b * y): a * b * (1 - tanh^2)
+                t = x / cap[0]
+                d = d * ((cap[0] * cap[1]) * (1.0 - t * t))
             return torch.where(vc[:, None], d * factor, 0.0).to(h.dtype)
 
         if logits is not None:
@@ -132,6 +136,7 @@ class LinearCrossEntropy(torch.autograd.Function):
                 lc = F.linear(hc, weight, bias)
                 lc = lc if added is None else lc + added
                 x = (lc if scale == 1.0 else lc * scale).to(acc)
+                x = x if cap is None else cap[0] * torch.tanh(cap[1] * x)
                 lse = torch.logsumexp(x, dim=-1)
                 picked = x.gather(1, sc[:, None])[:, 0]
                 total = total + torch.where(vc, lse - picked, 0.0).sum()
@@ -157,7 +162,7 @@ class LinearCrossEntropy(torch.autograd.Function):
             return parts[0] * grad if len(parts) == 1 else torch.cat([p * grad for p in parts])
 
         gh = None if gh is None else gh * grad
-        return (gh, joined(gws), joined(gbs), None, None, None, None, None, None, None, None, None)
+        return (gh, joined(gws), joined(gbs), *(None,) * 10)
 
 
 class LogitsGrad(torch.autograd.Function):
@@ -165,24 +170,32 @@ class LogitsGrad(torch.autograd.Function):
     their gradient here, outside it: ``g @ weight`` for the layer's input, ``g.T @ h`` for its
     weight, only when a loss of the user's reads them (autograd never calls it otherwise).
     Inside the graph every differentiable output gets a gradient, zeros when unused, and the
-    fused loss would have paid two vocabulary-sized matmuls of zeros for it."""
+    fused loss would have paid two vocabulary-sized matmuls of zeros for it. Soft-capped logits
+    (``a * tanh(b * y)``) recompute ``y`` here to pass through the tanh: keeping the logits
+    for it would hold them for the whole step."""
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, h: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
-                bias: torch.Tensor | None, scale: float = 1.0) -> torch.Tensor:  # fmt: skip
-        ctx.save_for_backward(h, weight)
-        ctx.bias, ctx.scale = bias is not None, scale
+                bias: torch.Tensor | None, scale: float = 1.0,
+                cap: tuple[float, float] | None = None) -> torch.Tensor:  # fmt: skip
+        ctx.save_for_backward(h, weight, bias if cap is not None else None)
+        ctx.bias, ctx.scale, ctx.cap = bias is not None, scale, cap
         return logits.view_as(logits)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        h, weight = ctx.saved_tensors
-        g = (grad.reshape(-1, grad.shape[-1]) * ctx.scale).to(weight.dtype)
+        h, weight, bias = ctx.saved_tensors
         flat = h.reshape(-1, h.shape[-1])
+        g = grad.reshape(-1, grad.shape[-1]) * ctx.scale
+        if ctx.cap is not None:
+            a, b = ctx.cap
+            t = torch.tanh(b * ctx.scale * F.linear(flat, weight, bias).float())
+            g = g * (a * b) * (1.0 - t * t)
+        g = g.to(weight.dtype)
         gh = (g @ weight).view(h.shape) if ctx.needs_input_grad[1] else None
         gw = g.t() @ flat if ctx.needs_input_grad[2] else None
         gb = g.sum(0) if ctx.bias and ctx.needs_input_grad[3] else None
-        return None, gh, gw, gb, None
+        return None, gh, gw, gb, None, None
 
 
 def linear_cross_entropy(*args: Any) -> torch.Tensor:
@@ -210,7 +223,7 @@ def reattach(out: Any, args: Any, specs: list[dict]) -> Any:
         h, w = hs[s["h_out"]], args[s["weight_in"]]
         b = args[s["bias_in"]] if s["bias_in"] is not None else None
         if torch.is_grad_enabled() and (h.requires_grad or w.requires_grad):
-            logits = LogitsGrad.apply(got[s["logits_out"]], h, w, b, s["scale"])
+            logits = LogitsGrad.apply(got[s["logits_out"]], h, w, b, s["scale"], s.get("cap"))
             for i in (s["logits_out"], *s["logits_also"]):
                 got[i] = logits
     return type(out)(got) if isinstance(out, tuple) else got

@@ -48,6 +48,7 @@ class FusedLoss:
     outputs: dict | None = None
     scale: float = 1.0  # the logits are the layer's output (plus a constant bias) times this
     added_bias: bool = False  # a constant bias added after the layer (final_logits_bias)
+    cap: tuple[float, float] | None = None  # the logits are a * tanh(b * y) (Gemma 2's soft-cap)
 
     def text(self) -> str:
         how = (f"reads the logits the model returns, their gradient in {self.chunks} vocabulary "
@@ -55,6 +56,7 @@ class FusedLoss:
                else f"computes the logits in {self.chunks} chunk(s) of tokens")  # fmt: skip
         after = " + a constant bias" if self.added_bias else ""
         after += f" times {self.scale:g}" if self.scale != 1.0 else ""
+        after += f", soft-capped ({self.cap[0]:g} * tanh({self.cap[1]:g} * x))" if self.cap else ""
         return (
             f"Fused loss: {self.module} ({self.hidden:,} -> {self.vocab:,}, {self.dtype}){after} and its "
             f"cross-entropy ({self.reduction}) over {self.tokens:,} tokens: the forward {how}"
@@ -111,27 +113,47 @@ def _scale_of(node: torch.fx.Node) -> tuple[Any, float] | None:
     return None
 
 
-def _head_parts(head: Any) -> tuple[Any, Any, float, list]:
+def _head_parts(head: Any) -> tuple[Any, Any, float, list, tuple[float, float] | None]:
     """``head`` (the node holding the logits) as (its linear layer's node, a constant bias
-    added to the layer's output or None, a number the sum is scaled by, the nodes in between).
-    ``(linear(h, W) + final_logits_bias) * scale`` with casts and views between: BART's,
-    mBART's, Pegasus' and Marian's bias, Cohere's and Granite's scale. Where no linear layer is
-    reached, the first node of the walk that is none of these stands for it."""
-    node, extra, scale, inner = head, None, 1.0, []
+    added to the layer's output or None, a number the sum is scaled by, the nodes in between,
+    a soft-cap ``(a, b)`` or None). The logits are ``a * tanh(b * y)`` with a soft-cap (Gemma
+    2's ``tanh(logits / cap) * cap``), else ``y``, where ``y = (linear(h, W) + bias) * scale``
+    with casts and views between: BART's, mBART's, Pegasus' and Marian's bias, Cohere's and
+    Granite's scale. Where no linear layer is reached, the first node of the walk that is none
+    of these stands for it."""
+    node, extra, scale, inner, cap = head, None, 1.0, [], None
     while isinstance(node, torch.fx.Node) and node.target not in _LINEAR:
         nxt: Any = None
+        passed = [node] if node is not head else []
         if _castview(node):
             nxt = node.args[0]
+        elif cap is None and extra is None and _is_tanh(node):
+            # the scale met so far multiplies the tanh; a scale inside it divides its input
+            inside = node.args[0]
+            got = _scale_of(inside) if isinstance(inside, torch.fx.Node) else None
+            if got is not None and len(inside.users) == 1:
+                nxt, b = got
+                passed.append(inside)
+            else:
+                nxt, b = inside, 1.0
+            cap, scale = (scale, b), 1.0
         elif (got := _scale_of(node)) is not None and scale == 1.0 and extra is None:
             nxt, scale = got
         elif extra is None and (got := _bias_of(node)) is not None:
             nxt, extra = got
         if nxt is None:
-            return node, None, 1.0, []
-        if node is not head:
-            inner.append(node)
+            return node, None, 1.0, [], None
+        inner.extend(passed)
         node = nxt
-    return node, extra, scale, inner
+    return node, extra, scale, inner, cap
+
+
+def _is_tanh(node: torch.fx.Node) -> bool:
+    if len(node.args) != 1 or node.kwargs:
+        return False
+    return node.target in (torch.tanh, F.tanh) or (
+        node.op == "call_method" and node.target == "tanh"
+    )
 
 
 def _bias_of(node: torch.fx.Node) -> tuple[Any, Any] | None:
@@ -152,7 +174,7 @@ def _bias_of(node: torch.fx.Node) -> tuple[Any, Any] | None:
 def _why_not(ce: torch.fx.Node, args: dict, chain: list, head: Any, parts: tuple) -> str | None:
     """Why ``ce`` cannot be fused, or None (``head``: the node holding the logits; ``parts``:
     :func:`_head_parts` of it)."""
-    lin, _, _, inner = parts
+    lin, extra, _, inner, cap = parts
     if args.get("weight") is not None or args.get("size_average") is not None:
         return "it has class weights or the legacy size_average"
     if args.get("reduce") is not None or args.get("reduction", "mean") not in ("mean", "sum"):
@@ -173,6 +195,8 @@ def _why_not(ce: torch.fx.Node, args: dict, chain: list, head: Any, parts: tuple
             what = f"{getattr(lin.target, '__name__', lin.target)}'s result"
         return (f"its input is not a linear layer's output through casts and views but "
                 f"{lin.name!r} ({what})")  # fmt: skip
+    if cap is not None and extra is not None:
+        return "it soft-caps the logits of a layer with a constant bias added after it"
     if any(len(c.users) != 1 for c in ((*inner, lin) if lin is not head else ())):
         return "the ops between the linear layer and the logits have other users"
     others = [u for u in head.users if u not in chain and u is not ce]
@@ -217,7 +241,7 @@ def fuse_loss_pass(
 
 
 def _replace(graph, ce, args, chain, head, parts, chunk_bytes) -> FusedLoss:
-    lin, extra, scale, inner = parts
+    lin, extra, scale, inner, cap = parts
     h, w = lin.args[0], lin.args[1]
     b = lin.args[2] if len(lin.args) > 2 else lin.kwargs.get("bias")
     wv, x = _value(w), _value(args["input"])
@@ -233,13 +257,13 @@ def _replace(graph, ce, args, chain, head, parts, chunk_bytes) -> FusedLoss:
         chunks = part_count(tokens, vocab, _value(lin).dtype.itemsize)
     else:
         chunks = chunk_count(tokens, vocab, chunk_bytes)
-    outputs = _detach_logits(graph, head, h, w, b, scale) if others else None
+    outputs = _detach_logits(graph, head, h, w, b, scale, cap) if others else None
     with graph.inserting_before(ce):
         flat = graph.call_method("reshape", (h, -1, wv.shape[1]))
         logits = graph.call_method("reshape", (head, -1, wv.shape[0])) if others else None
         add = None if extra is None or others else graph.call_method("reshape", (extra, -1))
         call = (flat, w, b, args["target"], logits, args.get("ignore_index", -100),
-                args.get("reduction", "mean"), chunks, need, x.dtype, add, scale)  # fmt: skip
+                args.get("reduction", "mean"), chunks, need, x.dtype, add, scale, cap)  # fmt: skip
         new = graph.call_function(linear_cross_entropy, call)
     new.meta.update({k: v for k, v in ce.meta.items() if k != "example_value"})
     new.meta["example_value"] = _value(ce)
@@ -260,11 +284,12 @@ def _replace(graph, ce, args, chain, head, parts, chunk_bytes) -> FusedLoss:
         outputs=outputs,
         scale=scale,
         added_bias=extra is not None,
+        cap=cap,
         dtype=str(_value(lin).dtype).replace("torch.", ""),
     )
 
 
-def _detach_logits(graph: torch.fx.Graph, lin, h, w, b, scale: float) -> dict:
+def _detach_logits(graph: torch.fx.Graph, lin, h, w, b, scale: float, cap) -> dict:
     """The graph returns ``lin`` (the logits) detached and ``h`` as one more output: their
     gradient is computed outside the graph, only when used (:class:`memopt.fused_loss.
     LogitsGrad`); in the graph it would be zeros through two vocabulary-sized matmuls."""
@@ -286,4 +311,5 @@ def _detach_logits(graph: torch.fx.Graph, lin, h, w, b, scale: float) -> dict:
         "weight_in": inputs.index(w),
         "bias_in": inputs.index(b) if isinstance(b, torch.fx.Node) else None,
         "scale": scale,
+        "cap": cap,
     }

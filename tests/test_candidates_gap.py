@@ -83,7 +83,7 @@ def test_planner_sees_the_logits_alone_with_one_matmul_to_recompute():
     torch.manual_seed(0)
     model, inputs = Net(), _inputs()
     torch._dynamo.reset()
-    opt = memopt.optimize(model, budget=0.5)
+    opt = memopt.optimize(model, budget=0.5, fuse_loss=False)  # the unfused head's logits
     opt(**inputs).backward()
     (region,) = api._STATES[model].problems.values()
     (logits,) = [c for c in region.problem.candidates if c.cluster_id == "MatMul+In_lm_head+"]

@@ -43,7 +43,9 @@ class Head(nn.Module):
         if self.scale is not None:
             n = float(self.scale[1:])
             logits = (logits * n if self.scale[0] == "*" else logits / n).contiguous()  # OPT's
-        if self.cap is not None:  # a soft-cap (Gemma 2): not a linear layer's output any more
+        if self.cap == "sigmoid":  # not a linear layer's output any more
+            logits = torch.sigmoid(logits)
+        elif self.cap is not None:  # Gemma 2's soft-cap
             logits = torch.tanh(logits / self.cap) * self.cap
         flat = logits.float().view(-1, V)
         kw = dict(reduction=self.reduction, label_smoothing=self.smoothing)
@@ -150,6 +152,23 @@ def test_scaled_logits_are_fused_too(monkeypatch, returns_logits, scale):
     assert f["logits_reused"] == returns_logits
 
 
+@pytest.mark.parametrize("returns_logits", [False, True])
+def test_soft_capped_logits_are_fused_too(monkeypatch, returns_logits):
+    """Gemma 2's ``tanh(logits / cap) * cap`` (cap 3: most logits of the random layer are
+    bent by it): the loss's gradient reaches the layer through the tanh, inside the graph and
+    (returned logits read by a loss) outside it, where the layer's output is computed again."""
+    monkeypatch.setattr(fused_loss, "CHUNK_BYTES", N * V * 4 // 2)
+    monkeypatch.setattr(fused_loss, "PART_ALIGN", 8)
+    monkeypatch.setattr(fused_loss, "PART_BYTES", N * V * 4 // 3)
+    torch.manual_seed(0)
+    model = Head(reduction="mean", returns_logits=returns_logits, cap=3.0, scale="*2.5")
+    loss_fn = (lambda out: out[0] + out[1].pow(2).mean()) if returns_logits else (lambda x: x)
+    rep = compare(model, _inputs(), loss_fn=loss_fn, fuse_loss=True)[0]
+    (f,) = _fused(rep)
+    assert (f["cap"], f["scale"], f["chunks"]) == ((3.0, 1 / 3.0), 2.5, 3 if returns_logits else 2)
+    assert "soft-capped (3 * tanh(0.333333 * x))" in rep.table()
+
+
 def test_dynamic_token_counts_and_a_bfloat16_loss():
     torch.manual_seed(0)
     model = Head(reduction="mean").to(torch.bfloat16)
@@ -188,7 +207,7 @@ def test_every_target_ignored_gives_torchs_nan_loss_and_zero_gradients():
     ("model", "reason"),
     [
         (Head(smoothing=0.1), "it smooths its labels"),
-        (Head(cap=30.0), "casts and views but 'tanh' (tanh's result)"),
+        (Head(cap="sigmoid"), "casts and views but 'logits_1' (sigmoid's result)"),
     ],
 )
 def test_a_loss_that_cannot_be_fused_is_named(caplog, model, reason):
@@ -198,6 +217,21 @@ def test_a_loss_that_cannot_be_fused_is_named(caplog, model, reason):
     loss.backward()
     assert "fuse_loss=True: cross_entropy 'loss' not fused: " in caplog.text
     assert reason in caplog.text
+
+
+def test_with_a_budget_losses_are_fused_by_default_and_one_that_cannot_be_is_no_warning(caplog):
+    torch.manual_seed(0)
+    model = Head(reduction="mean")
+    rep = compare(model, _inputs(), loss_fn=lambda loss: loss, budget=0.5)[0]
+    assert _fused(rep) and rep.config.sources["fuse_loss"] == "default with a budget"
+    torch._dynamo.reset()
+    with caplog.at_level(logging.INFO, logger="memopt"):
+        memopt.optimize(Head(smoothing=0.1), budget=0.5)(**_inputs()).backward()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "fuse" in r.message]
+    assert (
+        "fuse_loss (the default with a budget): cross_entropy 'loss' not fused: it smooths"
+        in caplog.text
+    )
 
 
 def test_a_loss_outside_the_compiled_model_is_said():
@@ -212,6 +246,10 @@ def test_a_loss_outside_the_compiled_model_is_said():
 
 def test_the_setting(monkeypatch):
     assert not resolve_config().fuse_loss
+    # on by default with a budget; off when asked
+    c = resolve_config(budget=0.5)
+    assert (c.fuse_loss, c.sources["fuse_loss"]) == (True, "default with a budget")
+    assert not resolve_config(budget=0.5, fuse_loss=False).fuse_loss
     monkeypatch.setenv("MEMOPT_FUSE_LOSS", "1")
     assert resolve_config().fuse_loss
     assert not resolve_config(fuse_loss=False).fuse_loss
