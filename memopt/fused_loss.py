@@ -172,19 +172,24 @@ class LogitsGrad(torch.autograd.Function):
     Inside the graph every differentiable output gets a gradient, zeros when unused, and the
     fused loss would have paid two vocabulary-sized matmuls of zeros for it. Soft-capped logits
     (``a * tanh(b * y)``) recompute ``y`` here to pass through the tanh: keeping the logits
-    for it would hold them for the whole step."""
+    for it would hold them for the whole step.
+
+    The layer's input (and bias) are held on ``ctx``, not saved for backward: they live
+    exactly as long as the returned logits do (this node is theirs alone, in no loss's graph
+    unless a loss reads them), a small part of the logits' own footprint (hidden / vocabulary
+    of it), which a step that drops its outputs frees with them."""
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, h: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
                 bias: torch.Tensor | None, scale: float = 1.0,
                 cap: tuple[float, float] | None = None) -> torch.Tensor:  # fmt: skip
-        ctx.save_for_backward(h, weight, bias if cap is not None else None)
+        ctx.held = (h, weight, bias if cap is not None else None)
         ctx.bias, ctx.scale, ctx.cap = bias is not None, scale, cap
         return logits.view_as(logits)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        h, weight, bias = ctx.saved_tensors
+        h, weight, bias = ctx.held
         flat = h.reshape(-1, h.shape[-1])
         g = grad.reshape(-1, grad.shape[-1]) * ctx.scale
         if ctx.cap is not None:

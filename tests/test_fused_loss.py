@@ -75,10 +75,24 @@ def test_llama_fused_matches_torch_compile_and_the_report_says_what_was_fused():
     assert (f["module"], f["tokens"], f["hidden"], f["vocab"]) == ("lm_head", 64, 64, 128)
     assert f["logits_reused"] and f["chunks"] == 1  # the model returns its logits: read whole
     assert "Fused loss: lm_head (64 -> 128, float32)" in rep.table()
-    # the graph's saved bytes are exact; beside them the layer's input (64 x 64 float32) that
-    # the returned logits' gradient would need, saved outside the graph, and the rotary
-    # embedding's inv_freq buffer (8 float32), which the helper does not leave out
-    assert rep.saved_bytes()[1] + 64 * 64 * 4 + 8 * 4 == measured
+    # the graph's saved bytes are exact; beside them the rotary embedding's inv_freq buffer
+    # (8 float32), which the helper does not leave out (the layer's input, which the returned
+    # logits' gradient would need, is held by the logits, not saved: LogitsGrad)
+    assert rep.saved_bytes()[1] + 8 * 4 == measured
+
+
+def test_a_budget_fuses_by_default_and_its_estimates_are_the_fused_graphs_measurements():
+    """With a budget the loss is fused unless asked otherwise; the report's before is the fused
+    graph's level-0 bytes (as memopt compiles it), its after the plan's, both measured."""
+    model = tiny_llama(num_hidden_layers=2)
+    ids = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(1))
+    inputs = {"input_ids": ids, "labels": ids}
+    level0, _, fused0, _ = compare(model, inputs, fuse_loss=True)
+    rep, unfused, measured, _ = compare(model, inputs, budget=0.5)
+    assert _fused(rep) and rep.config.sources["fuse_loss"] == "default with a budget"
+    before, after = rep.saved_bytes()
+    assert before == level0.saved_bytes()[0] and before + 8 * 4 == fused0 < unfused
+    assert after + 8 * 4 == measured < fused0
 
 
 def test_the_returned_logits_get_their_gradient_when_a_loss_reads_them():
@@ -117,11 +131,10 @@ def test_returned_logits_in_vocabulary_parts_exact_bytes(monkeypatch):
     assert (f["chunks"], f["logits_reused"]) == (3, True)
     assert "their gradient in 3 vocabulary part(s)" in rep.table()
     # saved: the input's gradient, the weight's and the bias's in three parts each, the norm's
-    # mean and reciprocal deviation per token; beside them the layer's input (kept outside the
-    # graph for the returned logits' gradient)
+    # mean and reciprocal deviation per token
     saved = N * H * 4 + V * H * 4 + V * 4 + 2 * N * 4
     assert rep.saved_bytes() == (saved, saved)
-    assert measured == saved + N * H * 4
+    assert measured == saved
 
 
 @pytest.mark.parametrize("returns_logits", [False, True])

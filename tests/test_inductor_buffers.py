@@ -292,7 +292,7 @@ def test_a_compiled_plan_above_its_byte_budget_is_replanned_before_any_measureme
     step_loss(plain(**inputs)).backward()
     want = {n: p.grad.clone() for n, p in model.named_parameters()}
     torch._dynamo.reset()
-    opt = memopt.optimize(model, budget=budget)
+    opt = memopt.optimize(model, budget=budget, fuse_loss=False)  # the premise: unfused
     with caplog.at_level(logging.INFO, logger="memopt"):
         for _ in range(4):
             model.zero_grad(set_to_none=True)
