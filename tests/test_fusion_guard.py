@@ -34,7 +34,9 @@ def test_the_guard_keeps_inductors_peak_at_the_model_s(monkeypatch, tmp_path):
     the region report keeps both peaks (``fusion_guard_auto``), one compile in one place."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     with torch._inductor.config.patch(fx_graph_cache=False):  # both compiles run Inductor
-        opt, loss = _llama_step(lambda m: memopt.optimize(m, budget=0.1, fusion_guard="auto", fuse_loss=False))
+        opt, loss = _llama_step(
+            lambda m: memopt.optimize(m, budget=0.1, fusion_guard="auto", fuse_loss=False)
+        )
     state = api._STATES[opt]
     assert len(state.regions) == 1  # compiled again in the same report
     region = state.regions[0]
