@@ -66,6 +66,18 @@ def vocab_bounds(vocab: int, parts: int) -> list[tuple[int, int]]:
     return [(lo, min(vocab, lo + step)) for lo in range(0, vocab, step)]
 
 
+@torch.library.custom_op("memopt::after", mutates_args=())
+def after(x: torch.Tensor, deps: list[torch.Tensor]) -> torch.Tensor:
+    """A copy of ``x`` (a small tensor) made once ``deps`` exist: an ordering point Inductor
+    keeps, as it cannot fuse a kernel that reads the copy with one ``deps`` came from."""
+    return x.clone()
+
+
+@after.register_fake
+def _after_fake(x: torch.Tensor, deps: list[torch.Tensor]) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
 class LinearCrossEntropy(torch.autograd.Function):
     """``cross_entropy(linear(h, weight, bias), target)`` over 2-D ``h`` (tokens, hidden) and
     1-D ``target``; ``logits``: the layer's output when the graph computes it anyway (it is
@@ -112,10 +124,14 @@ class LinearCrossEntropy(torch.autograd.Function):
             lse = torch.logsumexp(logits.to(acc), dim=-1)
             picked = logits.gather(1, safe[:, None])[:, 0].to(acc)
             total = torch.where(valid, lse - picked, 0.0).sum()
-            gh, gws, gbs = None, [], []
+            gh, gws, gbs, done = None, [], [], []
             for lo, hi in vocab_bounds(weight.shape[0], chunks):
                 hit = torch.arange(lo, hi, device=h.device)[None, :] == safe[:, None]
-                d = grad_of(logits[:, lo:hi].to(acc), lse, hit, valid)
+                # each part's gradient made once the previous part's matmuls ran: Inductor
+                # would fuse the parts' pointwise kernels (they read the same lse) into one,
+                # and every part would be held at once
+                at = after(lse, done) if done else lse
+                d = grad_of(logits[:, lo:hi].to(acc), at, hit, valid)
                 if need[0]:  # summed over parts in the matmul itself
                     w = weight[lo:hi]
                     gh = d @ w if gh is None else torch.addmm(gh, d, w)
@@ -123,6 +139,7 @@ class LinearCrossEntropy(torch.autograd.Function):
                     gws.append(d.t() @ h)
                 if need[2]:
                     gbs.append(d.sum(0))
+                done = [t for t in (gh, *gws[-1:], *gbs[-1:]) if t is not None]
         else:
             classes = torch.arange(weight.shape[0], device=h.device)
             total = torch.zeros((), dtype=acc, device=h.device)
