@@ -348,6 +348,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "multi_gpu_steps_w1_s63*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only budgets,auto --warmup 9 --iters 20 --out docs/data/{file} (the fused loss on by "
+        "default with a budget; docs/data/logs/s63/gpu3.sh, gpu4.sh)",
+        "gpu",
+    ),
+    Producer(
         "diag_*_s54.json",
         "python docs/data/diag_s54/diag_overlap.py (diag_overlap_s54.json) or "
         "docs/data/diag_s54/diag_mamba32.py (diag_mamba32_s54.json), with OUT=docs/data and "

@@ -36,13 +36,13 @@ STANDING: tuple[tuple[str, tuple[str, ...]], ...] = (
         "ConvNeXt",
         ("convnext_s37", "convnext_s40q", "convnext_s41c", "convnext_s44v", "convnext_s60"),
     ),
-    ("Mistral", ("mistral_s37", "mistral_s46b", "mistral_s59")),
+    ("Mistral", ("mistral_s37", "mistral_s46b", "mistral_s59", "mistral_s63a")),
     ("Whisper", ("whisper_s32", "whisper_s59")),
     ("Gemma 2", ("gemma2_s46b",)),
     ("BART", ("bart_s47",)),
     ("Phi-3", ("phi3_s44",)),
     ("wav2vec 2.0", ("wav2vec2_s44c",)),
-    ("Qwen2-MoE", ("qwen2_moe_s46",)),
+    ("Qwen2-MoE", ("qwen2_moe_s46", "qwen2_moe_s63a")),
     ("RoBERTa", ("roberta_s46",)),
 )
 POINTS = (0.8, 0.5, 0.3, 0.1)
