@@ -170,7 +170,6 @@ zoo_gpu_s29 = _zoo_gpu_of("_s29", "The twenty-ninth session's BERT (H200).")
 zoo_gpu_s32 = _zoo_gpu_of("_s32", "The thirty-second session's Whisper and ResNet-50 (H200).")
 zoo_gpu_s34 = _zoo_gpu_of("_s34", "The thirty-fourth session's BERT (H200).")
 zoo_gpu_s35 = _zoo_gpu_of("_s35", "The thirty-fifth session's BERT and Qwen2 (H200).")
-zoo_gpu_s35w = _zoo_gpu_of("_s35", "The thirty-fifth session's Whisper at 0.5 and 0.3 (H200).")
 zoo_gpu_s36 = _zoo_gpu_of("_s36", "The thirty-sixth session's T5, Swin and Qwen2 (H200).")
 zoo_gpu_s36c = _zoo_gpu_of("_s36_concurrent", "... and its rows timed beside another run.")
 zoo_gpu_s37 = _zoo_gpu_of("_s37", "The thirty-seventh session's ConvNeXt and Mistral (H200).")
@@ -243,6 +242,7 @@ zoo_gpu_peers_s58 = _zoo_gpu_of("_peers_s58", "The fifty-eighth session's peers 
 zoo_gpu_s59 = _zoo_gpu_of("_s59", "The fifty-ninth session's Mistral, Qwen2, Whisper, ResNet.")
 zoo_gpu_s60 = _zoo_gpu_of("_s60", "The sixtieth session's ResNet (relaxed), ConvNeXt, Swin (H100).")
 zoo_gpu_s63 = _zoo_gpu_of("_s63a", "The sixty-third session's Qwen2-MoE and Mistral (H200).")
+zoo_gpu_s63b = _zoo_gpu_of("_s63b", "The sixty-third session's Qwen2, parts ordered (H100).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -333,7 +333,7 @@ def section_cpu_reorder(rows: list) -> str:
 
 
 #: issue 14's FSDP2 step runs: docs/data/multi_gpu_steps_w1_<tag>.json
-FSDP_STEP_TAGS = "s29 s30a s30b s30c s31 s31b s31c s45 s53 s61 s62a s62b s62f s63a"
+FSDP_STEP_TAGS = "s29 s30a s30b s30c s31 s31b s31c s45 s53 s61 s62a s62b s62f s63a s63b"
 SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
     "cli_timings": Section(("cli_timings.json",), cli_timings),
@@ -397,7 +397,7 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s32": Section(tuple(f"zoo_gpu_{m}_s32.json" for m in ZOO_GPU_S32), zoo_gpu_s32),
     "zoo_gpu_s34": Section(("zoo_gpu_bert_s34.json",), zoo_gpu_s34),
     "zoo_gpu_s35": Section(("zoo_gpu_bert_s35.json", "zoo_gpu_qwen2_s35.json"), zoo_gpu_s35),
-    "zoo_gpu_s35w": Section(("zoo_gpu_whisper_s35.json",), zoo_gpu_s35w),
+    "zoo_gpu_s35w": Section(("zoo_gpu_whisper_s35.json",), zoo_gpu_s35),  # its Whisper
     "zoo_gpu_s36": Section(
         ("zoo_gpu_t5_s36.json", "zoo_gpu_swin_s36.json", "zoo_gpu_qwen2_s36.json"), zoo_gpu_s36
     ),
@@ -473,6 +473,7 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s59": Section(_zf("_s59", "mistral qwen2 whisper resnet"), zoo_gpu_s59),
     "zoo_gpu_s60": Section(_zf("_s60", "resnet convnext swin"), zoo_gpu_s60),
     "zoo_gpu_s63a": Section(_zf("_s63a", "qwen2_moe mistral"), zoo_gpu_s63),
+    "zoo_gpu_s63b": Section(_zf("_s63b", "qwen2"), zoo_gpu_s63b),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),

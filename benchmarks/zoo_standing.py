@@ -29,7 +29,7 @@ STANDING: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Llama", ("llama_s25ab",)),
     ("BERT", ("bert_s35",)),
     ("ResNet-50", ("resnet_s32", "resnet_s59", "resnet_s60")),
-    ("Qwen2", ("qwen2_s35", "qwen2_s47", "qwen2_s59", "qwen2_s62d@fused")),
+    ("Qwen2", ("qwen2_s35", "qwen2_s47", "qwen2_s59", "qwen2_s62d@fused", "qwen2_s63b")),
     ("T5", ("t5_s36",)),
     ("Swin", ("swin_s36", "swin_s42", "swin_s45", "swin_s60")),
     (
