@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from memopt.fused_loss import chunk_count, linear_cross_entropy, part_count
 from memopt.passes.detect_layers import _stack_paths
+from memopt.symbolic import fmt_bytes
 
 _CE_ARGS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction",
             "label_smoothing")  # fmt: skip
@@ -57,13 +58,15 @@ class FusedLoss:
         after = " + a constant bias" if self.added_bias else ""
         after += f" times {self.scale:g}" if self.scale != 1.0 else ""
         after += f", soft-capped ({self.cap[0]:g} * tanh({self.cap[1]:g} * x))" if self.cap else ""
+        logits = self.tokens * self.vocab * getattr(torch, self.dtype).itemsize
         return (
             f"Fused loss: {self.module} ({self.hidden:,} -> {self.vocab:,}, {self.dtype}){after} and its "
             f"cross-entropy ({self.reduction}) over {self.tokens:,} tokens: the forward {how}"
             " and computes the layer's gradients; the backward "
             f"keeps those ({self.tokens:,} x {self.hidden:,} and {self.vocab:,} x "
             f"{self.hidden:,}) or, where smaller, the logits' gradient in the layer's dtype, "
-            "never the logits or their float32 softmax."
+            f"never the logits ({self.tokens:,} x {self.vocab:,}, {fmt_bytes(logits)}) or their "
+            "float32 softmax."
         )
 
 

@@ -130,6 +130,7 @@ def test_returned_logits_in_vocabulary_parts_exact_bytes(monkeypatch):
     (f,) = _fused(rep)
     assert (f["chunks"], f["logits_reused"]) == (3, True)
     assert "their gradient in 3 vocabulary part(s)" in rep.table()
+    assert "never the logits (64 x 40, 10.00 KiB)" in rep.table()
     # saved: the input's gradient, the weight's and the bias's in three parts each, the norm's
     # mean and reciprocal deviation per token
     saved = N * H * 4 + V * H * 4 + V * 4 + 2 * N * 4
