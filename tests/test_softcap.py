@@ -40,7 +40,7 @@ def _softcap_step():
     model, inputs = build()
     logits = inputs["input_ids"].numel() * model.config.vocab_size * 2  # one bf16 tensor
     budget = 34_000_000
-    opt = memopt.optimize(model, budget=budget)
+    opt = memopt.optimize(model, budget=budget, fuse_loss=False)  # the unfused soft-cap
     for _ in range(2):
         model.zero_grad(set_to_none=True)
         opt(**inputs).loss.backward()
