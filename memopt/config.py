@@ -25,6 +25,10 @@ from memopt.plan import PlanSpec, parse_plans, plan_file_settings
 _UNSET: Any = object()
 
 
+#: the source of a setting a budget turned on (``MemoptConfig.sources``)
+BY_BUDGET = "default with a budget"
+
+
 @dataclass(frozen=True, kw_only=True)
 class MemoptConfig:
     """Resolved memopt settings. Build with :func:`resolve_config`."""
@@ -106,6 +110,12 @@ class MemoptConfig:
 
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
     """Where each setting came from: 'argument', 'env:NAME' or 'default'."""
+
+    @property
+    def fuse_loss_asked(self) -> bool:
+        """Whether the user set ``fuse_loss=True`` (not only a budget's default): then a loss
+        it cannot fuse is a warning, and a model with none to fuse is said."""
+        return self.fuse_loss and self.sources.get("fuse_loss") != BY_BUDGET
 
     @property
     def offload_k(self) -> int:
@@ -339,10 +349,10 @@ def resolve_config(
     pick("fuse_loss", others.pop("fuse_loss", None), "MEMOPT_FUSE_LOSS", _bool_setting)
     if sources["fusion_guard"] == "default" and values.get("budget") is not None:
         values["fusion_guard"] = "auto"  # a budget is a peak: see the setting's docstring
-        sources["fusion_guard"] = "default with a budget"
+        sources["fusion_guard"] = BY_BUDGET
     if sources["fuse_loss"] == "default" and values.get("budget") is not None:
         values["fuse_loss"] = True  # a budget is a peak: see the setting's docstring
-        sources["fuse_loss"] = "default with a budget"
+        sources["fuse_loss"] = BY_BUDGET
 
     # a frozen budget plan file ({"config": [...], "sync": {...}, "offload_layers": k}) brings
     # its sync dict and the step plan's offload along, unless given as arguments

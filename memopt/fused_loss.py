@@ -49,12 +49,11 @@ def chunk_count(tokens: int, vocab: int, chunk_bytes: int | None = None) -> int:
     return max(1, min(MAX_CHUNKS, -(-tokens * vocab * 4 // per), tokens))
 
 
-def part_count(tokens: int, vocab: int, itemsize: int, part_bytes: int | None = None) -> int:
+def part_count(tokens: int, vocab: int, itemsize: int) -> int:
     """Vocabulary parts for the gradient of ``tokens`` x ``vocab`` returned logits: about
-    ``part_bytes`` (default :data:`PART_BYTES`) each in the layer's dtype; the count
-    :func:`vocab_bounds` really makes."""
-    per = max(1, part_bytes if part_bytes is not None else PART_BYTES)
-    asked = max(1, min(MAX_PARTS, -(-tokens * vocab * itemsize // per)))
+    :data:`PART_BYTES` each in the layer's dtype; the count :func:`vocab_bounds` really
+    makes."""
+    asked = max(1, min(MAX_PARTS, -(-tokens * vocab * itemsize // max(1, PART_BYTES))))
     return len(vocab_bounds(vocab, asked))
 
 

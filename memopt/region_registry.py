@@ -204,12 +204,7 @@ class RegionRegistry:
             if watch:
                 self._watch_eager_layers(model, layers, watch, output)
         self.compiled_paths, self.compiled_storages = set(), set()
-        asked = self.config.sources.get("fuse_loss") != "default with a budget"
-        if (
-            self.config.fuse_loss
-            and asked
-            and not any("fused_loss" in r.extra for r in self.regions)
-        ):
+        if self.config.fuse_loss_asked and not any("fused_loss" in r.extra for r in self.regions):
             if not any(w.startswith("fuse_loss ") for w in getattr(self, "_said", ())):
                 self._coverage_note(
                     "fuse_loss=True fused nothing: no compiled graph of the model's forward "

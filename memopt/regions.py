@@ -321,10 +321,10 @@ def _fuse_loss(config: MemoptConfig, state: MemoptState, gm: Any) -> dict | None
 
     fused, skipped = fuse_loss_pass(gm)
     for why in skipped:
-        if config.sources.get("fuse_loss") == "default with a budget":
-            log.info("memopt: fuse_loss (the default with a budget): %s", why)
-        else:
+        if config.fuse_loss_asked:
             state._say(f"fuse_loss {why}", f"fuse_loss=True: {why}")
+        else:
+            log.info("memopt: fuse_loss (the default with a budget): %s", why)
     if not fused:
         return None
     return {
