@@ -54,15 +54,16 @@ def main(argv=None) -> None:
     records: list[dict] = []
     original = st.choose_with_offload
 
-    def recording(sequence, menus, target, offsets, layers, timing):
+    def recording(sequence, menus, target, offsets, layers, timing, away=None):
         t = time.perf_counter()
-        choice = original(sequence, menus, target, offsets, layers, timing)
+        choice = original(sequence, menus, target, offsets, layers, timing, away)
         records[-1]["calls"].append({
             "sequence": list(sequence),
             "menus": {str(r): [_option(o) for o in m] for r, m in menus.items()},
             "target": target, "offsets": None if offsets is None else list(offsets),
             "layers": [list(x) for x in layers],
             "timing": None if timing is None else dataclasses.asdict(timing),
+            "away": None if away is None else {str(i): sorted(a) for i, a in away.items()},
             "choice": {"chosen": {str(i): _option(o) for i, o in choice.chosen.items()},
                        "peak": choice.peak, "feasible": choice.feasible,
                        "overhead_s": choice.overhead_s, "offload_k": getattr(
