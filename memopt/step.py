@@ -487,40 +487,36 @@ def choose_runs(
     (:func:`memopt.step_exact.exact_runs`) held to that limit. ``chosen`` maps run positions
     to options."""
     n = len(sequence)
+    fronts = {r: pareto(menus[r]) for r in set(sequence)}
     if away:  # the peak depends on which runs are away: plan per run
-        per_region = choose(range(n), {i: menus[r] for i, r in enumerate(sequence)}, target,
-                            offsets, away)  # fmt: skip
-        chosen = _limit_variants(sequence, dict(per_region.chosen))
-        peak, at = step_peak(range(n), chosen, offsets, away)
-        return replace(per_region, chosen=chosen, peak=peak, peak_at=at,
-                       feasible=peak <= target,
-                       overhead_s=sum(o.overhead_s for o in chosen.values()),
-                       saved_after=sum(o.saved for o in chosen.values()))  # fmt: skip
-    per_region = choose(sequence, menus, target, offsets)
-    as_runs = {i: per_region.chosen[r] for i, r in enumerate(sequence)}
-    best = replace(per_region, chosen=as_runs)
-    if n > MAX_RUNS_PER_RUN_CHOICE:
-        return best
-    tried = []
-    if n != len(set(sequence)):
-        runs = choose(range(n), {i: menus[r] for i, r in enumerate(sequence)}, target, offsets)
-        tried.append(dict(runs.chosen))
-    exact = exact_runs(sequence, {r: pareto(menus[r]) for r in set(sequence)}, target, offsets)
-    if exact is not None:  # the optimum over the menus (before the variant limit)
-        tried.append(exact)
+        runs = choose(range(n), {i: menus[r] for i, r in enumerate(sequence)}, target, offsets,
+                      away)  # fmt: skip
+        best, tried = None, [dict(runs.chosen)]
+    else:
+        per_region = choose(sequence, menus, target, offsets)
+        best = replace(per_region, chosen={i: per_region.chosen[r] for i, r in enumerate(sequence)})
+        if n > MAX_RUNS_PER_RUN_CHOICE:
+            return best
+        tried = []
+        if n != len(set(sequence)):
+            runs = choose(range(n), {i: menus[r] for i, r in enumerate(sequence)}, target, offsets)
+            tried.append(dict(runs.chosen))
+    if n <= MAX_RUNS_PER_RUN_CHOICE:
+        exact = exact_runs(sequence, fronts, target, offsets, away)
+        if exact is not None:  # the optimum over the menus (before the variant limit)
+            tried.append(exact)
     for chosen in (_limit_variants(sequence, c) for c in tried):
-        peak, at = step_peak(range(n), chosen, offsets)
-        cand = StepChoice(
+        peak, at = step_peak(range(n), chosen, offsets, away)
+        cand = replace(
+            runs if best is None else best,
             chosen=chosen,
             feasible=peak <= target,
             peak=peak,
             peak_at=at,
             overhead_s=sum(o.overhead_s for o in chosen.values()),
-            target=target,
-            saved_before=best.saved_before,
             saved_after=sum(o.saved for o in chosen.values()),
         )
-        if _better(cand, best):
+        if best is None or _better(cand, best):
             best = cand
     return best
 

@@ -13,15 +13,24 @@ Pairs are kept per bucket of ``target / MAX_STATES`` held bytes, the cheapest of
 (at most MAX_STATES pairs per run, whatever the number of runs and options): every fit is
 checked on the exact bytes, so the answer always fits, and it is the optimum up to one bucket
 of held bytes per run (2 MiB of a 9 GiB target).
+
+With runs offloaded across the step (``away``: per run, the offloaded runs whose saved tensors
+are on the host meanwhile), a run's bytes depend on the options of the offloaded runs too. Those
+are few (the first layers): every combination of their options is fixed in turn and the program
+runs over the rest, their moved bytes taken off the runs they are away from. Beyond
+:data:`MAX_AWAY_COMBINATIONS` combinations, the offloaded runs of one region take the same option.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 
 #: Held-byte buckets per run (the program's size: runs x MAX_STATES x options).
 MAX_STATES = 4096
+#: The most combinations of the offloaded runs' options the exact choice tries one by one.
+MAX_AWAY_COMBINATIONS = 512
 
 
 def exact_runs(
@@ -29,11 +38,16 @@ def exact_runs(
     fronts: Mapping[int, Sequence],
     target: int,
     offsets: Sequence[int] | None = None,
+    away: Mapping[int, frozenset[int]] | None = None,
 ) -> dict[int, object] | None:
     """Per run position, the option (of its region's ``fronts``) of the least total overhead
-    whose step peak fits ``target``; None when nothing fits."""
+    whose step peak fits ``target``; None when nothing fits. ``away``: as
+    :func:`memopt.step.step_terms` (then each offloaded run's option is one of a combination
+    tried in turn, the module's docstring)."""
     if target <= 0:
         return None
+    if away:
+        return _exact_away(sequence, fronts, target, offsets, away)
     bucket = max(1, math.ceil(target / MAX_STATES))
     # per bucket of held bytes: (overhead, held, the choices so far as a linked pair)
     states: dict[int, tuple[float, int, tuple | None]] = {0: (0.0, 0, None)}
@@ -59,6 +73,41 @@ def exact_runs(
         o, path = path
         picked.append(o)
     return dict(enumerate(reversed(picked)))
+
+
+def _exact_away(sequence, fronts, target, offsets, away) -> dict[int, object] | None:
+    n = len(sequence)
+    gone = sorted({j for runs in away.values() for j in runs})
+    combos = _away_combinations([sequence[j] for j in gone], fronts)
+    best, best_cost = None, math.inf
+    for combo in combos:
+        fixed = dict(zip(gone, combo))
+        offs = [
+            (offsets[i] if offsets else 0) - sum(fixed[j].movable for j in away.get(i, ()))
+            for i in range(n)
+        ]
+        runs = {i: [fixed[i]] if i in fixed else fronts[r] for i, r in enumerate(sequence)}
+        got = exact_runs(range(n), runs, target, offs)
+        if got is not None:
+            cost = sum(o.overhead_s for o in got.values())
+            if cost < best_cost:
+                best, best_cost = got, cost
+    return best
+
+
+def _away_combinations(regions: Sequence[int], fronts: Mapping[int, Sequence]) -> list[tuple]:
+    """Options for the offloaded runs (of ``regions``, in order): every combination, or where
+    there are more than :data:`MAX_AWAY_COMBINATIONS`, one option per region for all its runs."""
+    if math.prod(len(fronts[r]) for r in regions) <= MAX_AWAY_COMBINATIONS:
+        return list(itertools.product(*(fronts[r] for r in regions)))
+    distinct = sorted(set(regions))
+    out = []
+    for per in itertools.product(*(fronts[r] for r in distinct)):
+        pick = dict(zip(distinct, per))
+        out.append(tuple(pick[r] for r in regions))
+        if len(out) >= MAX_AWAY_COMBINATIONS:
+            break
+    return out
 
 
 def _frontier(states: dict[int, tuple]) -> dict[int, tuple]:

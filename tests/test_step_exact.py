@@ -90,3 +90,51 @@ def test_the_fsdp2_step_on_an_h200_gets_the_optimum_the_descent_missed():
     assert step_overhead(range(len(seq)), got.chosen) == got.overhead_s
     variants = {o.key() for i, o in got.chosen.items() if seq[i] == 0}
     assert len(variants) <= 3  # the layer region compiles at most MAX_VARIANTS plans
+
+
+def _brute_away(sequence, menus, target, offsets, away):
+    best = None
+    for combo in itertools.product(*(menus[r] for r in sequence)):
+        chosen = dict(enumerate(combo))
+        if step_peak(range(len(sequence)), chosen, offsets, away)[0] > target:
+            continue
+        cost = sum(o.overhead_s for o in combo)
+        best = cost if best is None else min(best, cost)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_exact_runs_with_offloaded_runs_is_the_brute_force_optimum(seed):
+    """Runs offloaded across the step (``away``): an offloaded run's option sets the bytes it
+    moves off the later runs, so the optimum can keep more in it than without offload."""
+    rng = random.Random(100 + seed)
+    regions = rng.randint(1, 2)
+    menus = {r: _menu(rng, rng.randint(2, 4)) for r in range(regions)}
+    n = rng.randint(3, 5)
+    sequence = [rng.randrange(regions) for _ in range(n)]
+    offsets = [rng.randint(0, 30) for _ in sequence]
+    gone = frozenset(range(rng.randint(1, 2)))  # the first runs, as the first layers
+    away = {i: gone for i in range(max(gone) + 2, n)}
+    target = rng.randint(150, 350)
+    want = _brute_away(sequence, menus, target, offsets, away)
+    got = exact_runs(sequence, {r: pareto(m) for r, m in menus.items()}, target, offsets, away)
+    if want is None:
+        assert got is None
+        return
+    assert got is not None and step_peak(range(n), got, offsets, away)[0] <= target
+    assert sum(o.overhead_s for o in got.values()) == pytest.approx(want, abs=1e-12)
+
+
+def test_an_offloaded_run_keeps_what_it_moves_to_the_host():
+    """Offloading run 0 frees its saved bytes for runs 2-3: the exact choice keeps everything
+    in run 0 (the host holds it) and recomputes in one later run (its bytes: 100 + 20 + 50 at
+    run 3, of 180); without the offload three runs must recompute."""
+    keep = Option(plans=(), peak=50, saved=100)
+    cut = Option(plans=("P:1:-1",), peak=50, saved=20, overhead_s=1.0)
+    menus = {0: [keep, cut]}
+    away = {2: frozenset({0}), 3: frozenset({0})}
+    got = choose_runs([0, 0, 0, 0], menus, 180, None, away)
+    assert got.feasible and got.peak <= 180
+    assert got.chosen[0] == keep
+    assert round(got.overhead_s, 9) == 1.0
+    assert round(choose_runs([0, 0, 0, 0], menus, 180).overhead_s, 9) == 3.0
