@@ -62,7 +62,7 @@ def main(argv=None) -> None:
             "menus": {str(r): [_option(o) for o in m] for r, m in menus.items()},
             "target": target, "offsets": None if offsets is None else list(offsets),
             "layers": [list(x) for x in layers],
-            "timing": None if timing is None else dataclasses.asdict(timing),
+            "timing": None if timing is None else _timing(timing),
             "away": None if away is None else {str(i): sorted(a) for i, a in away.items()},
             "choice": {"chosen": {str(i): _option(o) for i, o in choice.chosen.items()},
                        "peak": choice.peak, "feasible": choice.feasible,
@@ -96,6 +96,12 @@ def main(argv=None) -> None:
         torch._dynamo.reset()
         with open(a.out, "w") as f:  # after every budget: a cut-off run keeps it
             json.dump({"device": mg.about(dev), "config": vars(a), "runs": records}, f)
+
+
+def _timing(t) -> dict:
+    d = dataclasses.asdict(t)
+    d["tensors"] = {str(k): sorted(v) for k, v in t.tensors.items()}
+    return d
 
 
 def _option(o) -> dict:

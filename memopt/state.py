@@ -531,7 +531,8 @@ class MemoptState(RegionRegistry):
         ):
             return [], None
         keys = [self.graph_keys.get(i, i) for i in sequence]
-        return step_offload_timing(sequence, keys, self.problems, self.last_layer_reads(sequence))
+        return step_offload_timing(sequence, keys, self.problems, self.last_layer_reads(sequence),
+                                   self.config.offload_min_bytes)  # fmt: skip
 
     def _offsets(self, sequence: Sequence[int], ahead: bool = False) -> list[int] | None:
         """Per run, the CUDA bytes no region's model holds (other layers' parameters, optimizer

@@ -30,6 +30,7 @@ from memopt.step_exact import exact_runs
 from memopt.step_layers import (
     OffloadChoice,
     StepTiming,
+    kept_tensors,
     layer_runs,
     offload_choice,
     offload_overhead,
@@ -576,7 +577,10 @@ def choose_with_offload(
         off = offload_choice(layers, k, n, offload_times(off, most, timing)[1])
         c = choose_runs(sequence, menus, target, offsets, off.away)
         moved = {j: c.chosen[j].movable for j in off.runs}
-        c = replace(c, offload=off, overhead_s=c.overhead_s + offload_overhead(off, moved, timing))
+        copies = {j: kept_tensors(c.chosen[j].decisions, timing.tensors.get(j, frozenset()))
+                  for j in off.runs}  # fmt: skip
+        extra = offload_overhead(off, moved, timing, copies)
+        c = replace(c, offload=off, overhead_s=c.overhead_s + extra)
         if _better(c, best):
             best = c
     return best

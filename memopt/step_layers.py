@@ -155,14 +155,30 @@ class StepTiming:
     fwd_s: Sequence[float] = ()
     """Forward seconds per run (empty: the copies to the host are not timed)."""
     d2h_bytes_per_s: float = 0.0
+    cpu_s_per_tensor: float = 0.0
+    """Forward-thread CPU time per tensor an offloaded run copies, besides
+    :attr:`cpu_s_per_run`, charged as it is."""
+    tensors: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    """Per run position, the saved tensors (candidate names) large enough to be copied: a
+    plan's count is those it keeps (:func:`kept_tensors`)."""
+
+
+def kept_tensors(decisions: Mapping[str, Any], names: frozenset[str]) -> int:
+    """Of ``names``, the saved tensors a plan (its non-keep ``decisions`` by candidate name)
+    leaves saved: not recomputed, not offloaded inside its region (a compromise keeps one)."""
+    gone = ("RECOMPUTE", "OFFLOAD")
+    return sum(1 for n in names if getattr(decisions.get(n), "name", None) not in gone)
 
 
 def offload_times(
-    choice: OffloadChoice, moved: Mapping[int, int], timing: StepTiming
+    choice: OffloadChoice,
+    moved: Mapping[int, int],
+    timing: StepTiming,
+    copies: Mapping[int, int] | None = None,
 ) -> tuple[float, dict[int, int]]:
     """Predicted seconds the step loses to ``choice``, and per offloaded run the first run
     whose forward begins after its copy to the host has ended. ``moved``: bytes each offloaded
-    run copies.
+    run copies; ``copies``: how many tensors (default: every one of :attr:`StepTiming.tensors`).
 
     One transfer stream carries both directions, as the runtime does: the copies to the host
     queue from the end of each offloaded run's forward (compute never waits for them, but the
@@ -189,12 +205,19 @@ def offload_times(
             wait_s += back_done[i] - now
             now = back_done[i]
         now += timing.bwd_s[i]
-    return wait_s + timing.cpu_s_per_run * len(choice.runs), ready
+    count = {j: len(timing.tensors.get(j, ())) for j in choice.runs} | dict(copies or {})
+    cpu_s = sum(timing.cpu_s_per_run + timing.cpu_s_per_tensor * count[j] for j in choice.runs)
+    return wait_s + cpu_s, ready
 
 
-def offload_overhead(choice: OffloadChoice, moved: Mapping[int, int], timing: StepTiming) -> float:
+def offload_overhead(
+    choice: OffloadChoice,
+    moved: Mapping[int, int],
+    timing: StepTiming,
+    copies: Mapping[int, int] | None = None,
+) -> float:
     """Predicted seconds the step loses to ``choice`` (:func:`offload_times`)."""
-    return offload_times(choice, moved, timing)[0]
+    return offload_times(choice, moved, timing, copies)[0]
 
 
 def step_offload_timing(
@@ -202,22 +225,29 @@ def step_offload_timing(
     keys: Sequence[object],
     problems: Mapping[int, Any],
     reads: Sequence[frozenset[int]] | None = None,
+    min_bytes: int = 0,
 ) -> tuple[list[list[int]], StepTiming | None]:
     """The layers of the step ``sequence`` (``keys``: each run's graph key; ``reads``: the
     model layers each run read, :func:`step_layers`) and the timing the step planner prices
     offloading them with, from each region's planning problem
     (``passes.plan_budget.RegionProblem``: its device rates and its ops' times); none when
-    fewer than two layers are found."""
+    fewer than two layers are found. ``min_bytes``: smaller saved tensors stay on the device
+    (the offload setting of that name), so they cost no copy."""
     layers = step_layers(keys, reads)
     if len(layers) < 2:
         return [], None
     rates = problems[sequence[0]].rates
-    tensors = max(len(problems[r].problem.candidates) for r in set(sequence))
+    big = {
+        r: frozenset(c.name for c in problems[r].problem.candidates if c.nbytes >= min_bytes)
+        for r in set(sequence)
+    }
     timing = StepTiming(
         bwd_s=[sum(problems[r].problem.timeline.bwd_op_s) for r in sequence],
         h2d_bytes_per_s=rates.h2d_bytes_per_s,
-        cpu_s_per_run=rates.run_offload_s + rates.run_offload_tensor_s * tensors,
+        cpu_s_per_run=rates.run_offload_s,
         fwd_s=[sum(problems[r].problem.timeline.fwd_op_s) for r in sequence],
         d2h_bytes_per_s=rates.d2h_bytes_per_s,
+        cpu_s_per_tensor=rates.run_offload_tensor_s,
+        tensors={i: big[r] for i, r in enumerate(sequence)},
     )
     return layers, timing

@@ -11,6 +11,7 @@ import pytest
 from memopt.step import Option, choose_with_offload, step_peak
 from memopt.step_layers import (
     StepTiming,
+    kept_tensors,
     layer_runs,
     offload_choice,
     offload_overhead,
@@ -66,6 +67,23 @@ def test_offload_overhead_is_the_copy_back_the_backward_cannot_hide():
     assert offload_overhead(two, {1: 20 * MiB, 2: 20 * MiB}, slow) == pytest.approx(8.2)
 
 
+def test_an_offloaded_runs_cpu_time_counts_the_tensors_its_plan_keeps():
+    """The forward-thread time per offloaded run is a base plus a time per tensor it copies:
+    the tensors its plan keeps of those at least ``offload_min_bytes`` (a recomputed or
+    in-region offloaded tensor is not copied; a compromise keeps one)."""
+    from memopt.plan import Strategy
+
+    names = frozenset({"a", "b", "c", "d"})
+    assert kept_tensors({}, names) == 4
+    plan = {"a": Strategy.RECOMPUTE, "b": Strategy.OFFLOAD, "c": Strategy.COMPROMISE, "x": 1}
+    assert kept_tensors(plan, names) == 2
+    one = offload_choice(LAYERS, 1, 6)
+    t = StepTiming(bwd_s=[1.0] * 6, h2d_bytes_per_s=100 * MiB, cpu_s_per_run=0.1,
+                   cpu_s_per_tensor=0.01, tensors={1: names})  # fmt: skip
+    assert offload_overhead(one, {1: MiB}, t) == pytest.approx(0.1 + 4 * 0.01)
+    assert offload_overhead(one, {1: MiB}, t, {1: 2}) == pytest.approx(0.1 + 2 * 0.01)
+
+
 MENUS = {
     0: [opt(10, 4)],
     1: [opt(30, 20, 0.0, "keep"), opt(26, 10, 1.0, "half")],
@@ -113,7 +131,9 @@ def _offload_priced_free(monkeypatch):
     from tests.test_step_regions import H, _model, _plain, _train
 
     monkeypatch.setattr(memopt.state, "OFFLOAD_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(memopt.step, "offload_overhead", lambda choice, moved, timing: 0.0)
+    monkeypatch.setattr(
+        memopt.step, "offload_overhead", lambda choice, moved, timing, copies=None: 0.0
+    )
     grads0, _ = _plain()
     other = _model()
     probe = memopt.optimize(other, budget=1 << 40)
