@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from memopt.step_exact import exact_runs
+from memopt.step_exact import exact_limited, exact_runs
 from memopt.step_layers import (
     OffloadChoice,
     StepTiming,
@@ -504,8 +504,9 @@ def choose_runs(
             tried.append(dict(runs.chosen))
     if n <= MAX_RUNS_PER_RUN_CHOICE:
         exact = exact_runs(sequence, fronts, target, offsets, away)
-        if exact is not None:  # the optimum over the menus (before the variant limit)
-            tried.append(exact)
+        if exact is not None:  # the optimum over the menus, and held to the variant limit
+            tried += [exact, *exact_limited(sequence, fronts, target, offsets, away, exact,
+                                            MAX_VARIANTS)]  # fmt: skip
     for chosen in (_limit_variants(sequence, c) for c in tried):
         peak, at = step_peak(range(n), chosen, offsets, away)
         cand = replace(

@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 MAX_STATES = 4096
 #: The most combinations of the offloaded runs' options the exact choice tries one by one.
 MAX_AWAY_COMBINATIONS = 512
+#: The most sets of options (at most ``limit`` per region) :func:`exact_limited` solves over.
+MAX_LIMITED_SETS = 64
 
 
 def exact_runs(
@@ -73,6 +75,37 @@ def exact_runs(
         o, path = path
         picked.append(o)
     return dict(enumerate(reversed(picked)))
+
+
+def exact_limited(
+    sequence: Sequence[int],
+    fronts: Mapping[int, Sequence],
+    target: int,
+    offsets: Sequence[int] | None,
+    away: Mapping[int, frozenset[int]] | None,
+    exact: Mapping[int, object],
+    limit: int,
+) -> list[dict[int, object]]:
+    """Answers of :func:`exact_runs` that use at most ``limit`` options per region (each is a
+    compile): for each region whose runs in ``exact`` (the unlimited optimum) use more, every
+    ``limit`` of those options and of the region's most aggressive one (the fewest saved
+    bytes) is tried, the program run over the runs with only those (at most
+    :data:`MAX_LIMITED_SETS` sets in all)."""
+    over = {}
+    for r in sorted(set(sequence)):
+        used = list({id(exact[i]): exact[i] for i, x in enumerate(sequence) if x == r}.values())
+        if len(used) > limit:
+            hardest = min(fronts[r], key=lambda o: (o.saved, o.peak, -o.overhead_s))
+            pool = used + [hardest] * all(o is not hardest for o in used)
+            over[r] = list(itertools.combinations(pool, limit))
+    out = []
+    for sets in itertools.islice(itertools.product(*over.values()), MAX_LIMITED_SETS):
+        allowed = dict(zip(over, sets))
+        runs = {i: allowed.get(r, fronts[r]) for i, r in enumerate(sequence)}
+        got = exact_runs(range(len(sequence)), runs, target, offsets, away)
+        if got is not None:
+            out.append(got)
+    return out
 
 
 def _exact_away(sequence, fronts, target, offsets, away) -> dict[int, object] | None:

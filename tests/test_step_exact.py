@@ -138,3 +138,30 @@ def test_an_offloaded_run_keeps_what_it_moves_to_the_host():
     assert got.chosen[0] == keep
     assert round(got.overhead_s, 9) == 1.0
     assert round(choose_runs([0, 0, 0, 0], menus, 180).overhead_s, 9) == 3.0
+
+
+def test_the_fsdp2_step_with_a_layer_offloaded_gets_the_optimum_held_to_three_plans():
+    """The twenty-ninth session's recorded FSDP2 step (H200, ``offload_layers="auto"``,
+    ``docs/data/step_choice_auto_s29.json``) with layer 0 offloaded: the descent's answer
+    (4.899 ms) used more than three plans for the layer region, and held to three it cost
+    5.255 ms; the exact choice over sets of three of the optimum's plans costs 4.909 ms."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from diag_step_choice import load
+
+    from memopt.step import MAX_VARIANTS, _limit_variants, choose
+    from memopt.step_layers import StepTiming, offload_choice, offload_times
+
+    call = load(ROOT / "docs" / "data" / "step_choice_auto_s29.json")[2]
+    seq, menus, target, offsets = call["sequence"], call["menus"], call["target"], call["offsets"]
+    n, timing = len(seq), StepTiming(**call["timing"])
+    off = offload_choice(call["layers"], 1, n)
+    most = {j: max(o.movable for o in menus[seq[j]]) for j in off.runs}
+    off = offload_choice(call["layers"], 1, n, offload_times(off, most, timing)[1])
+    descent = choose(range(n), {i: menus[r] for i, r in enumerate(seq)}, target, offsets, off.away)
+    assert round(descent.overhead_s * 1e6) == 4899
+    held = _limit_variants(seq, dict(descent.chosen))
+    assert round(sum(o.overhead_s for o in held.values()) * 1e6) == 5255
+    got = choose_runs(seq, menus, target, offsets, off.away)
+    assert got.feasible and step_peak(range(n), got.chosen, offsets, off.away)[0] <= target
+    assert round(got.overhead_s * 1e6) == 4909
+    assert len({o.key() for i, o in got.chosen.items() if seq[i] == 0}) <= MAX_VARIANTS
