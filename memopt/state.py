@@ -34,7 +34,6 @@ from memopt.step import (
     Option,
     StepChoice,
     choose_with_offload,
-    describe_choice,
     exact_option,
     finer_menus,
     fraction_target,
@@ -514,7 +513,7 @@ class MemoptState(RegionRegistry):
                 "memopt: %s", step_notes.infeasible(self.config.budget, choice.peak, target)
             )
         log.info("memopt step plan: %s; planned in %.1f s (menus %.1f s)",
-                 describe_choice(choice, sequence, len(menus), changed),
+                 step_notes.describe_choice(choice, sequence, len(menus), changed),
                  time.perf_counter() - t0, t_menus)  # fmt: skip
         return choice
 

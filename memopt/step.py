@@ -480,11 +480,12 @@ def choose_runs(
     target: int,
     offsets: Sequence[int] | None = None,
     away: Mapping[int, frozenset[int]] | None = None,
+    exact: bool = True,
 ) -> StepChoice:
     """One option per *run* (position in ``sequence``): a region that runs once per layer can
     recompute more in some layers than in others, as one graph of all layers can. At most
     :data:`MAX_VARIANTS` distinct plans per region (each is compiled once); the answer is
-    never worse than one plan per region, nor than the optimum over the menus
+    never worse than one plan per region, nor (``exact``) than the optimum over the menus
     (:func:`memopt.step_exact.exact_runs`) held to that limit. ``chosen`` maps run positions
     to options."""
     n = len(sequence)
@@ -502,10 +503,10 @@ def choose_runs(
         if n != len(set(sequence)):
             runs = choose(range(n), {i: menus[r] for i, r in enumerate(sequence)}, target, offsets)
             tried.append(dict(runs.chosen))
-    if n <= MAX_RUNS_PER_RUN_CHOICE:
-        exact = exact_runs(sequence, fronts, target, offsets, away)
-        if exact is not None:  # the optimum over the menus, and held to the variant limit
-            tried += [exact, *exact_limited(sequence, fronts, target, offsets, away, exact,
+    if exact and n <= MAX_RUNS_PER_RUN_CHOICE:
+        optimum = exact_runs(sequence, fronts, target, offsets, away)
+        if optimum is not None:  # the optimum over the menus, and held to the variant limit
+            tried += [optimum, *exact_limited(sequence, fronts, target, offsets, away, optimum,
                                             MAX_VARIANTS)]  # fmt: skip
     for chosen in (_limit_variants(sequence, c) for c in tried):
         peak, at = step_peak(range(n), chosen, offsets, away)
@@ -550,8 +551,9 @@ def _limit_variants(sequence: Sequence[int], chosen: dict[int, Option]) -> dict[
     return out
 
 
-#: The step planner tries offloading the first k layers for k up to this many.
-MAX_OFFLOAD_LAYERS = 8
+#: The step planner tries offloading the first k layers for k up to this many, and solves the
+#: exact choice for this many of them (the best by the descent).
+MAX_OFFLOAD_LAYERS, EXACT_OFFLOADS = 8, 2
 
 
 def choose_with_offload(
@@ -570,32 +572,27 @@ def choose_with_offload(
     best = choose_runs(sequence, menus, target, offsets, away)
     if timing is None or len(layers) < 2:
         return best
-    n = len(sequence)
+    n, tried = len(sequence), []
     for k in range(1, min(len(layers), MAX_OFFLOAD_LAYERS + 1)):
         off = offload_choice(layers, k, n)
         # when each run's memory is free: from the most it could copy (keeping everything)
         most = {j: max(o.movable for o in menus[sequence[j]]) for j in off.runs}
         off = offload_choice(layers, k, n, offload_times(off, most, timing)[1])
-        c = choose_runs(sequence, menus, target, offsets, off.away)
-        moved = {j: c.chosen[j].movable for j in off.runs}
-        copies = {j: kept_tensors(c.chosen[j].decisions, timing.tensors.get(j, frozenset()))
-                  for j in off.runs}  # fmt: skip
-        extra = offload_overhead(off, moved, timing, copies)
-        c = replace(c, offload=off, overhead_s=c.overhead_s + extra)
-        if _better(c, best):
-            best = c
+        tried.append(_priced(choose_runs(sequence, menus, target, offsets, off.away, False),
+                             off, timing))  # fmt: skip
+    # the exact choice (slower: each offloaded run's options in turn) for the likeliest k
+    for c in sorted(tried, key=lambda c: (not c.feasible, c.overhead_s))[:EXACT_OFFLOADS]:
+        off = c.offload
+        tried.append(_priced(choose_runs(sequence, menus, target, offsets, off.away), off, timing))
+    for c in tried:
+        best = c if _better(c, best) else best
     return best
 
 
-def describe_choice(
-    choice: StepChoice, sequence: Sequence[int], regions: int, changed: list
-) -> str:
-    """The log line of a step plan: its runs, the runs whose plan changed, the predicted peak
-    and where, and each region's option."""
-    per_region = sorted({sequence[p]: o for p, o in choice.chosen.items()}.items())
-    return (
-        f"{len(sequence)} run(s) of {regions} region(s); runs with a new plan: "
-        f"{changed or 'none'}; predicted peak {choice.peak} at run {choice.peak_at} (target "
-        f"{choice.target}); per region: "
-        + "; ".join(f"{r}: {o.label} (peak {o.peak}, saved {o.saved})" for r, o in per_region)
-    )
+def _priced(c: StepChoice, off: OffloadChoice, timing: StepTiming) -> StepChoice:
+    """``c`` with the runs of ``off`` offloaded: their copies' cost added."""
+    moved = {j: c.chosen[j].movable for j in off.runs}
+    copies = {j: kept_tensors(c.chosen[j].decisions, timing.tensors.get(j, frozenset()))
+              for j in off.runs}  # fmt: skip
+    extra = offload_overhead(off, moved, timing, copies)
+    return replace(c, offload=off, overhead_s=c.overhead_s + extra)

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 #: Held-byte buckets per run (the program's size: runs x MAX_STATES x options).
 MAX_STATES = 4096
 #: The most combinations of the offloaded runs' options the exact choice tries one by one.
-MAX_AWAY_COMBINATIONS = 512
+MAX_AWAY_COMBINATIONS = 64
 #: The most sets of options (at most ``limit`` per region) :func:`exact_limited` solves over.
 MAX_LIMITED_SETS = 64
 

@@ -4,6 +4,8 @@ values and returns the note's text, or None when there is nothing to say."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 def forwards_without_backward(runs: int, reached: int) -> str | None:
     """Half the step's runs or more had no backward: forwards run with grad mode on whose
@@ -73,3 +75,15 @@ def fit_word(budget: object, peak: int, feasible: bool | None) -> str:
     if isinstance(budget, int) and peak <= budget:
         return "over the target, under the budget: smallest found"
     return "INFEASIBLE, smallest found"
+
+
+def describe_choice(choice, sequence: Sequence[int], regions: int, changed: list) -> str:
+    """The log line of a step plan: its runs, the runs whose plan changed, the predicted peak
+    and where, and each region's option."""
+    per_region = sorted({sequence[p]: o for p, o in choice.chosen.items()}.items())
+    return (
+        f"{len(sequence)} run(s) of {regions} region(s); runs with a new plan: "
+        f"{changed or 'none'}; predicted peak {choice.peak} at run {choice.peak_at} (target "
+        f"{choice.target}); per region: "
+        + "; ".join(f"{r}: {o.label} (peak {o.peak}, saved {o.saved})" for r, o in per_region)
+    )
