@@ -276,3 +276,31 @@ def test_a_users_offload_layers_counts_in_a_budgets_step_plan(monkeypatch):
     assert step.offloaded_bytes == 2 * 32 * H * 4
     assert step.feasible and step.peak <= budget
     assert rep.saved_bytes()[1] == rep.saved_bytes()[0]  # nothing recomputed
+
+
+def test_the_step_timing_lists_the_tensors_a_run_would_copy():
+    """step_offload_timing: per run, the region's candidates of at least ``min_bytes`` (the
+    smaller stay on the device and cost no copy), and the calibrated per-run and per-tensor
+    forward-thread times as they are."""
+    from types import SimpleNamespace as NS
+
+    from memopt.step_layers import step_offload_timing
+
+    rates = NS(h2d_bytes_per_s=1e9, d2h_bytes_per_s=2e9, run_offload_s=7e-5,
+               run_offload_tensor_s=2e-5)  # fmt: skip
+    cands = [
+        NS(name="big", nbytes=4 * MiB),
+        NS(name="edge", nbytes=MiB),
+        NS(name="rstd", nbytes=64),
+    ]
+    tl = NS(bwd_op_s=(1e-3, 1e-3), fwd_op_s=(5e-4,))
+    layer = NS(problem=NS(candidates=cands, timeline=tl), rates=rates)
+    other = NS(problem=NS(candidates=[NS(name="x", nbytes=8 * MiB)], timeline=tl), rates=rates)
+    problems = {0: other, 1: layer, 2: other}
+    layers, t = step_offload_timing([0, 1, 1, 1, 2], ["e", "L", "L", "L", "h"], problems,
+                                    min_bytes=MiB)  # fmt: skip
+    assert layers == [[1], [2], [3]]
+    assert t.tensors[1] == frozenset({"big", "edge"}) and t.tensors[0] == frozenset({"x"})
+    assert (t.cpu_s_per_run, t.cpu_s_per_tensor) == (7e-5, 2e-5)
+    assert t.bwd_s == [2e-3] * 5 and t.fwd_s == [5e-4] * 5
+    assert (t.h2d_bytes_per_s, t.d2h_bytes_per_s) == (1e9, 2e9)
