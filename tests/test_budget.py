@@ -153,6 +153,9 @@ def test_planner_peak_is_the_applied_plans_peak(monkeypatch, pin):
     # without the copies' CPU time, which would outweigh every offload on this small model
     rates = dataclasses.replace(memopt.planner.H100_DEFAULTS, copy_op_s=0.0)
     monkeypatch.setattr(memopt.planner, "H100_DEFAULTS", rates)
+    if not pin:  # the relaxed attention recompute is the unfused graph's plan (the LM head's
+        # logits are what the fused graph's budget drops instead)
+        monkeypatch.setenv("MEMOPT_FUSE_LOSS", "0")
 
     cfg = [
         "num_hidden_layers=4",
@@ -177,6 +180,8 @@ def test_planner_peak_is_the_applied_plans_peak(monkeypatch, pin):
     d = json.loads(out.getvalue())
     planner = d["report"]["regions"][0]["extra"]["planner"]
     assert planner["feasible"]
+    # the CLI fuses the loss as training does with a budget (its default)
+    assert ("fused_loss" in d["report"]["regions"][0]["extra"]) == bool(pin)
     if pin:
         assert any(":3:" in p for p in planner["plan_strings"])  # offload is part of the plan
     else:

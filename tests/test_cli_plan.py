@@ -161,3 +161,34 @@ def test_gpt_text_output_without_allocating_parameters():
     assert "BiasGelu+" in out and "*batch*seq" in out
     for part in ("parameters", "gradients", "optimizer states", "activations", "temporaries"):
         assert f"\n  {part} " in out
+
+
+def test_a_budget_plan_fuses_the_loss_and_plans_as_training_does():
+    """``memopt plan --budget`` fuses the LM head and its loss as ``memopt.optimize(model,
+    budget=...)`` does by default, so it answers with training's plan: the same plan strings,
+    the same saved bytes before and after, and the fused-loss section in the report."""
+    import memopt
+
+    code, out = _cli(
+        ["plan", "hf:llama", "--config", *TINY_LLAMA, "--batch", "4", "--seq", "64"]
+        + ["--device-kind", "cpu", "--dtype", "fp32", "--budget", "0.5", "--json"]
+    )
+    assert code == 0
+    cli = json.loads(out)["report"]
+    region = cli["regions"][0]
+    assert "fused_loss" in region["extra"]
+
+    source = models.resolve("hf:llama", models.split_overrides(TINY_LLAMA)[0])
+    torch.manual_seed(0)
+    built = source.materialize(batch=4, seq=64, dtype=torch.float32)
+    torch._dynamo.reset()
+    opt = memopt.optimize(built.model, budget=0.5)
+    opt(*built.args, **built.kwargs).loss.backward()
+    trained = memopt.report(opt).to_dict()
+    torch._dynamo.reset()
+    got = trained["regions"][0]
+    assert "fused_loss" in got["extra"]
+    want = got["extra"]["planner"]
+    assert region["extra"]["planner"]["plan_strings"] == want["plan_strings"]
+    assert cli["saved_bytes_before"] == trained["saved_bytes_before"]
+    assert cli["saved_bytes_after"] == trained["saved_bytes_after"]

@@ -48,6 +48,7 @@ from memopt.cli.models import Built
 from memopt.config import MemoptConfig
 from memopt.errors import PlanError
 from memopt.partitioner import MemoptPartitioner, MemoptState
+from memopt.regions import _fuse_loss
 from memopt.report import RegionReport
 from memopt.symbolic import SymbolTable
 
@@ -118,6 +119,9 @@ class _PlanPartitioner(MemoptPartitioner):
         # every symbol of the traced graphs at its hint (the inputs' own sizes, e.g. labels of
         # a masked LM, appear only in the inputs' bytes, not in any report)
         self.hints: dict[str, int] = {}
+        # the fused loss of the graph being compiled (set by the backend, as training's
+        # RegionProgram fuses before compiling), for its regions' reports
+        self.fused: dict | None = None
 
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any):
         from memopt.passes.pipeline import run_pipeline
@@ -134,6 +138,8 @@ class _PlanPartitioner(MemoptPartitioner):
                 activation_inputs=self.activation_inputs,
             )
             region = RegionReport.from_pipeline(0, result)
+            if self.fused:
+                region.extra["fused_loss"] = self.fused
             state.add_region(region)
             profile = step_profile(
                 result.fw,
@@ -313,6 +319,8 @@ def trace(
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         graphs.append(gm)
+        # the loss fused as training fuses it (a budget's default, or fuse_loss=True)
+        partitioner.fused = _fuse_loss(configs[-1], partitioner.state, gm)
         partitioner.activation_inputs = tuple(
             isinstance(x, torch.Tensor) and x.grad_fn is not None for x in example_inputs
         )
