@@ -123,6 +123,10 @@ def cli(out: Path) -> None:
                 "max_rss_kib": int(rss),
                 "cpu_phases": phases[-1] if phases else "",
                 "stdout_tail": p.stdout.splitlines()[-12:],
+                # the budget planner's verdict, above a sync dict that wraps over many lines
+                "planner_lines": [
+                    x for x in p.stdout.splitlines() if x.startswith(("Budget planner", "smallest"))
+                ],
             }
         )
         print(f"{wall:6.1f} s  {command}", flush=True)

@@ -120,7 +120,7 @@ def cli(index: str, field: str, *args: str) -> str:
         return f"{r['max_rss_kib'] * 1024 / GiB:.2f}"
     if field == "phase":
         return f"{_phase(r, args[0]):.1f}"
-    out = "\n".join(r["stdout_tail"])
+    out = "\n".join([*r["stdout_tail"], *r.get("planner_lines", ())])
     if field == "fit":
         label = {"none": r"none \(level 0\)", "level1": "level 1", "planner": "planner"}[args[0]]
         return _found(rf"^{label}\s+(\d+)\s", out)
