@@ -31,11 +31,11 @@ def _menu(rng: random.Random, n: int) -> list[Option]:
     return out
 
 
-def _brute(sequence, menus, target, offsets):
+def _brute(sequence, menus, target, offsets, away=None):
     best = None
     for combo in itertools.product(*(menus[r] for r in sequence)):
         chosen = dict(enumerate(combo))
-        if step_peak(range(len(sequence)), chosen, offsets)[0] > target:
+        if step_peak(range(len(sequence)), chosen, offsets, away)[0] > target:
             continue
         cost = sum(o.overhead_s for o in combo)
         best = cost if best is None else min(best, cost)
@@ -92,17 +92,6 @@ def test_the_fsdp2_step_on_an_h200_gets_the_optimum_the_descent_missed():
     assert len(variants) <= 3  # the layer region compiles at most MAX_VARIANTS plans
 
 
-def _brute_away(sequence, menus, target, offsets, away):
-    best = None
-    for combo in itertools.product(*(menus[r] for r in sequence)):
-        chosen = dict(enumerate(combo))
-        if step_peak(range(len(sequence)), chosen, offsets, away)[0] > target:
-            continue
-        cost = sum(o.overhead_s for o in combo)
-        best = cost if best is None else min(best, cost)
-    return best
-
-
 @pytest.mark.parametrize("seed", range(30))
 def test_exact_runs_with_offloaded_runs_is_the_brute_force_optimum(seed):
     """Runs offloaded across the step (``away``): an offloaded run's option sets the bytes it
@@ -116,7 +105,7 @@ def test_exact_runs_with_offloaded_runs_is_the_brute_force_optimum(seed):
     gone = frozenset(range(rng.randint(1, 2)))  # the first runs, as the first layers
     away = {i: gone for i in range(max(gone) + 2, n)}
     target = rng.randint(150, 350)
-    want = _brute_away(sequence, menus, target, offsets, away)
+    want = _brute(sequence, menus, target, offsets, away)
     got = exact_runs(sequence, {r: pareto(m) for r, m in menus.items()}, target, offsets, away)
     if want is None:
         assert got is None
