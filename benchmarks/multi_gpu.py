@@ -233,7 +233,8 @@ def steps(args) -> None:
     plain = functools.partial(torch.compile, model)
     run("compile", "torch.compile", plain)
     peaks = {}
-    for b in (0.5, 0.1) if "budgets" in want else ():
+    points = [float(x) for x in args.points.split(",")]
+    for b in points if "budgets" in want else ():
         peaks[b] = run(f"torch{b}", f"torch.compile budget={b}", plain, budget=b).get("peak")
     if "level" in want:
         run("level1", "memopt level=1", lambda: memopt.optimize(model, level=1), memopt_row=True)
@@ -557,6 +558,7 @@ def main(argv=None) -> None:
     s.add_argument("--memopt-log", help="memopt's INFO log (rank r > 0: PATH.rank<r>)")
     s.add_argument("--optimizer", default="adamw", choices=("adamw", "device_overlap"))
     s.add_argument("--targets", default="", help="POINT=BYTES,...: memopt aims at these peaks")
+    s.add_argument("--points", default="0.5,0.1", help="torch's budgets (with budgets)")
     for name, run_help in (("params", "part 2: the driver"), ("param-variant", "under torchrun")):
         p = sub.add_parser(name, parents=[common], help=run_help)
         p.add_argument("--name", default="memopt")
