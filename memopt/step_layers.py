@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memopt.plan import Strategy
+
 
 def layer_runs(keys: Sequence[object]) -> list[list[int]]:
     """The layers of a step whose layers are compiled regions: the longest stretch of runs
@@ -166,8 +168,8 @@ class StepTiming:
 def kept_tensors(decisions: Mapping[str, Any], names: frozenset[str]) -> int:
     """Of ``names``, the saved tensors a plan (its non-keep ``decisions`` by candidate name)
     leaves saved: not recomputed, not offloaded inside its region (a compromise keeps one)."""
-    gone = ("RECOMPUTE", "OFFLOAD")
-    return sum(1 for n in names if getattr(decisions.get(n), "name", None) not in gone)
+    gone = (Strategy.RECOMPUTE, Strategy.OFFLOAD)  # an IntEnum: plain ints compare equal
+    return sum(1 for n in names if decisions.get(n) not in gone)
 
 
 def offload_times(

@@ -77,6 +77,7 @@ def test_an_offloaded_runs_cpu_time_counts_the_tensors_its_plan_keeps():
     assert kept_tensors({}, names) == 4
     plan = {"a": Strategy.RECOMPUTE, "b": Strategy.OFFLOAD, "c": Strategy.COMPROMISE, "x": 1}
     assert kept_tensors(plan, names) == 2
+    assert kept_tensors({"a": 1, "b": 3, "c": 2}, names) == 2  # decisions read back as ints
     one = offload_choice(LAYERS, 1, 6)
     t = StepTiming(bwd_s=[1.0] * 6, h2d_bytes_per_s=100 * MiB, cpu_s_per_run=0.1,
                    cpu_s_per_tensor=0.01, tensors={1: names})  # fmt: skip
