@@ -51,7 +51,7 @@ class RegionProgram:
     ):
         self.config, self.state = config, state
         self._inductor = dict(inductor or {})  # Inductor settings (torch.compile's mode=, options=)
-        self._fused = _fuse_loss(config, state, gm)
+        self._fused = fuse_loss_section(config, state, gm)
         # clusters of plans with a Count: the Count is over the step, so runs of this graph
         # after other occurrences apply what is left of it (plan variants)
         self._counted = frozenset(p.cluster_id for p in config.plans if p.count >= 0)
@@ -312,9 +312,10 @@ def _over_model(region: Any, assigned: Any = None) -> bool:
     return peak is not None and model is not None and peak > model * (1 + GUARD_EXCESS)
 
 
-def _fuse_loss(config: MemoptConfig, state: MemoptState, gm: Any) -> dict | None:
+def fuse_loss_section(config: MemoptConfig, state: MemoptState, gm: Any) -> dict | None:
     """``fuse_loss=True``: fuse ``gm``'s linear layers and their cross-entropy (in place); the
-    report's section, or None. A loss left unfused is a warning that says why."""
+    report's section, or None. A loss left unfused is a warning that says why. Training's
+    regions and ``memopt plan``'s trace (memopt.cli.trace) both fuse through it."""
     if not config.fuse_loss or not torch.is_grad_enabled():
         return None
     from memopt.passes.fuse_loss import fuse_loss_pass

@@ -48,7 +48,7 @@ from memopt.cli.models import Built
 from memopt.config import MemoptConfig
 from memopt.errors import PlanError
 from memopt.partitioner import MemoptPartitioner, MemoptState
-from memopt.regions import _fuse_loss
+from memopt.regions import fuse_loss_section
 from memopt.report import RegionReport
 from memopt.symbolic import SymbolTable
 
@@ -320,7 +320,7 @@ def trace(
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         graphs.append(gm)
         # the loss fused as training fuses it (a budget's default, or fuse_loss=True)
-        partitioner.fused = _fuse_loss(configs[-1], partitioner.state, gm)
+        partitioner.fused = fuse_loss_section(configs[-1], partitioner.state, gm)
         partitioner.activation_inputs = tuple(
             isinstance(x, torch.Tensor) and x.grad_fn is not None for x in example_inputs
         )
