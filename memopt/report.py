@@ -161,8 +161,7 @@ class Report:
         return replace(self, regions=regions, sizes_from=source, step=step)
 
     def runs(self, region: RegionReport) -> int:
-        """How many times the region runs per step (1 when the step's forward is not known:
-        before the first backward)."""
+        """Runs of the region per step (1 before the first backward: the forward unknown)."""
         if self.step is None or not self.step.forward_known:
             return 1
         return self.step.sequence.count(region.index)
@@ -360,6 +359,8 @@ class Report:
 
     def _notes(self) -> list[str]:
         before, after = self.saved_bytes()
+        fused = any((r.extra.get("fused_loss") or {}).get("losses") for r in self.regions)
+        fused = "'s plans (the loss fused: it holds no logits)" if fused else ""
         syms = ", ".join(f"{k}={v}" for k, v in sorted(self.symbols().items()))
         syms = f"{syms} (sizes of {self.sizes_from})" if syms else "static shapes"
         notes = [
@@ -367,8 +368,8 @@ class Report:
             "separated for several) or memopt.optimize(model, config=[...]); level=1 enables every "
             "strategy-1 plan, level=2 also the strategy-2 (compromise) plans.",
             f"Note 2: saving values use these symbol values: {syms}.",
-            f"Note 3: activation bytes saved for backward: {fmt_bytes(before)} without memopt, "
-            f"{fmt_bytes(after)} with this plan ({self._regions_text()})"
+            f"Note 3: activation bytes saved for backward: {fmt_bytes(before)} without memopt"
+            f"{fused}, {fmt_bytes(after)} with this plan ({self._regions_text()})"
             + (
                 f", of which {fmt_bytes(self.offloaded_bytes())} are offloaded to host memory."
                 if self.offloaded_bytes()
@@ -594,7 +595,6 @@ def _check_one_plan_per_cluster(regions: Sequence[RegionReport]) -> None:
                 raise ValueError(
                     f"cluster {cid!r} is planned {seen[cid][0]} in region {seen[cid][1]} and "
                     f"{mine} in region {r.index}: one plan file applies one plan to every "
-                    "region; freeze the regions' plans separately "
-                    "(report.regions[i].extra['frozen'])"
+                    "region; freeze the regions' plans separately (report.regions[i].extra['frozen'])"
                 )
             seen.setdefault(cid, (mine, r.index))

@@ -16,6 +16,7 @@ import memopt
 from memopt import fused_loss
 from memopt.config import resolve_config
 from memopt.errors import ConfigError
+from memopt.symbolic import fmt_bytes
 from tests.helpers import compare, tiny_llama
 
 N, H, V = 64, 16, 40  # tokens, hidden, classes: N > H, so the weight's gradient is the smaller
@@ -93,6 +94,10 @@ def test_a_budget_fuses_by_default_and_its_estimates_are_the_fused_graphs_measur
     before, after = rep.saved_bytes()
     assert before == level0.saved_bytes()[0] and before + 8 * 4 == fused0 < unfused
     assert after + 8 * 4 == measured < fused0
+    # the table says which "before" it is: torch.compile's unfused graph also holds the logits
+    assert f"{fmt_bytes(before)} without memopt's plans (the loss fused: it holds no logits), " in (
+        rep.table().replace("\n        ", " ")
+    )
 
 
 def test_the_returned_logits_get_their_gradient_when_a_loss_reads_them():
