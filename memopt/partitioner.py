@@ -43,6 +43,7 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
         activation_inputs: Sequence[bool] = (),
         count_offsets: Mapping[str, int] | None = None,
         guarded: bool = False,
+        frame: str = "",
     ):
         self.config = config
         self.state = state
@@ -52,6 +53,7 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
         # occurrences of counted plans' clusters in the step's earlier runs
         self.count_offsets = None if count_offsets is None else dict(sorted(count_offsets.items()))
         self.guarded = guarded  # compiled again with the fusion guard (fusion_guard="auto")
+        self.frame = frame  # the model's path of the compiled frame's module (detect_layers)
 
     def context(self) -> str:
         """What the step gives this region, for cache keys ('' when nothing)."""
@@ -80,6 +82,7 @@ class MemoptPartitioner(compat.CustomPartitionerFn):
                 activation_inputs=self.activation_inputs,
                 count_offsets=self.count_offsets,
                 model_layers=self.state.model_layers,
+                frame=self.frame,
                 cuda_graphs=self.state.cuda_graphs,
             )
         except PlanError:

@@ -264,6 +264,22 @@ class RegionRegistry:
         self.step_inputs = {k for k in map(_real_storage, leaves) if k is not None}
         self._model = weakref.ref(module)
 
+    def frame_prefix(self, gm: Any, example_inputs: Sequence[Any]) -> str:
+        """The model's path of the module whose frame dynamo compiled into ``gm`` ('' for the
+        model's own forward, or before the model's call is seen): its layers are named from
+        there (:func:`memopt.passes.detect_layers.frame_prefix`)."""
+        from memopt.passes.detect_layers import frame_prefix, normalize_module_path
+
+        model = self._model() if self._model is not None else None
+        if model is None:
+            return ""
+        named = itertools.chain(
+            model.named_parameters(remove_duplicate=False),
+            model.named_buffers(remove_duplicate=False),
+        )
+        names = {id(t): normalize_module_path(n) for n, t in named}
+        return frame_prefix(compat.placeholder_sources(gm), example_inputs, names)
+
     def activation_inputs(self, example_inputs: Sequence[Any]) -> tuple[int, ...]:
         """Per input of a region being compiled, whether it is an activation of the step (held
         for this region's backward when saved, like its own): :data:`PER_RUN`, a tensor

@@ -78,6 +78,7 @@ class RegionProgram:
             (x.device for x in example_inputs if isinstance(x, torch.Tensor) and x.is_cuda), None
         )
         self._guard = False  # fusion_guard="auto" guards this region's compiles (it won once)
+        self._frame = state.frame_prefix(gm, example_inputs)
         before = self._before()
         self._fn, _ = self._compile(
             gm, example_inputs, held=state.held_bytes(), assigned=None, before=before
@@ -122,6 +123,7 @@ class RegionProgram:
             activation_inputs=self._activation_inputs,
             count_offsets=before,
             guarded=guarded and self.config.fusion_guard == "auto",
+            frame=self._frame,
         )
         self.state.note_compile()
         self.state.begin_region(gm, example_inputs, context=p.context(), index=replace)

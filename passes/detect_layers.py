@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import torch.fx
 
@@ -33,8 +35,12 @@ from memopt import meta_keys as mk
 #: the source dynamo names the traced module by: ``L['self']``, ``L['args'][0]`` (a decorated
 #: ``forward`` in transformers >= 5.24), ``L['kwargs']['model']``, ``G['net']``
 _LOCAL = re.compile(r"^[LG]\[[^\]]*\](\[[^\]]*\])*\.?")
-#: path components that wrappers insert and users do not write
-_WRAPPERS = frozenset({"_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module"})
+#: path components that wrappers insert and users do not write; ``__dict__`` and ``_modules``:
+#: dynamo's source for a module reached past a ``__getattr__`` of its own (diffusers'
+#: ``ModelMixin``: ``L['self'].__dict__['_modules']['blocks'][0]``)
+_WRAPPERS = frozenset(
+    {"_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module", "__dict__", "_modules"}
+)
 _SUBSCRIPT = re.compile(r"\[['\"]?([A-Za-z0-9_]+)['\"]?\]")
 _GETATTR = re.compile(r"getattr\((.*?), ['\"]([A-Za-z0-9_]+)['\"]\)")
 
@@ -127,7 +133,10 @@ def _containers(children: dict[str, set[int]], order: dict[str, tuple]) -> list[
 
 
 def detect_layers_pass(
-    gm: torch.fx.GraphModule, prefix: str | None = None, model_layers: Sequence[str] = ()
+    gm: torch.fx.GraphModule,
+    prefix: str | None = None,
+    model_layers: Sequence[str] = (),
+    frame: str = "",
 ) -> list[str]:
     """Tag ``node.meta[LAYER]`` and return the layer names (``model.layers.0``, ...) in forward
     order (see the module docstring).
@@ -137,22 +146,59 @@ def detect_layers_pass(
     when there is none. ``model_layers``: the model's layers as ``memopt.optimize`` counts
     them (in order). Where the graph's repeated modules are none of them but some of its nodes
     run inside them, those are its layers: MobileViT's blocks differ in type, and its layers
-    are the lists inside them (sweep 4).
+    are the lists inside them (sweep 4). ``frame``: the model's path of the module whose
+    frame dynamo compiled (:func:`frame_prefix`); the graph's module paths start there, the
+    names returned are the model's.
     """
+    local = {_within(n, frame): n for n in model_layers if _within(n, frame) is not None}
+    if prefix is not None:
+        prefix = normalize_module_path(prefix)
+        prefix = _within(prefix, frame) if _within(prefix, frame) is not None else prefix
     layers = _detect(list(gm.graph.nodes), prefix)
-    if prefix is None and model_layers and not set(layers[0]) & set(model_layers):
-        inner = _inside(layers[1], model_layers)
+    names = [local.get(n) or ".".join(filter(None, (frame, n))) for n in layers[0]]
+    if prefix is None and local and not set(names) & set(model_layers):
+        inner = _inside(layers[1], list(local))
         if inner[0]:
             layers = inner
+            names = [local[n] for n in inner[0]]
     for node, k in layers[1].items():
         node.meta[mk.LAYER] = k
-    return layers[0]
+    return names
+
+
+def _within(path: str, frame: str) -> str | None:
+    """``path`` (the model's) from ``frame`` on; None when it is not inside ``frame``."""
+    if not frame:
+        return path
+    return path[len(frame) + 1 :] if path.startswith(frame + ".") else None
+
+
+def frame_prefix(
+    sources: Sequence[str | None], inputs: Sequence[Any], names: dict[int, str]
+) -> str:
+    """The model's path of the module whose frame dynamo compiled: '' for the model's own
+    ``forward``; ``inner`` for a graph of ``model.inner.forward`` (a graph break inside it made
+    the frame a region of its own: LED's encoder, Llava's language model). Each weight the
+    graph reads tells it: its name in the model (``names``: ``id`` of the tensor -> name) ends
+    with its path in the frame (``sources``: dynamo's, per graph input); the most common wins."""
+    votes: Counter[str] = Counter()
+    for src, x in zip(sources, inputs):
+        full = names.get(id(x))
+        if full is None or src is None:
+            continue
+        rel = ".".join(c for c in normalize_module_path(src).split(".") if c not in _HOLDERS)
+        if full == rel or full.endswith("." + rel):
+            votes[full[: len(full) - len(rel)].rstrip(".")] += 1
+    return votes.most_common(1)[0][0] if votes else ""
+
+
+#: components of a weight's source that hold it in its module (``_parameters['weight']``)
+_HOLDERS = frozenset({"_parameters", "_buffers"})
 
 
 def _detect(nodes: list[torch.fx.Node], prefix: str | None) -> tuple[list[str], dict]:
-    """The layer names and each node's layer index (None outside them)."""
-    if prefix is not None:
-        prefix = normalize_module_path(prefix)
+    """The layer names and each node's layer index (None outside them); ``prefix``
+    normalized."""
     found: dict[torch.fx.Node, tuple[str, int]] = {}
     children: dict[str, set[int]] = {}
     for node in nodes:

@@ -89,6 +89,7 @@ class Region:
     layers: list[str] = field(default_factory=list)  # the repeated layers (module paths)
     # the model's layers, as offload_layers and the sync dict number them (api._check_layers)
     model_layers: tuple[str, ...] = ()
+    frame: str = ""  # the model's path of the module dynamo compiled (detect_layers.frame_prefix)
     groups: list = field(default_factory=list)  # find_saved_activations.SavedGroup
     subgraphs: list = field(default_factory=list)  # find_recompute_subgraphs.Subgraph
     candidates: list[SavedActivation] = field(default_factory=list)
@@ -158,7 +159,7 @@ def saved_activation_bytes(
 
 def detect_layers(r: Region) -> Region:
     # on the joint graph, before any partition: the forward and backward graphs copy the tags
-    r.layers = detect_layers_pass(r.joint, r.config.layers, r.model_layers)
+    r.layers = detect_layers_pass(r.joint, r.config.layers, r.model_layers, r.frame)
     return r
 
 
@@ -536,6 +537,7 @@ def run_pipeline(
     activation_inputs: Sequence[int] = (),
     count_offsets: Mapping[str, int] | None = None,
     model_layers: Sequence[str] = (),
+    frame: str = "",
     cuda_graphs: bool = False,
 ) -> Region:
     """Run every pass on one joint graph; the returned Region holds the final forward and
@@ -555,6 +557,7 @@ def run_pipeline(
         activation_inputs=activation_inputs,
         count_offsets=count_offsets,
         model_layers=tuple(model_layers),
+        frame=frame,
         cuda_graphs=cuda_graphs,
     )
     region = run_passes(region)

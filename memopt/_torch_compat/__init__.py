@@ -21,6 +21,7 @@ from memopt._torch_compat.compile_info import (  # noqa: F401  (re-export)
     graph_kept,
     inductor_mode_options,
     inductor_setting_names,
+    placeholder_sources,
 )
 from memopt._torch_compat.rng import (  # noqa: F401  (re-export)
     _PLANNING_FOR_CUDA,

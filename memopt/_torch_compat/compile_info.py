@@ -56,3 +56,15 @@ def fake_call(args: Sequence[Any]) -> bool:
 def graph_kept() -> bool:
     """Whether the running backward keeps the graph (``retain_graph`` or ``create_graph``)."""
     return bool(torch._C._autograd._get_current_graph_task_keep_graph())
+
+
+def placeholder_sources(gm: torch.fx.GraphModule) -> list[str | None]:
+    """Per placeholder of a dynamo graph, the source dynamo read it from
+    (``L['self']._modules['layers']._modules['0']._parameters['weight']``; None where unknown)."""
+    out: list[str | None] = []
+    for node in gm.graph.find_nodes(op="placeholder"):
+        src = getattr(node.meta.get("grapharg"), "source", None)
+        name = getattr(src, "name", None)
+        name = name() if callable(name) else name
+        out.append(name if isinstance(name, str) else None)
+    return out
