@@ -54,6 +54,28 @@ def two_blocks_repeat(batch: int = 4, seq: int = 8):
     return TwoBlocks("repeat"), {"x": torch.randn(batch, seq, D)}
 
 
+class Checked(nn.Module):
+    """A data check that must hold between two blocks, as transformers' VLMs check their
+    image-token count (``torch_compilable_check``: ``torch._check_tensor_all``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+
+    def forward(self, x, ids):
+        h = F.gelu(self.up(x))
+        n = (ids == 5).sum(dim=1)
+        torch._check_tensor_all(n == ids.shape[1] // 2)  # line: CHECK
+        torch._assert((n > 0).all(), "no image token")
+        return self.down(h).pow(2).mean()
+
+
+def checked(batch: int = 4, seq: int = 8):
+    ids = torch.zeros(batch, seq, dtype=torch.long)
+    ids[:, : seq // 2] = 5
+    return Checked(), {"x": torch.randn(batch, seq, D), "ids": ids}
+
+
 def _line(tag: str) -> str:
     n = next(i for i, line in enumerate(open(__file__), 1) if f"# line: {tag}" in line)
     return f"test_cli_datadep.py:{n}"
@@ -91,6 +113,18 @@ def test_item_and_mask_between_blocks(capsys, tmp_path):
     # region 1 saves GELU's input and output (2 x 128 floats a token); region 2 its rows,
     # every one of the 4 x 8 tokens (the mask's stand-in), scaled, and down's output
     assert [r["baseline_saved_symbolic"] for r in regions] == ["1024*batch*seq", "20480"]
+
+
+def test_torchs_own_checks_hold_on_stand_ins(capsys, tmp_path):
+    """Where ``if bad.any(): raise`` gets False, torch's checks get True: they must hold (a
+    sweep's Llava: "tracing failed: RuntimeError: Expected cond to be True")."""
+    _, doc = _plan(capsys, tmp_path, "tests.test_cli_datadep:checked", "--batch", "4")
+    assert (
+        f".item() at {_line('CHECK')}: eager code between graphs; its value is not known when "
+        "planning (traced with True)"
+    ) in doc["notes"]
+    assert any("bool() at" in n and n.endswith("(traced with True)") for n in doc["notes"])
+    assert len(doc["report"]["regions"]) == 2
 
 
 def test_op_without_stand_in_stops_the_trace_and_plans_what_came_before(capsys, tmp_path):

@@ -7,7 +7,9 @@ values, between the compiled regions. ``memopt plan`` traces with fake tensors, 
 shapes but no values, so each such read or op gets a stand-in, named with its source line:
 
 * a value read (``.item()``, ``bool()``, ``int()``, ``float()``, ``.tolist()``): 1, 1.0, or
-  False for a truth value (data checks such as ``if (labels >= vocab).any(): raise`` pass);
+  False for a truth value (data checks such as ``if (labels >= vocab).any(): raise`` pass),
+  True where torch's own checks read it (``torch._check_tensor_all(cond)``, ``torch._assert``:
+  transformers' ``torch_compilable_check``, Llava's image-token count, must hold);
 * an op whose output size depends on values: its largest output (every element selected or
   distinct; ``_ctc_loss``'s alignment table for the longest target the targets' shape allows),
   so memory planned after it is an upper bound.
@@ -47,6 +49,23 @@ def value_stand_in(t: torch.Tensor) -> bool | int | float:
     return 1.0 if t.is_floating_point() or t.is_complex() else 1
 
 
+def _for_torch_check() -> bool:
+    """Whether the value being read is the condition of one of torch's checks
+    (``torch._check_tensor_all``, ``torch._check*``, ``torch._assert``), which must hold."""
+    frame = sys._getframe(2)
+    while frame is not None and _own(frame.f_code.co_filename):
+        code = frame.f_code
+        if code.co_filename.endswith(_TORCH_INIT) and code.co_name.startswith(
+            ("_check", "_assert")
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_TORCH_INIT = os.sep + "torch" + os.sep + "__init__.py"
+
+
 def user_line(frame: Any = None) -> str:
     """``file:line`` of the innermost caller outside torch and memopt."""
     frame = frame or sys._getframe(2)
@@ -77,6 +96,8 @@ def stand_in_values(used: list[str]) -> Iterator[None]:
             if not isinstance(self, FakeTensor) or torch.compiler.is_compiling():
                 return original(self, *args, **kwargs)
             value = value_stand_in(self) if name != "__bool__" else False
+            if self.dtype == torch.bool and name in ("item", "__bool__") and _for_torch_check():
+                value = True
             convert = {"__int__": int, "__float__": float, "__bool__": bool}.get(name)
             value = convert(value) if convert else value
             method = "." + name + "()" if not name.startswith("__") else name.strip("_") + "()"
