@@ -36,6 +36,12 @@ def mlp(batch: int = 4, seq: int = 8):
     return model, (torch.randn(batch, seq, 32),)
 
 
+def video(batch: int = 2, seq: int = 8):
+    """A factory whose input has 2 frames: at batch 2 the frames are the batch's size."""
+    model = nn.Sequential(nn.Conv3d(4, 8, 3, padding=1), nn.GELU(), nn.Conv3d(8, 4, 1))
+    return model, (torch.randn(batch, 4, 2, seq, seq),)
+
+
 def _cli(argv: list[str]) -> tuple[int, str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
@@ -145,6 +151,18 @@ def test_factory_symbols_and_exact_bytes():
     before = measured_saved(source, 0, 3, 10)
     assert d["report"]["saved_bytes_before"] == before
     assert d["report"]["saved_bytes_after"] == before - 512 * 3 * 10
+
+
+def test_only_a_leading_dimension_of_the_batchs_size_is_the_batch():
+    """UNet3D's 2 frames at batch 2 were traced as a second batch: ``batch^2`` bytes."""
+    code, out = _cli(["plan", "tests.test_cli_plan:video", "--batch", "2", "--seq", "6"]
+                     + ["--device-kind", "cpu", "--json"])  # fmt: skip
+    assert code == 0
+    region = json.loads(out)["report"]["regions"][0]
+    # the GELU's input and output: 2 x 8 channels x 2 frames x seq x seq, float32
+    assert region["baseline_saved_symbolic"] == "128*batch*seq**2"
+    source = models.resolve("tests.test_cli_plan:video", {})
+    assert measured_saved(source, 0, 3, 6) == 128 * 3 * 6**2
 
 
 def test_gpt_text_output_without_allocating_parameters():

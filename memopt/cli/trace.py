@@ -239,10 +239,14 @@ def _no_codegen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwarg
 
 
 def _mark_sizes(values: Sequence[Any], sizes: Sequence[int]) -> None:
+    """Mark the input dimensions of the batch (``sizes[0]``: a leading dimension) and the
+    sequence (``sizes[1]``, anywhere) dynamic. Another dimension of the batch's size is the
+    model's own (UNet3D's frames at batch 2 made its activations ``batch^2``)."""
     for x in values:
         if isinstance(x, torch.Tensor):
             for d in range(x.dim()):
-                if x.shape[d] in sizes and x.shape[d] > 1:
+                n = x.shape[d]
+                if n > 1 and (n == sizes[0] and d == 0 or n in sizes[1:]):
                     compat.mark_dynamic(x, d)
         elif isinstance(x, list | tuple):
             _mark_sizes(x, sizes)
@@ -298,8 +302,9 @@ def trace(
 ) -> TraceResult:
     """Trace one training step of ``built`` (meta model and inputs) for each config.
 
-    With ``dynamic``, every input dimension whose size is one of ``sizes`` (the batch and
-    sequence length the model was built with) is traced symbolically. ``emulate_cuda``: trace
+    With ``dynamic``, the input dimensions of ``sizes`` (the batch and sequence length the
+    model was built with: a leading dimension of the batch's size, any of the sequence's) are
+    traced symbolically. ``emulate_cuda``: trace
     a ``cuda`` plan on fake CPU tensors with GPU attention kernels (default: when no CUDA)."""
     if emulate_cuda is None:
         emulate_cuda = not torch.cuda.is_available()
