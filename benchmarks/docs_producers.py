@@ -348,10 +348,10 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
-        "multi_gpu_steps_w1_s63*.json",
+        "multi_gpu_steps_w1_s6[35]*.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only budgets,auto --warmup 9 --iters 20 --out docs/data/{file} (the fused loss on by "
-        "default with a budget; docs/data/logs/s63/gpu3.sh, gpu4.sh)",
+        "default with a budget; docs/data/logs/s63/gpu3.sh, gpu4.sh; s65: docs/data/logs/s65/gpuC.sh)",
         "gpu",
     ),
     Producer(

@@ -243,6 +243,8 @@ zoo_gpu_s59 = _zoo_gpu_of("_s59", "The fifty-ninth session's Mistral, Qwen2, Whi
 zoo_gpu_s60 = _zoo_gpu_of("_s60", "The sixtieth session's ResNet (relaxed), ConvNeXt, Swin (H100).")
 zoo_gpu_s63 = _zoo_gpu_of("_s63a", "The sixty-third session's Qwen2-MoE and Mistral (H200).")
 zoo_gpu_s63b = _zoo_gpu_of("_s63b", "The sixty-third session's Qwen2, parts ordered (H100).")
+zoo_gpu_s65a = _zoo_gpu_of("_s65a", "The sixty-fifth session's BART, fused by default (H100).")
+zoo_gpu_s65w = _zoo_gpu_of("_s65w", "The sixty-fifth session's Whisper (H100).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -333,7 +335,7 @@ def section_cpu_reorder(rows: list) -> str:
 
 
 #: issue 14's FSDP2 step runs: docs/data/multi_gpu_steps_w1_<tag>.json
-FSDP_STEP_TAGS = "s29 s30a s30b s30c s31 s31b s31c s45 s53 s61 s62a s62b s62f s63a s63b"
+FSDP_STEP_TAGS = "s29 s30a s30b s30c s31 s31b s31c s45 s53 s61 s62a s62b s62f s63a s63b s65a"
 SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
     "cli_timings": Section(("cli_timings.json",), cli_timings),
@@ -453,17 +455,11 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s44v": Section(("zoo_gpu_convnext_s44v.json",), zoo_gpu_s44v),
     "zoo_gpu_s44d": Section(("zoo_gpu_mistral_s44d.json",), zoo_gpu_s44d),
     "zoo_gpu_s45": Section(("zoo_gpu_mistral_s45.json", "zoo_gpu_swin_s45.json"), zoo_gpu_s45),
-    "zoo_gpu_s45b": Section(
-        ("zoo_gpu_mistral_s45b.json", "zoo_gpu_gemma2_s45b.json"), zoo_gpu_s45b
-    ),
+    "zoo_gpu_s45b": Section(_zf("_s45b", "mistral gemma2"), zoo_gpu_s45b),
     "zoo_gpu_s45c": Section(("zoo_gpu_mistral_s45c.json",), zoo_gpu_s45c),
     "zoo_gpu_s46": Section(("zoo_gpu_gemma2_s46.json", "zoo_gpu_mistral_s46.json"), zoo_gpu_s46),
-    "zoo_gpu_s46b": Section(
-        ("zoo_gpu_gemma2_s46b.json", "zoo_gpu_mistral_s46b.json"), zoo_gpu_s46b
-    ),
-    "zoo_gpu_s46n": Section(
-        ("zoo_gpu_qwen2_moe_s46.json", "zoo_gpu_roberta_s46.json"), zoo_gpu_s46
-    ),
+    "zoo_gpu_s46b": Section(_zf("_s46b", "gemma2 mistral"), zoo_gpu_s46b),
+    "zoo_gpu_s46n": Section(_zf("_s46", "qwen2_moe roberta"), zoo_gpu_s46),
     "zoo_gpu_s47": Section(("zoo_gpu_qwen2_s47.json", "zoo_gpu_bart_s47.json"), zoo_gpu_s47),
     "zoo_gpu_s53": Section(("zoo_gpu_qwen2_s53.json", "zoo_gpu_mistral_s53.json"), zoo_gpu_s53),
     "zoo_gpu_s53a": Section(("zoo_gpu_qwen2_s53a.json",), zoo_gpu_s53a),
@@ -474,6 +470,8 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s60": Section(_zf("_s60", "resnet convnext swin"), zoo_gpu_s60),
     "zoo_gpu_s63a": Section(_zf("_s63a", "qwen2_moe mistral"), zoo_gpu_s63),
     "zoo_gpu_s63b": Section(_zf("_s63b", "qwen2"), zoo_gpu_s63b),
+    "zoo_gpu_s65a": Section(_zf("_s65a", "bart"), zoo_gpu_s65a),
+    "zoo_gpu_s65w": Section(_zf("_s65w", "whisper"), zoo_gpu_s65w),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),
