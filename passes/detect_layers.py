@@ -150,10 +150,9 @@ def detect_layers_pass(
     frame dynamo compiled (:func:`frame_prefix`); the graph's module paths start there, the
     names returned are the model's.
     """
-    local = {_within(n, frame): n for n in model_layers if _within(n, frame) is not None}
+    local = {rel: n for n in model_layers if (rel := _within(n, frame)) is not None}
     if prefix is not None:
-        prefix = normalize_module_path(prefix)
-        prefix = _within(prefix, frame) if _within(prefix, frame) is not None else prefix
+        prefix = _within(normalize_module_path(prefix), frame) or normalize_module_path(prefix)
     layers = _detect(list(gm.graph.nodes), prefix)
     names = [local.get(n) or ".".join(filter(None, (frame, n))) for n in layers[0]]
     if prefix is None and local and not set(names) & set(model_layers):
