@@ -89,8 +89,9 @@ def main(argv=None) -> None:
         torch._dynamo.reset()
         extra = {"offload_layers": "auto"} if a.offload_auto else {}
         compiled = memopt.optimize(model, budget=budget, **extra)
-        times, peak, _ = mg.train(model, init, compiled, ids, a.steps, 3, dev)
+        times, peak, _, phases = mg.train(model, init, compiled, ids, a.steps, 3, dev)
         records[-1].update(peak=peak, ms=sorted(times)[1], plan=plan_fingerprint(compiled)[1])
+        records[-1]["phases"] = phases
         print(budget, "peak", peak, "ms", records[-1]["ms"], "calls", len(records[-1]["calls"]))
         del compiled
         torch._dynamo.reset()

@@ -348,10 +348,11 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
-        "multi_gpu_steps_w1_s6[35]*.json",
+        "multi_gpu_steps_w1_s6[356]*.json",
         "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
         "--only budgets,auto --warmup 9 --iters 20 --out docs/data/{file} (the fused loss on by "
-        "default with a budget; docs/data/logs/s63/gpu3.sh, gpu4.sh; s65: docs/data/logs/s65/gpuC.sh)",
+        "default with a budget; docs/data/logs/s63/gpu3.sh, gpu4.sh; s65: docs/data/logs/s65/gpuC.sh"
+        "; s66: --iters 30, GPU phase times, docs/data/logs/s66/gpu1.sh)",
         "gpu",
     ),
     Producer(
@@ -455,6 +456,13 @@ PRODUCERS: tuple[Producer, ...] = (
         "offload_host*_s29.json",
         f"{PY}diag_offload_host.py --tensors 24 --mib 32 --repeats 20 --out docs/data/{{file}} "
         "(one H200; _before_: --impl with the step offload of 7149c70)",
+        "gpu",
+    ),
+    Producer(
+        "step_choice_s66.json",
+        "torchrun --standalone --nproc-per-node 1 benchmarks/diag_step_choice.py --budgets "
+        "9360502272,7614734848 --offload-auto --out docs/data/{file} (one H100, code a5186a9; "
+        "docs/data/logs/s66/gpu1.sh)",
         "gpu",
     ),
     Producer(

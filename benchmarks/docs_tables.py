@@ -155,6 +155,11 @@ def _zf(suffix: str, models: str) -> tuple[str, ...]:
     return tuple(f"zoo_gpu_{m}{suffix}.json" for m in models.split())
 
 
+def _zoo_files(suffix: str, models: str) -> Section:
+    """The section of one session's GPU zoo files (``zoo_gpu_<model><suffix>.json``)."""
+    return Section(_zf(suffix, models), _zoo_gpu_of(suffix, f"The GPU zoo's {suffix} files."))
+
+
 zoo_gpu_s11 = _zoo_gpu_of("_s11", "The eleventh session's files.")
 zoo_gpu_s12 = _zoo_gpu_of("_s12", "The twelfth session's files.")
 zoo_gpu_s13 = _zoo_gpu_of("_s13", "The thirteenth session's files.")
@@ -239,12 +244,6 @@ zoo_gpu_s47 = _zoo_gpu_of("_s47", "The forty-seventh session's Qwen2 and BART wi
 zoo_gpu_s53 = _zoo_gpu_of("_s53", "The fifty-third session's Qwen2 and Mistral (second run).")
 zoo_gpu_s53a = _zoo_gpu_of("_s53a", "The fifty-third session's Qwen2 (first run).")
 zoo_gpu_peers_s58 = _zoo_gpu_of("_peers_s58", "The fifty-eighth session's peers (H100).")
-zoo_gpu_s59 = _zoo_gpu_of("_s59", "The fifty-ninth session's Mistral, Qwen2, Whisper, ResNet.")
-zoo_gpu_s60 = _zoo_gpu_of("_s60", "The sixtieth session's ResNet (relaxed), ConvNeXt, Swin (H100).")
-zoo_gpu_s63 = _zoo_gpu_of("_s63a", "The sixty-third session's Qwen2-MoE and Mistral (H200).")
-zoo_gpu_s63b = _zoo_gpu_of("_s63b", "The sixty-third session's Qwen2, parts ordered (H100).")
-zoo_gpu_s65a = _zoo_gpu_of("_s65a", "The sixty-fifth session's BART, fused by default (H100).")
-zoo_gpu_s65w = _zoo_gpu_of("_s65w", "The sixty-fifth session's Whisper (H100).")
 
 
 def _load(data: Path, name: str) -> Any:
@@ -335,7 +334,7 @@ def section_cpu_reorder(rows: list) -> str:
 
 
 #: issue 14's FSDP2 step runs: docs/data/multi_gpu_steps_w1_<tag>.json
-FSDP_STEP_TAGS = "s29 s30a s30b s30c s31 s31b s31c s45 s53 s61 s62a s62b s62f s63a s63b s65a"
+FSDP_STEP_TAGS = "s29 s30a s30b s30c s31 s31b s31c s45 s53 s61 s62a s62b s62f s63a s63b s65a s66a"
 SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
     "cli_timings": Section(("cli_timings.json",), cli_timings),
@@ -466,12 +465,13 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_peers_s58": Section(
         ("zoo_gpu_qwen2_peers_s58.json", "zoo_gpu_vit_peers_s58.json"), zoo_gpu_peers_s58
     ),
-    "zoo_gpu_s59": Section(_zf("_s59", "mistral qwen2 whisper resnet"), zoo_gpu_s59),
-    "zoo_gpu_s60": Section(_zf("_s60", "resnet convnext swin"), zoo_gpu_s60),
-    "zoo_gpu_s63a": Section(_zf("_s63a", "qwen2_moe mistral"), zoo_gpu_s63),
-    "zoo_gpu_s63b": Section(_zf("_s63b", "qwen2"), zoo_gpu_s63b),
-    "zoo_gpu_s65a": Section(_zf("_s65a", "bart"), zoo_gpu_s65a),
-    "zoo_gpu_s65w": Section(_zf("_s65w", "whisper"), zoo_gpu_s65w),
+    "zoo_gpu_s59": _zoo_files("_s59", "mistral qwen2 whisper resnet"),
+    "zoo_gpu_s60": _zoo_files("_s60", "resnet convnext swin"),
+    "zoo_gpu_s63a": _zoo_files("_s63a", "qwen2_moe mistral"),
+    "zoo_gpu_s63b": _zoo_files("_s63b", "qwen2"),
+    "zoo_gpu_s65a": _zoo_files("_s65a", "bart"),
+    "zoo_gpu_s66": _zoo_files("_s66", "whisper convnext"),
+    "zoo_gpu_s65w": _zoo_files("_s65w", "whisper"),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),

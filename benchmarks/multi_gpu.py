@@ -122,16 +122,29 @@ def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="a
         kw = dict(overlap=True, device_overlap=True, model=model)
         opt = HostAdamW(model.parameters(), lr=1e-4, **kw)  # type: ignore[assignment]
 
+    marks: list = []  # CUDA events at the step's start, after forward, backward, optimizer
+
+    def mark():
+        if cuda:
+            marks.append(torch.cuda.Event(enable_timing=True))
+            marks[-1].record()
+
     def step():
+        mark()
         opt.zero_grad(set_to_none=True)
         loss = compiled(input_ids=ids, labels=ids).loss
+        mark()
         loss.backward()
+        mark()
         opt.step()
+        mark()
         return loss
 
     losses = [step().item() for _ in range(warmup)]
     sync(dev)
     reset()
+    marks.clear()
+    before = torch.cuda.memory_stats() if cuda else {}
     times = []
     for _ in range(iters):
         t0 = time.perf_counter()
@@ -139,7 +152,24 @@ def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="a
         sync(dev)
         times.append(1e3 * (time.perf_counter() - t0))
     getattr(opt, "close", lambda: None)()  # its hooks off the model the next variant reuses
-    return times, torch.cuda.max_memory_allocated() if cuda else 0, losses
+    return times, torch.cuda.max_memory_allocated() if cuda else 0, losses, phases(marks, before)
+
+
+def phases(marks: list, before: dict) -> dict:
+    """Per timed step, the GPU's milliseconds in forward, backward and the optimizer (CUDA
+    events, no synchronization between them), and what the allocator did over the timed steps
+    (retries: a cache flush and a fresh cudaMalloc; device allocations and frees)."""
+    if not marks:
+        return {}
+    out = {"gpu_ms": {}}
+    for i, name in enumerate(("fwd", "bwd", "opt")):
+        out["gpu_ms"][name] = [
+            round(marks[k + i].elapsed_time(marks[k + i + 1]), 3) for k in range(0, len(marks), 4)
+        ]
+    after = torch.cuda.memory_stats()
+    for key in ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_ooms"):
+        out[key] = after.get(key, 0) - before.get(key, 0)
+    return out
 
 
 def _reshard(model) -> None:
@@ -186,7 +216,7 @@ def steps(args) -> None:
                 torch._functorch.config.activation_memory_budget = budget
             compiled = make()
             got = train(model, init, compiled, ids, args.warmup, args.iters, dev, args.optimizer)
-            local = dict(zip(("times", "peak", "losses"), got))
+            local = dict(zip(("times", "peak", "losses", "phases"), got))
             if memopt_row:
                 local["memopt"] = memopt_extra(compiled)
                 local["fingerprint"], local["plan_text"] = plan_fingerprint(compiled)
@@ -215,6 +245,7 @@ def steps(args) -> None:
             row["losses"] = [statistics.fmean(v) for v in zip(*(r["losses"] for r in ranks))]
             row["losses_by_rank"] = [r["losses"] for r in ranks]
             row["step_ms"] = [round(t, 3) for t in step_ms]
+            row["phases_by_rank"] = [r.get("phases") for r in ranks]
             if memopt_row:  # plan_text: one text, or one per rank where they differ
                 row["plan_fingerprints"] = fps = [r["fingerprint"] for r in ranks]
                 row["same_plan_on_ranks"] = len(set(fps)) == 1

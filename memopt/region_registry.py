@@ -60,6 +60,9 @@ class RegionRegistry:
         # its arguments are (memopt.step_layers.layers_read); their storages, once known
         self.run_layers: tuple[list[frozenset], list[frozenset]] = ([], [])
         self._layer_of: dict[Any, int] | None = None
+        # the same by the weight objects themselves (a run's arguments are mostly these:
+        # a dict lookup per argument, not a storage's identity built on the hot path)
+        self._layer_by_id: dict[int, tuple[weakref.ref, int]] = {}
 
     def begin_region(
         self,
@@ -348,9 +351,21 @@ class RegionRegistry:
             self.compiled_storages |= {k for k in map(_real_storage, args) if k is not None}
         self.run_inputs[0].append(self.run_input_keys(report, args))
         self.run_sizes[0].append(tuple(sorted(sizes.items())) if sizes else ())
-        layer_of = self._layer_storages()  # empty: no storage to look up on this hot path
-        reads = map(_real_storage, args) if layer_of else ()
-        self.run_layers[0].append(frozenset(layer_of[k] for k in reads if k in layer_of))
+        self.run_layers[0].append(self._layers_read(args))
+
+    def _layers_read(self, args: Sequence[Any]) -> frozenset[int]:
+        """The model layers whose weights or buffers (or views of them) are among ``args``."""
+        layer_of = self._layer_storages()
+        if not layer_of:  # no storage to look up on this hot path
+            return frozenset()
+        found = set()
+        for a in args:
+            hit = self._layer_by_id.get(id(a))
+            if hit is not None and hit[0]() is a:  # the weight itself
+                found.add(hit[1])
+            elif (k := _real_storage(a)) is not None and k in layer_of:  # another view of it
+                found.add(layer_of[k])
+        return frozenset(found)
 
     def _layer_storages(self) -> dict[Any, int]:
         """Storage -> index of the model layer (``model_layers``) whose weight or buffer it
@@ -372,6 +387,7 @@ class RegionRegistry:
                 for t in itertools.chain(sub.parameters(), sub.buffers()) if sub else ():
                     if (k := _real_storage(t)) is not None:
                         self._layer_of[k] = i
+                        self._layer_by_id[id(t)] = (weakref.ref(t), i)
         return self._layer_of or {}
 
     def last_layer_reads(self, sequence: Sequence[int]) -> tuple[frozenset, ...] | None:
