@@ -174,6 +174,14 @@ def test_gradients_within_torchs_own_spread_pass_and_others_fail():
     again = {"w": torch.tensor([1.0, 1.992])}
     assert _within_spread(compiled, [eager, again], {"w": torch.tensor([1.0, 2.01])})
     assert not _within_spread(compiled, [eager, again], {"w": torch.tensor([1.0, 2.02])})
+    # a parameter that got no gradient in one step and zeros in another agrees (Llava's
+    # unused post_layernorm in plain torch.compile's first step); none against a nonzero fails
+    zero = {"w": torch.tensor([1.0, 2.0]), "n": torch.zeros(2)}
+    assert _within_spread(zero, [eager], {"w": torch.tensor([1.0, 2.001])})
+    assert _within_spread(compiled, [eager], {"w": torch.tensor([1.0, 2.001]), "n": torch.zeros(2)})
+    assert not _within_spread(
+        compiled, [eager], {"w": torch.tensor([1.0, 2.0]), "n": torch.ones(2)}
+    )
     # a gradient the references agree on exactly still passes within the tolerance
     assert _within_spread(
         {"b": torch.tensor([0.0])}, [{"b": torch.tensor([0.0])}], {"b": torch.tensor([3e-6])}
@@ -191,7 +199,9 @@ def test_gradients_as_near_the_float64_truth_as_torchs_pass():
     assert _within_truth(truth, refs, {"w": torch.tensor([1.0, -2.0]), "b": torch.tensor([-1e-4])})
     assert _within_truth(truth, refs, {"w": torch.tensor([1.0, -2.0 + near]), "b": torch.zeros(1)})
     assert not _within_truth(truth, refs, {"w": torch.tensor([1.0, -1.0]), "b": torch.zeros(1)})
-    assert not _within_truth(truth, refs, {"w": torch.tensor([1.0, -2.0])})
+    # a missing gradient is zeros: right where the truth is zero, wrong where it is not
+    assert _within_truth(truth, refs, {"w": torch.tensor([1.0, -2.0])})
+    assert not _within_truth(truth, refs, {"b": torch.zeros(1)})
 
 
 def _check_in_worker(name: str) -> dict:
