@@ -20,6 +20,7 @@ import torch.fx
 
 from memopt import _torch_compat as compat
 from memopt import meta_keys as mk
+from memopt._torch_compat.sizes import known_equal
 from memopt.facts import (
     MATMUL_OPERANDS,
     alias_users,
@@ -350,7 +351,7 @@ def _same_index(node: torch.fx.Node, numel: object) -> bool:
     """Whether ``node`` reads its inputs at the index it writes, for inputs of ``numel``
     elements: a pointwise op of that many elements, or a reshape of a dense tensor."""
     v = tensor_val(node)
-    if v is None or v.numel() != numel:
+    if v is None or not known_equal(v.numel(), numel):
         return False
     if packet(node.target) in _RESHAPES:
         return _dense(v)

@@ -28,6 +28,7 @@ from memopt import _torch_compat as compat
 from memopt import facts
 from memopt import memory_rules as rules
 from memopt import meta_keys as mk
+from memopt._torch_compat.sizes import known_equal
 from memopt.candidates import SavedActivation as Analysis
 from memopt.decide import saved_id
 from memopt.offload.fx_helpers import gateless_layers
@@ -388,7 +389,8 @@ def _fused_group(
             continue
         for reader, same in rules.kernel_readers(buf, g.bw_pos).items():
             out = facts.tensor_val(reader) if reader.op != "output" else None
-            if same and out is not None and out.numel() == v.numel() and rules.fusible(reader):
+            same = same and out is not None and known_equal(out.numel(), v.numel())
+            if same and rules.fusible(reader):
                 members[reader] = g.bw_pos[reader]
     if not members:
         return c

@@ -20,6 +20,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
+from memopt._torch_compat.sizes import known_equal
 from memopt.fused_loss import chunk_count, linear_cross_entropy, part_count
 from memopt.passes.detect_layers import _stack_paths
 from memopt.symbolic import fmt_bytes
@@ -169,7 +170,9 @@ def _bias_of(node: torch.fx.Node) -> tuple[Any, Any] | None:
     for a, b in (node.args, node.args[::-1]):
         x, extra = _value(a), _value(b)
         if isinstance(extra, torch.Tensor) and not extra.requires_grad and x is not None:
-            if extra.numel() == extra.shape[-1] == x.shape[-1]:
+            if known_equal(extra.numel(), extra.shape[-1]) and known_equal(
+                extra.shape[-1], x.shape[-1]
+            ):
                 return a, b
     return None
 
@@ -211,7 +214,7 @@ def _why_not(ce: torch.fx.Node, args: dict, chain: list, head: Any, parts: tuple
     if others and any(isinstance(p, torch.fx.Node) and p.op != "placeholder" for p in params):
         return "the graph returns the logits and the layer's weight is not a graph input"
     w, out = _value(lin.args[1]), _value(lin)
-    if w is None or out is None or w.dim() != 2 or out.shape[-1] != x.shape[-1]:
+    if w is None or out is None or w.dim() != 2 or not known_equal(out.shape[-1], x.shape[-1]):
         return "the linear layer's output is not flattened to (tokens, classes) by views alone"
     if _hint(out.numel()) != _hint(x.numel()):
         return "the views between the linear layer and the loss change its size"

@@ -42,6 +42,22 @@ def video(batch: int = 2, seq: int = 8):
     return model, (torch.randn(batch, 4, 2, seq, seq),)
 
 
+class _Gram(nn.Module):
+    """``lin2``'s weight gradient (16 elements) reads ``h`` (8 * batch): equal at batch 2."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin1, self.lin2 = nn.Linear(8, 8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = self.lin1(x)
+        return self.lin2(h).sum() + nn.functional.gelu(h).pow(2).sum()
+
+
+def gram(batch: int = 2):
+    return _Gram(), (torch.randn(batch, 8),)
+
+
 def _cli(argv: list[str]) -> tuple[int, str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
@@ -163,6 +179,20 @@ def test_only_a_leading_dimension_of_the_batchs_size_is_the_batch():
     assert region["baseline_saved_symbolic"] == "128*batch*seq**2"
     source = models.resolve("tests.test_cli_plan:video", {})
     assert measured_saved(source, 0, 3, 6) == 128 * 3 * 6**2
+
+
+def test_a_size_equal_to_a_batch_sized_one_at_the_traced_batch_does_not_fix_the_batch():
+    """memopt's memory model compared a batch-sized numel (8 * batch) with a static one (16) by
+    ``!=`` on SymInts: a guard ``Eq(8*s0, 16)`` at batch 2 made the batch the constant 2, and
+    every formula after it stopped scaling (ALBERT, LeViT, Latte at ``--batch 2``)."""
+    for batch in (2, 4):
+        code, out = _cli(["plan", "tests.test_cli_plan:gram", "--batch", str(batch)]
+                         + ["--device-kind", "cpu", "--json"])  # fmt: skip
+        assert code == 0
+        peak = json.loads(out)["peak"]
+        # the input x and the GELU's saved input h: 8 float32 per row each
+        assert peak["components"]["inputs"]["symbolic"] == "32*batch"
+        assert peak["saved_activations_symbolic"] == "32*batch"
 
 
 def test_gpt_text_output_without_allocating_parameters():
