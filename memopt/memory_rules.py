@@ -344,7 +344,7 @@ _RESHAPES = frozenset({"view", "_unsafe_view", "reshape", "squeeze", "unsqueeze"
 
 
 def _dense(v: torch.Tensor) -> bool:
-    return v.is_contiguous() and v.storage_offset() == 0
+    return v.is_contiguous() and known_equal(v.storage_offset(), 0)
 
 
 def _same_index(node: torch.fx.Node, numel: object) -> bool:

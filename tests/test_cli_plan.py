@@ -58,6 +58,29 @@ def gram(batch: int = 2):
     return _Gram(), (torch.randn(batch, 8),)
 
 
+class _Flat(nn.Module):
+    """Tokens flattened to ``(batch*seq, 8)`` before a graph break: the loss's region gets
+    them as an input whose size dynamo names apart (transformers' MoE router logits)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        logits = self.b(self.a(x).relu().reshape(-1, 8))
+        torch._dynamo.graph_break()
+        return (logits.softmax(-1) * logits.sigmoid()).sum()
+
+
+def flat(batch: int = 2, seq: int = 6):
+    return _Flat(), (torch.randn(batch, seq, 8),)
+
+
+def flat_fixed(batch: int = 2):
+    """:func:`flat` with 16 tokens per row, no sequence to ask for."""
+    return _Flat(), (torch.randn(batch, 16, 8),)
+
+
 def _cli(argv: list[str]) -> tuple[int, str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
@@ -193,6 +216,27 @@ def test_a_size_equal_to_a_batch_sized_one_at_the_traced_batch_does_not_fix_the_
         # the input x and the GELU's saved input h: 8 float32 per row each
         assert peak["components"]["inputs"]["symbolic"] == "32*batch"
         assert peak["saved_activations_symbolic"] == "32*batch"
+
+
+def test_a_later_regions_flattened_tokens_are_batch_times_seq():
+    """The loss region's input ``(batch*seq, 4)`` has a symbol of its own (value 2 x 6 = 12 in
+    the trace): it is named ``batch*seq``, so the formulas scale with both."""
+    code, out = _cli(["plan", "tests.test_cli_plan:flat", "--batch", "2", "--seq", "6"]
+                     + ["--device-kind", "cpu", "--json"])  # fmt: skip
+    assert code == 0
+    regions = json.loads(out)["report"]["regions"]
+    assert len(regions) == 2
+    # the second region saves its input logits (for softmax and sigmoid's backward) and
+    # the softmax and sigmoid outputs: 4 float32 per token each
+    texts = [r["baseline_saved_symbolic"] for r in regions]
+    assert all("inputs" not in t and "L_" not in t and "s" != t[:1] for t in texts), texts
+    assert any("batch*seq" in t for t in texts), texts
+    # a factory without a sequence: the flattened rows are 16 per batch row
+    code, out = _cli(["plan", "tests.test_cli_plan:flat_fixed", "--batch", "2"]
+                     + ["--device-kind", "cpu", "--json"])  # fmt: skip
+    assert code == 0
+    texts = [r["baseline_saved_symbolic"] for r in json.loads(out)["report"]["regions"]]
+    assert texts == ["640*batch", "256*batch"], texts
 
 
 def test_gpt_text_output_without_allocating_parameters():

@@ -17,8 +17,13 @@ def known_equal(a: Any, b: Any) -> bool:
     """Whether two sizes (ints or SymInts) are equal for every value of their symbols; no
     guard is added (sizes equal only at the traced value are not equal here, as Inductor's
     ``statically_known_equals`` would say)."""
+    import torch
+    from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
+
+    sizes = (int, torch.SymInt)
+    if not (isinstance(a, sizes) and isinstance(b, sizes)):  # None: no size known
+        return False
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 
     return bool(statically_known_true(sym_eq(a, b)))

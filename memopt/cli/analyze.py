@@ -107,12 +107,24 @@ def choose_depths(
 
 
 def _names(symbols: dict[str, int], bt: int, st: int) -> dict[str, str]:
+    """Readable names of the traced symbols by their values (the trace's batch ``bt`` and
+    sequence ``st``, never equal): ``batch``, ``seq``, or ``batch*seq`` for a symbol dynamo
+    gave a later region's flattened tokens (an MoE's router logits, a loss's logits across a
+    graph break: its input is ``(batch*seq, ...)``, a size of its own there); where no input
+    has the sequence's size (a factory with a fixed length), ``k*batch`` for a multiple of the
+    batch (the same rows, ``k`` tokens each)."""
     names = {}
     for k, v in symbols.items():
         if v == bt:
             names[k] = "batch"
         elif v == st:
             names[k] = "seq"
+        elif v == bt * st:
+            names[k] = "batch*seq"
+    if "seq" not in names.values():  # no sequence: what else varies is a number of rows
+        for k, v in symbols.items():
+            if k not in names and v % bt == 0:
+                names[k] = f"{v // bt}*batch"
     return names
 
 

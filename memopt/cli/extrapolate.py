@@ -40,10 +40,22 @@ def _subs_map(mapping: Mapping[str, Any]) -> dict[sympy.Symbol, Any]:
     """Substitutions for both the plain symbols of parsed text and the shape-env ones."""
     out: dict[sympy.Symbol, Any] = {}
     for name, v in mapping.items():
-        new = sympy.Symbol(v, integer=True, positive=True) if isinstance(v, str) else v
+        new = _named(v) if isinstance(v, str) else v
         out[sympy.Symbol(name)] = new
         out[sympy.Symbol(name, integer=True, positive=True)] = new
     return out
+
+
+def _named(name: str) -> sympy.Expr:
+    """A readable name's expression: ``batch``, ``seq`` or a product of them and a number
+    (``batch*seq``, ``16*batch``: the tokens of a flattened batch, a later region's input
+    across a graph break)."""
+    return sympy.Mul(
+        *(
+            sympy.Integer(p) if p.isdigit() else sympy.Symbol(p, integer=True, positive=True)
+            for p in name.split("*")
+        )
+    )
 
 
 def rename_expr(e: sympy.Expr, names: Mapping[str, str]) -> sympy.Expr:
