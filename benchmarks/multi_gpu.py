@@ -41,6 +41,7 @@ if "LOCAL_RANK" in os.environ:  # under torchrun: private compile caches per ran
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from step_phases import StepPhases  # noqa: E402
 
 GiB = 2**30
 FULL = dict(layers=8, hidden=2048, heads=32, kv=8, ffn=8192, vocab=32000)
@@ -122,29 +123,12 @@ def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="a
         kw = dict(overlap=True, device_overlap=True, model=model)
         opt = HostAdamW(model.parameters(), lr=1e-4, **kw)  # type: ignore[assignment]
 
-    marks: list = []  # CUDA events at the step's start, after forward, backward, optimizer
-
-    def mark():
-        if cuda:
-            marks.append(torch.cuda.Event(enable_timing=True))
-            marks[-1].record()
-
-    def step():
-        mark()
-        opt.zero_grad(set_to_none=True)
-        loss = compiled(input_ids=ids, labels=ids).loss
-        mark()
-        loss.backward()
-        mark()
-        opt.step()
-        mark()
-        return loss
-
+    ph = StepPhases(cuda)  # GPU ms per phase (benchmarks/step_phases.py)
+    step = functools.partial(ph.lm_step, opt, compiled, ids)
     losses = [step().item() for _ in range(warmup)]
     sync(dev)
     reset()
-    marks.clear()
-    before = torch.cuda.memory_stats() if cuda else {}
+    ph.start()
     times = []
     for _ in range(iters):
         t0 = time.perf_counter()
@@ -152,24 +136,7 @@ def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="a
         sync(dev)
         times.append(1e3 * (time.perf_counter() - t0))
     getattr(opt, "close", lambda: None)()  # its hooks off the model the next variant reuses
-    return times, torch.cuda.max_memory_allocated() if cuda else 0, losses, phases(marks, before)
-
-
-def phases(marks: list, before: dict) -> dict:
-    """Per timed step, the GPU's milliseconds in forward, backward and the optimizer (CUDA
-    events, no synchronization between them), and what the allocator did over the timed steps
-    (retries: a cache flush and a fresh cudaMalloc; device allocations and frees)."""
-    if not marks:
-        return {}
-    out = {"gpu_ms": {}}
-    for i, name in enumerate(("fwd", "bwd", "opt")):
-        out["gpu_ms"][name] = [
-            round(marks[k + i].elapsed_time(marks[k + i + 1]), 3) for k in range(0, len(marks), 4)
-        ]
-    after = torch.cuda.memory_stats()
-    for key in ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_ooms"):
-        out[key] = after.get(key, 0) - before.get(key, 0)
-    return out
+    return times, torch.cuda.max_memory_allocated() if cuda else 0, losses, ph.result()
 
 
 def _reshard(model) -> None:
