@@ -236,6 +236,8 @@ def steps(args) -> None:
         peaks[b] = run(f"torch{b}", f"torch.compile budget={b}", plain, budget=b).get("peak")
     if "level" in want:
         run("level1", "memopt level=1", lambda: memopt.optimize(model, level=1), memopt_row=True)
+    if "fused" in want:  # the fused loss alone: what it costs without any recompute
+        run("fused", "memopt fuse_loss", lambda: memopt.optimize(model, fuse_loss=True), None, True)
     for text in filter(None, args.targets.split(",")):  # aims given: another run's peaks
         b, _, peak = text.partition("=")
         peaks[float(b)] = int(peak)
@@ -253,6 +255,9 @@ def steps(args) -> None:
         if "auto" in want and peak:  # the same budget, the step planner weighing offload too
             auto = functools.partial(memopt.optimize, model, budget=budget, offload_layers="auto")
             run(f"auto@{b}", f"{label} offload_layers=auto", auto, extra, memopt_row=True)
+        if "unfused" in want:  # the same budget with the loss left as the model computes it
+            unf = functools.partial(memopt.optimize, model, budget=budget, fuse_loss=False)
+            run(f"unfused@{b}", f"{label} fuse_loss=False", unf, extra, memopt_row=True)
     for k in (1, 2) if "offload" in want else ():
         kw = {"offload_layers": k}
         if dev.type == "cpu":  # tiny tensors: the default minimum size would skip them
@@ -552,7 +557,7 @@ def main(argv=None) -> None:
     s.add_argument("--tiny", action="store_true", help="a tiny Llama (CPU smoke test)")
     for key, (full, tiny) in STEPS_RUN.items():  # --batch: rows per rank
         s.add_argument(f"--{key}", type=int, help=f"default {full}; --tiny {tiny}")
-    s.add_argument("--only", help="comma list of budgets,level,offload,auto (compile always runs)")
+    s.add_argument("--only", help="budgets,level,offload,auto,fused,unfused (compile always runs)")
     s.add_argument("--memopt-log", help="memopt's INFO log (rank r > 0: PATH.rank<r>)")
     s.add_argument("--optimizer", default="adamw", choices=("adamw", "device_overlap"))
     s.add_argument("--targets", default="", help="POINT=BYTES,...: memopt aims at these peaks")
