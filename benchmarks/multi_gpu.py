@@ -136,7 +136,7 @@ def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="a
         sync(dev)
         times.append(1e3 * (time.perf_counter() - t0))
     getattr(opt, "close", lambda: None)()  # its hooks off the model the next variant reuses
-    return times, torch.cuda.max_memory_allocated() if cuda else 0, losses, ph.result()
+    return times, torch.cuda.max_memory_allocated() if cuda else 0, losses, ph.result(step)
 
 
 def _reshard(model) -> None:

@@ -1,6 +1,9 @@
 """GPU time per phase of a training step (benchmarks/multi_gpu.py): CUDA events at the step's
 start and after its forward, backward and optimizer step, no synchronization between them,
-and what the caching allocator did over the timed steps."""
+and what the caching allocator did over the timed steps. An event span holds the GPU's idle
+time too (waiting for the host to issue the next kernel); the kernels' own time per phase
+(``kernel_ms``, over a few steps under ``torch.profiler``) does not, so the two together say
+whether a slower phase ran more kernels or waited for its host."""
 
 from __future__ import annotations
 
@@ -24,11 +27,13 @@ class StepPhases:
         """One training step of a causal LM on ``ids`` as its own labels, marked."""
         self.mark()
         opt.zero_grad(set_to_none=True)
-        loss = compiled(input_ids=ids, labels=ids).loss
+        with torch.profiler.record_function("phase_fwd"):
+            loss = compiled(input_ids=ids, labels=ids).loss
         self.mark()
-        loss.backward()
+        loss.backward()  # its kernels are launched by autograd's device thread, not in a range
         self.mark()
-        opt.step()
+        with torch.profiler.record_function("phase_opt"):
+            opt.step()
         self.mark()
         return loss
 
@@ -37,9 +42,10 @@ class StepPhases:
         self.marks.clear()
         self.before = torch.cuda.memory_stats() if self.cuda else {}
 
-    def result(self) -> dict:
+    def result(self, step=None, n: int = 3) -> dict:
         """Per timed step, the GPU's milliseconds per phase; the allocator's retries (a cache
-        flush and a fresh cudaMalloc), device allocations and frees over the timed steps."""
+        flush and a fresh cudaMalloc), device allocations and frees over the timed steps; with
+        ``step``, the kernels' own milliseconds per phase over ``n`` more steps."""
         if not self.marks:
             return {}
         m = self.marks
@@ -50,4 +56,32 @@ class StepPhases:
             ]
         after = torch.cuda.memory_stats()
         out.update({k: after.get(k, 0) - self.before.get(k, 0) for k in ALLOCATOR})
+        if step is not None:
+            try:
+                out["kernel_ms"] = kernel_ms_by_phase(step, n)
+            except Exception as e:  # recorded; the event times stand
+                out["kernel_ms_error"] = f"{type(e).__name__}: {e}"[:300]
         return out
+
+
+def kernel_ms_by_phase(step, n: int) -> dict:
+    """The kernels' own milliseconds per step over ``n`` profiled steps: in all, launched
+    inside the forward's and the optimizer's ranges, and the rest (the backward's)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    rows = prof.key_averages()
+    total = sum(e.self_device_time_total for e in rows if e.device_type == DeviceType.CUDA)
+    ranges = {
+        e.key: e.device_time_total
+        for e in rows
+        if e.device_type == DeviceType.CPU and e.key in ("phase_fwd", "phase_opt")
+    }
+    fwd, opt = ranges.get("phase_fwd", 0.0), ranges.get("phase_opt", 0.0)
+    ms = {"fwd": fwd, "bwd": total - fwd - opt, "opt": opt, "all": total}
+    return {k: round(v / 1e3 / n, 3) for k, v in ms.items()}
