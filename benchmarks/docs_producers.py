@@ -356,6 +356,20 @@ PRODUCERS: tuple[Producer, ...] = (
         "gpu",
     ),
     Producer(
+        "multi_gpu_steps_w1_s67*.json",
+        "OMP_NUM_THREADS=16 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps "
+        "--only budgets --warmup 9 --iters 30 --out docs/data/{file} (s67a; s67b: --only "
+        "budgets,fused,unfused; s67c: --only budgets,fused,auto --points 0.1, with the kernels' "
+        "own time per phase; one H100, docs/data/logs/s67/gpu1.sh, gpu2.sh, gpu3.sh)",
+        "gpu",
+    ),
+    Producer(
+        "host_time_*_s67.json",
+        "python benchmarks/diag_host_time.py --model convnext --budget 2083920384 --warmup 8 "
+        "--iters 10 --out docs/data/{file} (one H100; docs/data/logs/s67/gpu1.sh)",
+        "gpu",
+    ),
+    Producer(
         "diag_*_s54.json",
         "python docs/data/diag_s54/diag_overlap.py (diag_overlap_s54.json) or "
         "docs/data/diag_s54/diag_mamba32.py (diag_mamba32_s54.json), with OUT=docs/data and "

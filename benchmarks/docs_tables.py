@@ -333,8 +333,6 @@ def section_cpu_reorder(rows: list) -> str:
     return "\n".join(out) + "\n"
 
 
-#: issue 14's FSDP2 step runs: docs/data/multi_gpu_steps_w1_<tag>.json
-FSDP_STEP_TAGS = "s29 s30a s30b s30c s31 s31b s31c s45 s53 s61 s62a s62b s62f s63a s63b s65a s66a"
 SECTIONS: dict[str, Section] = {
     "readme_demo": Section(("readme_demo.json",), readme_demo),
     "cli_timings": Section(("cli_timings.json",), cli_timings),
@@ -356,10 +354,7 @@ SECTIONS: dict[str, Section] = {
     "multi_gpu_steps_s26": Section(("multi_gpu_steps_w2_s26.json",), multi.steps_repeat),
     "multi_gpu_steps_s26g": Section(("multi_gpu_steps_w2_s26g.json",), multi.steps_repeat),
     "multi_gpu_steps_s28": Section(("multi_gpu_steps_w2_s28.json",), multi.steps_repeat),
-    **{  # issue 14's FSDP2 step table, re-measured session after session
-        f"multi_gpu_steps_w1_{t}": Section((f"multi_gpu_steps_w1_{t}.json",), multi.steps_ratio)
-        for t in FSDP_STEP_TAGS.split()
-    },
+    **multi.fsdp_sections(Section),  # issue 14's FSDP2 step, re-measured session after session
     "multi_gpu_steps_repeat": Section(
         ("multi_gpu_steps_w2_warmup9_2026-11-25.json",), multi.steps_repeat
     ),

@@ -14,11 +14,31 @@ _LABELS = {
     "memopt@0.1": "memopt `budget=` torch 0.1's peak",
     "auto@0.5": 'memopt `budget=` torch 0.5\'s peak, `offload_layers="auto"`',
     "auto@0.1": 'memopt `budget=` torch 0.1\'s peak, `offload_layers="auto"`',
+    "fused": "memopt `fuse_loss=True` (the fused loss alone)",
+    "unfused@0.5": "memopt `budget=` torch 0.5's peak, `fuse_loss=False`",
+    "unfused@0.1": "memopt `budget=` torch 0.1's peak, `fuse_loss=False`",
     "offload1": "memopt `offload_layers=1`",
     "offload2": "memopt `offload_layers=2`",
     "compile_end": "torch.compile, again after the others",
 }
-_TORCH_POINT = {k: f"torch{k[-3:]}" for k in ("memopt@0.5", "memopt@0.1", "auto@0.5", "auto@0.1")}
+_TORCH_POINT = {
+    f"{kind}@{p}": f"torch{p}" for kind in ("memopt", "auto", "unfused") for p in ("0.5", "0.1")
+}
+#: issue 14's FSDP2 step runs (docs/data/multi_gpu_steps_w1_<tag>.json); those with the kernels'
+#: own time per phase also get a phase table (section multi_gpu_phases_w1_<tag>)
+FSDP_STEP_TAGS = "s29 s30a s30b s30c s31 s31b s31c s45 s53 s61 s62a s62b s62f s63a s63b s65a s66a"
+FSDP_STEP_TAGS += " s67a s67b"
+FSDP_PHASE_TAGS = "s67a s67b"
+
+
+def fsdp_sections(section: type) -> dict:
+    """The docs sections of issue 14's FSDP2 step runs, session after session."""
+    out = {}
+    for t in FSDP_STEP_TAGS.split():
+        out[f"multi_gpu_steps_w1_{t}"] = section((f"multi_gpu_steps_w1_{t}.json",), steps_ratio)
+    for t in FSDP_PHASE_TAGS.split():
+        out[f"multi_gpu_phases_w1_{t}"] = section((f"multi_gpu_steps_w1_{t}.json",), phases)
+    return out
 
 
 def _rows(d: dict) -> dict[str, dict]:
@@ -119,6 +139,29 @@ def steps_ratio(d: dict) -> str:
     head = ["variant", f"step ms (median of {d['config']['iters']})", "range",
             "over torch.compile", "of torch's overhead at that point", "peak GiB"]  # fmt: skip
     return table(head + (["same plan on every rank"] if d.get("world", 1) > 1 else []), out)
+
+
+def phases(d: dict) -> str:
+    """Per row, the medians of its timed steps' GPU time per phase (CUDA events: the kernels
+    and the GPU's idle time between them) and, where measured, the kernels' own time per phase
+    (``torch.profiler``, a few more steps); both against torch.compile's first row."""
+    import statistics
+
+    a, out = _rows(d), []
+    base = a["compile"]["phases_by_rank"][0]
+    for _key, label, r, _point in _points(a):
+        ph = r["phases_by_rank"][0]
+        ev = {k: statistics.median(v) for k, v in ph["gpu_ms"].items()}
+        k = ph.get("kernel_ms") or {}
+        row = [label] + [f"{ev[p]:.2f}" for p in ("fwd", "bwd", "opt")]
+        row += [f"{k[p]:.2f}" if p in k else "" for p in ("fwd", "bwd", "opt")]
+        bk = base.get("kernel_ms") or {}
+        gaps = [ev[p] - k[p] - (statistics.median(base["gpu_ms"][p]) - bk[p]) for p in ("fwd",)
+                if p in k and p in bk]  # fmt: skip
+        out.append(row + [f"{gaps[0]:+.2f}" if gaps else ""])
+    head = ["variant", "forward ms (events)", "backward", "optimizer", "forward ms (kernels)",
+            "backward", "optimizer", "forward idle vs torch.compile's"]  # fmt: skip
+    return table(head, out)
 
 
 def losses(w2: dict, w1_b8: dict) -> str:

@@ -239,6 +239,22 @@ def test_a_later_regions_flattened_tokens_are_batch_times_seq():
     assert texts == ["640*batch", "256*batch"], texts
 
 
+def test_a_size_the_factory_does_not_take_is_an_error_and_the_header_names_its_own():
+    """``gram`` has no ``seq`` parameter: ``--seq`` would change nothing, so it is refused (it
+    was ignored, and the header said ``x seq 2048``); without it the header names the batch
+    alone and ``--batch`` still scales the formulas."""
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(["plan", "tests.test_cli_plan:gram", "--seq", "64", "--device-kind", "cpu"])
+    assert code == 2
+    assert "--seq: factory tests.test_cli_plan:gram has no seq parameter" in err.getvalue()
+    code, out = _cli(["plan", "tests.test_cli_plan:gram", "--batch", "3", "--device-kind", "cpu"])
+    assert code == 0
+    head = out.splitlines()[0]
+    assert "batch 3, for cpu" in head and "seq" not in head, head
+    assert "symbolic batch, in" in out.splitlines()[1]
+
+
 def test_gpt_text_output_without_allocating_parameters():
     # ~600M parameters (1.2 GB in bf16): planned with fake tensors, nothing is allocated
     big = ["n_embd=4096", "n_layer=2", "n_head=32", "n_positions=256"]

@@ -32,6 +32,7 @@ _MODEL = re.compile(r"hf:\S+|[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DEFAULT_SEQ = 2048
+DEFAULT_BATCH = 8
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,7 +99,7 @@ def _parser(cmd: str) -> argparse.ArgumentParser:
     }[cmd]
     p = _Parser(prog=f"memopt {cmd}", description=desc)
     p.add_argument("model", help="hf:TYPE (e.g. hf:llama) or package.module:factory")
-    p.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
+    p.add_argument("--batch", type=int, default=None, help=f"batch size (default {DEFAULT_BATCH})")
     p.add_argument(
         "--seq",
         type=int,
@@ -185,14 +186,24 @@ def _seq_default(source: models.ModelSource, seq: int | None) -> tuple[int, list
 def _request(
     args: argparse.Namespace, source: models.ModelSource, symbolic: bool, full: bool = False
 ) -> Request:
-    if args.batch < 1 or (args.seq is not None and args.seq < 1):
+    if (args.batch is not None and args.batch < 1) or (args.seq is not None and args.seq < 1):
         raise CliError("--batch and --seq must be positive", EXIT_USAGE)
+    ignored = [
+        k for k in ("batch", "seq") if getattr(args, k) is not None and k not in source.sizes
+    ]
+    if ignored:  # the factory makes its inputs without it: the setting would change nothing
+        names = " and ".join(f"--{k}" for k in ignored)
+        raise CliError(
+            f"{names}: factory {source.name} has no {' or '.join(ignored)} parameter, so its "
+            f"inputs do not depend on it; add the parameter to the factory or drop {names}",
+            EXIT_USAGE,
+        )
     seq, _ = _seq_default(source, args.seq)
     dtype = DTYPES[args.dtype] if args.dtype else None
     if dtype is None and args.model.startswith("hf:"):
         dtype = torch.bfloat16 if args.device_kind == "cuda" else torch.float32
     return Request(
-        batch=args.batch,
+        batch=DEFAULT_BATCH if args.batch is None else args.batch,
         seq=seq,
         dtype=dtype,
         device_kind=args.device_kind,
@@ -218,10 +229,12 @@ def _header(cmd: str, a: Analysis) -> list[str]:
         )
     else:
         depth = "traced at full depth"
-    shapes = "symbolic batch and seq" if r.symbolic else "static shapes"
+    taken = a.source.sizes
+    shapes = f"symbolic {' and '.join(taken)}" if r.symbolic and taken else "static shapes"
+    sizes = " x ".join(f"{k} {getattr(r, k)}" for k in taken) or "the factory's own input sizes"
     lines = [
         f"memopt {cmd} {a.source.name}: {a.model_class}, {a.static.num_parameters:,} parameters, "
-        f"{dtype}, batch {r.batch} x seq {r.seq}, for {where}",
+        f"{dtype}, {sizes}, for {where}",
         f"  {depth}, {shapes}, in {a.trace_seconds:.1f} s",
     ]
     lines += [f"  note: {n}" for n in a.notes]

@@ -58,6 +58,8 @@ class ModelSource:
     materialize: Callable[..., Built] | None = None
     """``materialize(batch=, seq=, dtype=, device=)``: the same model with real random weights
     and real inputs (tests and benchmarks compare predictions with it)."""
+    sizes: tuple[str, ...] = ("batch", "seq")
+    """The sizes ``build`` gives the model's inputs (a factory: those among its parameters)."""
 
 
 def parse_value(text: str) -> Any:
@@ -328,5 +330,10 @@ def factory_source(spec: str) -> ModelSource:
         return built
 
     return ModelSource(
-        name=spec, build=build, num_layers=None, description="factory", materialize=materialize
+        name=spec,
+        build=build,
+        num_layers=None,
+        description="factory",
+        materialize=materialize,
+        sizes=tuple(k for k in ("batch", "seq") if k in params),
     )
