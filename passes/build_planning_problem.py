@@ -383,17 +383,21 @@ def _fused_group(
     if not ops or v is None or any(n is None or not rules.fusible(n) for n in ops):
         return c
     members: dict[torch.fx.Node, int] = {}
+    unshared = 0  # bytes of the recompute's inputs that no kernel of the group reads anyway
     for name in a.boundary.get(Strategy.RECOMPUTE, ()):
         buf = g.bw_by_name.get(name)
         if buf is None:
             continue
+        shared = False
         for reader, same in rules.kernel_readers(buf, g.bw_pos).items():
             out = facts.tensor_val(reader) if reader.op != "output" else None
             same = same and out is not None and known_equal(out.numel(), v.numel())
             if same and rules.fusible(reader):
-                members[reader] = g.bw_pos[reader]
+                members[reader], shared = g.bw_pos[reader], True
+        unshared += 0 if shared else sizes.of(buf)
     if not members:
         return c
+    c = replace(c, recompute_ops=_fused_ops(c.recompute_ops, c.nbytes + unshared))
     first = min(members.values())
     own = 0 if c.first_bwd_use_pos <= first <= c.bwd_last else c.nbytes
     made = own + sum(sizes.of(m) for m, q in members.items() if q > first)
@@ -406,6 +410,17 @@ def _fused_group(
                 made -= item.nbytes
     at = min(members, key=members.__getitem__).name
     return replace(c, fused_charges=((first, made),), fused_at=(at,)) if made else c
+
+
+def _fused_ops(ops: Sequence[OpCost], moved: int) -> tuple[OpCost, ...]:
+    """A recompute's ops priced as the one kernel Inductor fuses them into with the backward's
+    kernels that read the same inputs (:func:`_fused_group`): their FLOPs and ``moved`` bytes
+    (its output written once, and the inputs no kernel of the group reads anyway), not each
+    op's own inputs and output; measured kernels (reductions) keep their time."""
+    timed = tuple(op for op in ops if op.seconds is not None)
+    rest = [op for op in ops if op.seconds is None]
+    moved = min(moved, sum(op.bytes for op in rest))  # never above the ops apart
+    return (*timed, OpCost(flops=sum(op.flops for op in rest), bytes=moved))
 
 
 def _undo_reuse(cands: list[Candidate]) -> tuple[Candidate, ...]:
