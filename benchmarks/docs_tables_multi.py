@@ -27,8 +27,8 @@ _TORCH_POINT = {
 #: issue 14's FSDP2 step runs (docs/data/multi_gpu_steps_w1_<tag>.json); those with the kernels'
 #: own time per phase also get a phase table (section multi_gpu_phases_w1_<tag>)
 FSDP_STEP_TAGS = "s29 s30a s30b s30c s31 s31b s31c s45 s53 s61 s62a s62b s62f s63a s63b s65a s66a"
-FSDP_STEP_TAGS += " s67a s67b"
-FSDP_PHASE_TAGS = "s67a s67b"
+FSDP_STEP_TAGS += " s67a s67b s67c"
+FSDP_PHASE_TAGS = "s67a s67b s67c"
 
 
 def fsdp_sections(section: type) -> dict:
@@ -152,7 +152,9 @@ def phases(d: dict) -> str:
     for _key, label, r, _point in _points(a):
         ph = r["phases_by_rank"][0]
         ev = {k: statistics.median(v) for k, v in ph["gpu_ms"].items()}
-        k = ph.get("kernel_ms") or {}
+        k = dict(ph.get("kernel_ms") or {})
+        if not k.get("ranges_apart"):  # s67c: its total counted the ranges' spans as kernels
+            k.pop("bwd", None)
         row = [label] + [f"{ev[p]:.2f}" for p in ("fwd", "bwd", "opt")]
         row += [f"{k[p]:.2f}" if p in k else "" for p in ("fwd", "bwd", "opt")]
         bk = base.get("kernel_ms") or {}

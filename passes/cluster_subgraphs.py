@@ -162,7 +162,9 @@ def cluster_subgraphs_pass(
     out: list[SavedActivation] = []
     stable = saved_ids([sg.group.root for sg in subgraphs])
     sizes = [_bytes(sg.group.root, symbols) for sg in subgraphs]
-    copies = _layout_copy_charges(subgraphs, layout_copies or {})
+    # named as the other sizes are (a raw symbol left a saving without a value: s97)
+    readable = {k: symbols.readable(sympy.sympify(v)) for k, v in (layout_copies or {}).items()}
+    copies = _layout_copy_charges(subgraphs, readable)
     charges = zip(_rng_state_charges(subgraphs), copies)
     found = [_strategies(sg, b, symbols, *c) for sg, b, c in zip(subgraphs, sizes, charges)]
     ids = _own_ids(subgraphs, [(cluster_id(f[3]) or None) if f[3] else None for f in found])

@@ -81,6 +81,22 @@ def flat_fixed(batch: int = 2):
     return _Flat(), (torch.randn(batch, 16, 8),)
 
 
+class _PadConv(nn.Module):
+    """EfficientNet's stem: ``ZeroPad2d`` on the input, then a strided convolution (Inductor
+    lays the graph out channels-last and keeps a channels-last copy of a saved input)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pad, self.conv = nn.ZeroPad2d((0, 1, 0, 1)), nn.Conv2d(3, 8, 3, stride=2)
+
+    def forward(self, x):
+        return self.conv(self.pad(x)).relu().mean()
+
+
+def padconv(batch: int = 2):
+    return _PadConv(), (torch.randn(batch, 3, 32, 32),)
+
+
 def _cli(argv: list[str]) -> tuple[int, str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
@@ -253,6 +269,19 @@ def test_a_size_the_factory_does_not_take_is_an_error_and_the_header_names_its_o
     head = out.splitlines()[0]
     assert "batch 3, for cpu" in head and "seq" not in head, head
     assert "symbolic batch, in" in out.splitlines()[1]
+
+
+def test_a_recompute_charged_for_a_layout_copy_has_a_named_saving():
+    """The padded input's recompute would make Inductor save a channels-last copy of the
+    input: its saving is the padded copy less that copy, whose bytes kept dynamo's raw symbol
+    (EfficientNet: ``? 50700*batch - 49152*s97``, a row without a value)."""
+    code, out = _cli(["plan", "tests.test_cli_plan:padconv", "--batch", "2"]
+                     + ["--device-kind", "cpu", "--json"])  # fmt: skip
+    assert code == 0
+    rows = [p for p in json.loads(out)["report"]["plans"] if "ConstantPadNd" in p["cluster_id"]]
+    assert rows, out
+    # the padded input (3 x 33 x 33 float32 a row) less the input's copy (3 x 32 x 32)
+    assert [(p["saving_symbolic"], p["saving_bytes"]) for p in rows] == [("780*batch", 1560)]
 
 
 def test_gpt_text_output_without_allocating_parameters():

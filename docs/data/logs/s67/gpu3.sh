@@ -2,7 +2,7 @@ ln -sfn ../passes memopt/passes; export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 mkdir -p $OUT/logs
 nvidia-smi --query-gpu=name --format=csv,noheader
 T0=$(date +%s)
-OMP_NUM_THREADS=16 timeout 540 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps --only budgets,fused,auto --points 0.1 --warmup 9 --iters 30 --memopt-log $OUT/logs/memopt_w1_s67c.log --out $OUT/multi_gpu_steps_w1_s67c.json > $OUT/logs/steps_w1_s67c.log 2>&1; echo "fsdp rc=$? $(( $(date +%s)-T0 ))s"
+OMP_NUM_THREADS=16 timeout 400 torchrun --standalone --nproc-per-node 1 benchmarks/multi_gpu.py steps --only budgets,fused --warmup 9 --iters 30 --memopt-log $OUT/logs/memopt_w1_s67c.log --out $OUT/multi_gpu_steps_w1_s67c.json > $OUT/logs/steps_w1_s67c.log 2>&1; echo "fsdp rc=$? $(( $(date +%s)-T0 ))s"
 python - $OUT/multi_gpu_steps_w1_s67c.json <<'PY'
 import json, sys, statistics as st
 d = json.load(open(sys.argv[1]))
