@@ -97,6 +97,24 @@ def padconv(batch: int = 2):
     return _PadConv(), (torch.randn(batch, 3, 32, 32),)
 
 
+class _TwoRegions(nn.Module):
+    """Two linears with a graph break between them: the second region's input is an
+    activation the first made (WavLM's feature encoder output, across its break)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = self.a(x).relu()
+        torch._dynamo.graph_break()
+        return self.b(h).sigmoid().sum()
+
+
+def two_regions(batch: int = 2):
+    return _TwoRegions(), (torch.randn(batch, 256, 16),)
+
+
 def _cli(argv: list[str]) -> tuple[int, str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
@@ -282,6 +300,22 @@ def test_a_recompute_charged_for_a_layout_copy_has_a_named_saving():
     assert rows, out
     # the padded input (3 x 33 x 33 float32 a row) less the input's copy (3 x 32 x 32)
     assert [(p["saving_symbolic"], p["saving_bytes"]) for p in rows] == [("780*batch", 1560)]
+
+
+def test_an_activation_handed_over_a_break_is_no_input_and_its_gradient_no_parameters():
+    """The second region's input gradient was a "gradient" live to the optimizer step and its
+    input an "input" (token ids and labels): WavLM's gradients row grew with the batch past
+    all its parameters' gradients, its inputs row was 8x the user's input (sweep 6b, bug 5)."""
+    code, out = _cli(["plan", "tests.test_cli_plan:two_regions", "--batch", "3"]
+                     + ["--device-kind", "cpu", "--json"])  # fmt: skip
+    assert code == 0
+    peak = json.loads(out)["peak"]
+    rows = peak["components"]
+    assert peak["all_gradients_bytes"] == 2 * (16 * 16 + 16) * 4
+    # only parameter gradients, none of them growing with the batch
+    assert "batch" not in rows["gradients"]["symbolic"], rows["gradients"]
+    assert rows["gradients"]["bytes"] <= peak["all_gradients_bytes"]
+    assert rows["inputs"]["symbolic"] == "16384*batch"  # x: 256 x 16 float32 a row
 
 
 def test_gpt_text_output_without_allocating_parameters():

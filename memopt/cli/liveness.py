@@ -46,7 +46,7 @@ on this). Without detected layers (``node.meta[LAYER]``) the backward is split i
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 import torch
@@ -262,15 +262,24 @@ def _rng_state_inputs(saved: Sequence, bw: torch.fx.GraphModule) -> dict[str, st
     return dict(zip(states, inputs)) if len(states) == len(inputs) else {}
 
 
-def _sweep_backward(bw, at: _Positions, sweep, device) -> sympy.Expr:
-    """Backward values: gradients live to the optimizer step; returns their bytes."""
+def _sweep_backward(bw, at: _Positions, sweep, device, static: Collection[int]) -> sympy.Expr:
+    """Backward values: the parameters' gradients (the outputs at ``static`` positions: the
+    backward returns one per forward input) live to the optimizer step; returns their bytes.
+    An input's gradient (an activation an earlier region handed over a graph break) is that
+    region's to read: a temporary here, to the end of this backward. Without ``static`` every
+    output counts as a gradient."""
     bw_out = bw.graph.output_node()
+    outs = list(bw_out.args[0]) if isinstance(bw_out.args[0], tuple | list) else []
+    params = {outs[i] for i in static if i < len(outs) and isinstance(outs[i], torch.fx.Node)}
     grads = sympy.Integer(0)
     for n in at.bw_ops:
         if not _owns(n, device):
             continue
         users = _alias_users(n)
         if any(u is bw_out for u in users):
+            if static and not params & {n, *users}:
+                sweep.add(at.bpos[n], at.end, "temporaries", n.meta["val"])
+                continue
             sweep.add(at.bpos[n], at.end, "gradients", n.meta["val"])
             grads += tensor_bytes_expr(n.meta[mk.TORCH_VAL])
         elif _must_exist(n, users):
@@ -303,6 +312,7 @@ def step_profile(
     device: str | None = None,
     pad_matmuls: bool = False,
     fused: Sequence[tuple[str, int]] = (),
+    activation_inputs: Sequence[int] = (),
 ) -> StepProfile:
     """The live-bytes profile of a partitioned step (see the module docstring).
 
@@ -312,11 +322,16 @@ def step_profile(
     charge the padded operand copies Inductor makes for unaligned matmuls on CUDA. ``fused``:
     ``(backward node, bytes)`` that Inductor's fusion of a recompute with the backward kernels
     reading its inputs makes at that kernel (the budget planner's ``Candidate.fused_charges``
-    of the recomputes it chose; no FX node shows them), charged there at these sizes."""
+    of the recomputes it chose; no FX node shows them), charged there at these sizes.
+    ``activation_inputs``: per forward input, whether an earlier region made it (autograd's
+    activation, handed over a graph break): not the user's input but an activation, live in
+    this region's phases and, where this region saves it, in the others' too."""
+    from memopt.passes.pipeline import saved_input_bytes
+
     at = _Positions(fw, bw)
     sweep = _Sweep(symbols)
     saved = _sweep_forward(fw, bw, num_fwd_outputs, at, sweep, device)
-    grads = _sweep_backward(bw, at, sweep, device)
+    grads = _sweep_backward(bw, at, sweep, device, static_input_indices)
     by_name = {n.name: n for n in at.bw_ops}
     for name, nbytes in fused:
         if name in by_name:
@@ -328,14 +343,13 @@ def step_profile(
                 sweep.add_scaled(first, last, "temporaries", operand.meta["val"], factor)
     static = set(static_input_indices)
     placeholders = [p for p in fw.graph.nodes if p.op == "placeholder"]
-    inputs = sum(
-        (
-            tensor_bytes_expr(p.meta[mk.TORCH_VAL])
-            for i, p in enumerate(placeholders)
-            if i not in static and _is_tensor(p)
-        ),
-        sympy.Integer(0),
-    )
+    handed = [bool(f) for f in activation_inputs] + [False] * len(placeholders)
+    inputs, held = sympy.Integer(0), sympy.Integer(0)
+    for i, p in enumerate(placeholders):
+        if i not in static and _is_tensor(p):
+            nbytes = tensor_bytes_expr(p.meta[mk.TORCH_VAL])
+            inputs, held = (inputs, held + nbytes) if handed[i] else (inputs + nbytes, held)
+    held = symbols.readable(held)
     nf, end = at.nf, at.end
     top_end, bottom_start = _layer_bounds(at.bw_ops)
     phases = {
@@ -343,6 +357,9 @@ def step_profile(
         "backward_start": sweep.peak(nf, max(nf + bottom_start - 1, nf)),
         "backward_end": sweep.peak(min(nf + top_end, end), end),
     }
+    if held != 0:  # the handed activations, live while this region runs
+        phases = {k: replace(v, activations=v.activations + held) for k, v in phases.items()}
+        saved += saved_input_bytes(fw, num_fwd_outputs, handed[: len(placeholders)], symbols)
     return StepProfile(
         phases=phases,
         saved=symbols.readable(saved),

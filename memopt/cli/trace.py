@@ -150,6 +150,7 @@ class _PlanPartitioner(MemoptPartitioner):
                 device=self.device,
                 pad_matmuls=self.pad_matmuls,
                 fused=_fused_charges(result.budget),
+                activation_inputs=self.activation_inputs,
             )
             self.runs[i].append(RegionTrace(region, profile))
             if self.keep_planner and i == 0:
