@@ -63,3 +63,13 @@ def test_fit_text_table():
     assert "Largest seq whose predicted peak fits 12.00 MiB (batch 4):" in out
     for strategy in ("none (level 0)", "level 1", "planner"):
         assert strategy in out
+
+
+def test_solving_for_a_size_the_factory_does_not_take_is_an_error_before_tracing():
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(["fit", "tests.test_cli_plan:gram", "--solve-for", "seq", "--memory", "1GiB"])
+    assert code == 2
+    assert "--solve-for seq: factory tests.test_cli_plan:gram has no seq= parameter" in (
+        err.getvalue()
+    )

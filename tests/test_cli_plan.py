@@ -287,6 +287,10 @@ def test_a_size_the_factory_does_not_take_is_an_error_and_the_header_names_its_o
     head = out.splitlines()[0]
     assert "batch 3, for cpu" in head and "seq" not in head, head
     assert "symbolic batch, in" in out.splitlines()[1]
+    code, out = _cli(["plan", "tests.test_cli_plan:gram", "--device-kind", "cpu", "--json"])
+    assert code == 0
+    d = json.loads(out)
+    assert (d["batch"], d["seq"]) == (8, None)
 
 
 def test_a_recompute_charged_for_a_layout_copy_has_a_named_saving():

@@ -248,8 +248,9 @@ def _base_dict(cmd: str, a: Analysis) -> dict:
         "model": a.source.name,
         "model_class": a.model_class,
         "parameters": a.static.num_parameters,
-        "batch": r.batch,
-        "seq": r.seq,
+        # None for a size the factory does not take (its inputs' own)
+        "batch": r.batch if "batch" in a.source.sizes else None,
+        "seq": r.seq if "seq" in a.source.sizes else None,
         "dtype": str(r.dtype).replace("torch.", "") if r.dtype else None,
         "device_kind": r.device_kind,
         "emulated_cuda": a.emulated,
@@ -383,6 +384,12 @@ def _run_fit(args: argparse.Namespace, p: progress.Progress) -> int:
     memory = parse_budget("--memory", args.memory)
     if not isinstance(memory, int):
         raise CliError("--memory takes bytes, e.g. 80GiB", EXIT_USAGE)
+    if args.solve_for not in source.sizes:  # known before tracing: say it now
+        raise CliError(
+            f"--solve-for {args.solve_for}: factory {source.name} has no {args.solve_for}= "
+            "parameter, so its inputs cannot vary in it",
+            EXIT_USAGE,
+        )
     request = _request(args, source, symbolic=True)
     configs = [resolve_config(level=0, probe_level=args.probe_level)]
     configs += _configs(args, plans, [args.level])
