@@ -122,7 +122,6 @@ def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="a
     if optimizer == "device_overlap":
         kw = dict(overlap=True, device_overlap=True, model=model)
         opt = HostAdamW(model.parameters(), lr=1e-4, **kw)  # type: ignore[assignment]
-
     ph = StepPhases(cuda)  # GPU ms per phase (benchmarks/step_phases.py)
     step = functools.partial(ph.lm_step, opt, compiled, ids)
     losses = [step().item() for _ in range(warmup)]
@@ -135,8 +134,9 @@ def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="a
         step()
         sync(dev)
         times.append(1e3 * (time.perf_counter() - t0))
+    peak, phases = torch.cuda.max_memory_allocated() if cuda else 0, ph.result(step)  # profiled
     getattr(opt, "close", lambda: None)()  # its hooks off the model the next variant reuses
-    return times, torch.cuda.max_memory_allocated() if cuda else 0, losses, ph.result(step)
+    return times, peak, losses, phases
 
 
 def _reshard(model) -> None:

@@ -376,7 +376,8 @@ def _fused_group(
     own (where the model has it elsewhere) and the later kernels' (the model makes them at
     their own positions). The SwiGLU product recomputed in an FSDP2 layer region: the product,
     the up and the gate gradient in one kernel, six FFN-sized buffers live where the model had
-    four (docs/zoo.md, twenty-eighth session). ``bw_values``: the backward's values by name
+    four (docs/zoo.md, twenty-eighth session). Its ``recompute_ops`` are priced as that kernel
+    runs them (:func:`_fused_ops`). ``bw_values``: the backward's values by name
     (:func:`base_items`)."""
     ops = [g.joint_by_name.get(x) for x in a.recompute_nodes.get(Strategy.RECOMPUTE, ())]
     v = facts.tensor_val(g.joint_by_name.get(a.root))

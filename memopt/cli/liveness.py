@@ -343,7 +343,9 @@ def step_profile(
                 sweep.add_scaled(first, last, "temporaries", operand.meta["val"], factor)
     static = set(static_input_indices)
     placeholders = [p for p in fw.graph.nodes if p.op == "placeholder"]
-    handed = [bool(f) for f in activation_inputs] + [False] * len(placeholders)
+    handed = [
+        i < len(activation_inputs) and bool(activation_inputs[i]) for i in range(len(placeholders))
+    ]
     inputs, held = sympy.Integer(0), sympy.Integer(0)
     for i, p in enumerate(placeholders):
         if i not in static and _is_tensor(p):
@@ -359,7 +361,7 @@ def step_profile(
     }
     if held != 0:  # the handed activations, live while this region runs
         phases = {k: replace(v, activations=v.activations + held) for k, v in phases.items()}
-        saved += saved_input_bytes(fw, num_fwd_outputs, handed[: len(placeholders)], symbols)
+        saved += saved_input_bytes(fw, num_fwd_outputs, handed, symbols)
     return StepProfile(
         phases=phases,
         saved=symbols.readable(saved),
