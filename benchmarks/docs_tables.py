@@ -467,6 +467,7 @@ SECTIONS: dict[str, Section] = {
     "zoo_gpu_s65a": _zoo_files("_s65a", "bart"),
     "zoo_gpu_s66": _zoo_files("_s66", "whisper convnext"),
     "zoo_gpu_s65w": _zoo_files("_s65w", "whisper"),
+    "zoo_gpu_s68": _zoo_files("_s68", "convnext whisper bart resnet swin"),
     "prices_s41": Section(
         ("prices_swin_compiled_s41.json", "prices_swin_s40.json"), prices_by_kind
     ),
