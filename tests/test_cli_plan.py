@@ -269,8 +269,14 @@ def test_a_later_regions_flattened_tokens_are_batch_times_seq():
     code, out = _cli(["plan", "tests.test_cli_plan:flat_fixed", "--batch", "2"]
                      + ["--device-kind", "cpu", "--json"])  # fmt: skip
     assert code == 0
-    texts = [r["baseline_saved_symbolic"] for r in json.loads(out)["report"]["regions"]]
+    regions = json.loads(out)["report"]["regions"]
+    texts = [r["baseline_saved_symbolic"] for r in regions]
     assert texts == ["640*batch", "256*batch"], texts
+    # the loss region's saved input (its logits, 16*batch x 4 float32) and its symbol table
+    # are named too (they kept the raw ``16*inputs_logits_dim0`` and ``{"16*batch": 32}``)
+    rows = [(e["symbolic"], e["bytes"]) for e in regions[1]["extra"]["saved_inputs"]]
+    assert rows == [("256*batch", 512)], rows
+    assert [r["symbols"] for r in regions] == [{"batch": 2}, {"batch": 2}]
 
 
 def test_a_size_the_factory_does_not_take_is_an_error_and_the_header_names_its_own():

@@ -99,10 +99,25 @@ def finish_region(
         excluded.append({**x, "symbolic": sym, "bytes": val})
     base_sym, base_val = conv(region.baseline_saved_symbolic)
     final_sym, final_val = conv(region.final_saved_symbolic)
-    symbols = {names.get(k, k): v for k, v in region.symbols.items()}
+    symbols: dict[str, int] = {}
+    for k, v in region.symbols.items():  # a symbol named as a product gives its factors
+        name = names.get(k, k)
+        if "*" not in name:
+            symbols[name] = v
+        else:
+            parts = [p for p in name.split("*") if not p.isdigit()]
+            symbols.update({p: values[p] for p in parts if p in values})
     symbols.update({k: v for k, v in values.items() if k in symbols})
+    extra = region.extra
+    if extra.get("saved_inputs"):
+        rows = []
+        for e in extra["saved_inputs"]:
+            sym, val = conv(e["symbolic"])
+            rows.append({**e, "symbolic": sym, "bytes": val})
+        extra = {**extra, "saved_inputs": rows}
     return replace(
         region,
+        extra=extra,
         clusters=clusters,
         excluded=excluded,
         baseline_saved_symbolic=base_sym,
