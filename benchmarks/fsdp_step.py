@@ -144,6 +144,29 @@ def memopt_extra(compiled) -> dict:
     }
 
 
+def make_optimizer(model, optimizer: str, cuda: bool):
+    """The step's optimizer and what closes it: ``"adamw"`` (fused on CUDA);
+    ``"device_overlap"``: memopt's HostAdamW updating each device shard as its group's
+    gradients land, freeing them (memopt.params.device_overlap); ``"swap:BYTES:LAYER"``: AdamW
+    with memopt.params.StateSwap (BYTES of its moments away from each step()'s end until the
+    backward of ``model.model.layers[LAYER]`` begins)."""
+    from memopt.errors import ConfigError
+    from memopt.params import HostAdamW, StateSwap
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
+    if optimizer == "device_overlap":
+        kw = dict(overlap=True, device_overlap=True, model=model)
+        opt = HostAdamW(model.parameters(), lr=1e-4, **kw)
+        return opt, [opt.close]
+    if optimizer.startswith("swap:"):
+        nbytes, layer = map(int, optimizer.split(":")[1:])
+        swap = StateSwap(opt, reload_at=model.model.layers[layer], max_bytes=nbytes)
+        return opt, [swap.close]
+    if optimizer != "adamw":
+        raise ConfigError(f"--optimizer {optimizer!r}: adamw, device_overlap or swap:BYTES:LAYER")
+    return opt, []
+
+
 def plan_fingerprint(compiled) -> tuple[str, str]:
     """The step plan as chosen: per run of the step, the plan strings its region was compiled
     with, the offloaded runs and the target; a short hash and the text."""

@@ -87,9 +87,8 @@ def llama(layers, hidden, heads, kv, ffn, vocab):
     """A Llama with random weights, on the CPU: the same seed on every rank."""
     import transformers
 
-    names = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads")
-    names += ("intermediate_size", "vocab_size")
-    sizes = dict(zip(names, (layers, hidden, heads, kv, ffn, vocab)))
+    sizes = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads)
+    sizes.update(num_key_value_heads=kv, intermediate_size=ffn, vocab_size=vocab)
     cfg = transformers.LlamaConfig(**sizes, max_position_embeddings=4096, use_cache=False)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
@@ -110,18 +109,14 @@ def build(cfg: dict, dev, dtype):
 def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="adamw"):
     """This rank's step times (ms), steady-state peak and warmup losses (no collectives
     besides FSDP2's own, so a rank that fails cannot leave the other in a mismatched one).
-    ``optimizer="device_overlap"``: memopt's HostAdamW updating each device shard as its
-    group's gradients land, freeing them (memopt.params.device_overlap), for every variant."""
-    from memopt.params import HostAdamW
+    ``optimizer``: for every variant, as fsdp_step.make_optimizer reads it."""
+    from fsdp_step import make_optimizer
 
     cuda = dev.type == "cuda"
     reset = torch.cuda.reset_peak_memory_stats if cuda else lambda: None
     reset()
     model.load_state_dict(init)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
-    if optimizer == "device_overlap":
-        kw = dict(overlap=True, device_overlap=True, model=model)
-        opt = HostAdamW(model.parameters(), lr=1e-4, **kw)  # type: ignore[assignment]
+    opt, closers = make_optimizer(model, optimizer, cuda)
     ph = StepPhases(cuda)  # GPU ms per phase (benchmarks/step_phases.py)
     step = functools.partial(ph.lm_step, opt, compiled, ids)
     losses = [step().item() for _ in range(warmup)]
@@ -135,7 +130,8 @@ def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="a
         sync(dev)
         times.append(1e3 * (time.perf_counter() - t0))
     peak, phases = torch.cuda.max_memory_allocated() if cuda else 0, ph.result(step)  # profiled
-    getattr(opt, "close", lambda: None)()  # its hooks off the model the next variant reuses
+    for close in closers:  # their hooks off the model the next variant reuses
+        close()
     return times, peak, losses, phases
 
 
@@ -559,7 +555,7 @@ def main(argv=None) -> None:
         s.add_argument(f"--{key}", type=int, help=f"default {full}; --tiny {tiny}")
     s.add_argument("--only", help="budgets,level,offload,auto,fused,unfused (compile always runs)")
     s.add_argument("--memopt-log", help="memopt's INFO log (rank r > 0: PATH.rank<r>)")
-    s.add_argument("--optimizer", default="adamw", choices=("adamw", "device_overlap"))
+    s.add_argument("--optimizer", default="adamw", help="adamw, device_overlap, swap:BYTES:LAYER")
     s.add_argument("--targets", default="", help="POINT=BYTES,...: memopt aims at these peaks")
     s.add_argument("--points", default="0.5,0.1", help="torch's budgets (with budgets)")
     for name, run_help in (("params", "part 2: the driver"), ("param-variant", "under torchrun")):

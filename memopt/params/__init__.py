@@ -18,6 +18,7 @@ from memopt.params.layers import find_layers
 from memopt.params.nvme import NvmeStore, sequential_throughput
 from memopt.params.rates import HostRates, host_rates
 from memopt.params.report import format_placement, placement_rows
+from memopt.params.state_swap import StateSwap
 
 __all__ = [
     "FsdpOffload",
@@ -33,6 +34,7 @@ __all__ = [
     "plan_host_groups",
     "sequential_throughput",
     "shard_with_offload",
+    "StateSwap",
 ]
 
 

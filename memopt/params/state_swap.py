@@ -1,0 +1,222 @@
+"""Optimizer states away from the device while the forward builds up: :class:`StateSwap`.
+
+A training step peaks early in its backward, when every layer's saved activations are still
+held (docs/steps.md: the FSDP2 step of docs/benchmarks.md peaks at the head's backward). The
+optimizer's states (AdamW's two moments, as large as the parameters) sit in device memory
+there, though nothing reads them until ``step()``. ``StateSwap`` moves them to pinned host
+memory after each ``step()``, while the next forward runs, frees their device memory, and
+brings them back from a point of the backward after the peak, so ``step()`` finds them in
+place::
+
+    step() ends (post hook)      side stream waits for step()'s kernels; each chosen state is
+                                 copied into its pinned host copy; its device storage is freed
+                                 (record_stream: the allocator reuses it only after the copy)
+    forward, then the backward   the activations take the room the states left
+    the reload point's backward  each storage is allocated again on the compute stream (so it
+                                 returns to the compute stream's pool when freed), then filled
+                                 from the host on the side stream
+    step() begins (pre hook)     the compute stream waits for the copies (a reload not started
+                                 by then is started here, and its copies are not hidden)
+
+The reload point is a module whose backward begins after the step's peak (``reload_at``): a
+hook on its outputs' gradients (``register_multi_grad_hook``, as FSDP2's pre-backward) starts
+the copies. Which states go: every dense device state of at least ``min_bytes``, in parameter
+order, until ``max_bytes`` (all by default). ``state_dict()`` and ``load_state_dict()`` bring
+them back first (hooks on the optimizer); reading ``optimizer.state`` directly between
+``step()`` and the reload point reads empty storages.
+
+The copies share the transfer stream of the activation offload (``memopt.offload.ops``); on a
+CPU device they run synchronously (tests). States of DTensor parameters (FSDP2) move their
+local shard.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from memopt import _torch_compat as compat
+from memopt.errors import ConfigError
+from memopt.offload import ops
+
+log = logging.getLogger("memopt")
+
+__all__ = ["StateSwap", "StateSwapStats"]
+
+
+@dataclass
+class StateSwapStats:
+    away_bytes: int = 0
+    """Bytes of states moved to the host after the last ``step()``."""
+    tensors: int = 0
+    """State tensors moved after the last ``step()``."""
+    reloads: int = 0
+    """Reloads started from the reload point (hidden behind the backward)."""
+    late: int = 0
+    """Reloads started by ``step()`` itself (no reload point was reached: not hidden)."""
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
+
+
+class StateSwap:
+    """See the module docstring. ``optimizer``: a ``torch.optim.Optimizer`` whose states live
+    on the device; ``reload_at``: the module whose backward starts the copies back (None:
+    ``step()`` starts them, unhidden); ``max_bytes``: at most this many bytes go (None: all);
+    ``min_bytes``: smaller states stay."""
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        reload_at: torch.nn.Module | None = None,
+        max_bytes: int | None = None,
+        min_bytes: int = 1 << 20,
+    ) -> None:
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ConfigError(
+                f"StateSwap: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+            )
+        if type(optimizer).__name__ == "HostAdamW":
+            raise ConfigError(
+                "StateSwap: HostAdamW keeps its moments on the host already; nothing to swap"
+            )
+        if reload_at is not None and not isinstance(reload_at, torch.nn.Module):
+            raise ConfigError(
+                f"StateSwap: reload_at must be an nn.Module (the module whose backward brings "
+                f"the states back), got {type(reload_at).__name__}"
+            )
+        for name, v in (("max_bytes", max_bytes), ("min_bytes", min_bytes)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ConfigError(f"StateSwap: {name} must be a non-negative int, got {v!r}")
+        self.optimizer = optimizer
+        self.max_bytes = max_bytes
+        self.min_bytes = min_bytes
+        self.stats = StateSwapStats()
+        self._away: list[tuple[torch.Tensor, torch.Tensor]] = []  # (device local, host copy)
+        self._hosts: dict[int, torch.Tensor] = {}  # id(state tensor) -> its pinned host copy
+        self._reloading = False
+        self._event = None  # CUDA event: the copies back finished
+        self._hooks = [
+            optimizer.register_step_pre_hook(lambda *_: self.resident()),
+            optimizer.register_step_post_hook(lambda *_: self._send_away()),
+            optimizer.register_state_dict_pre_hook(lambda *_: self.resident()),
+            optimizer.register_load_state_dict_pre_hook(lambda *_: self._forget()),
+        ]
+        if reload_at is not None:
+            self._hooks.append(reload_at.register_forward_hook(self._on_forward))
+
+    # ------------------------------------------------------------------ the two moves
+
+    def _chosen(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        out, total = [], 0
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                state = self.optimizer.state.get(p, {})
+                for key in sorted(state, key=str):  # exp_avg, exp_avg_sq, step: a fixed order
+                    t = state[key]
+                    if not isinstance(t, torch.Tensor):
+                        continue
+                    local = _local(t)
+                    n = local.untyped_storage().nbytes()
+                    if n < max(self.min_bytes, 1) or not ops.is_dense(local):
+                        continue
+                    if local.untyped_storage().nbytes() != local.numel() * local.element_size():
+                        continue  # a view into a larger storage: freeing it would free others
+                    if self.max_bytes is not None and total + n > self.max_bytes:
+                        return out
+                    host = self._hosts.get(id(t))
+                    if host is None or host.shape != local.shape or host.dtype != local.dtype:
+                        host = torch.empty_like(local, device="cpu", pin_memory=local.is_cuda)
+                        self._hosts[id(t)] = host
+                    out.append((local, host))
+                    total += n
+        return out
+
+    def _send_away(self) -> None:
+        chosen = self._chosen()
+        self.stats.away_bytes = sum(d.untyped_storage().nbytes() for d, _ in chosen)
+        self.stats.tensors = len(chosen)
+        if not chosen:
+            return
+        device = chosen[0][0].device
+        if device.type == "cuda":
+            side = ops.transfer_stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                compat.copy_many([h for _, h in chosen], [d for d, _ in chosen])
+            for d, _ in chosen:
+                d.record_stream(side)
+        else:
+            for d, h in chosen:
+                h.copy_(d)
+        for d, _ in chosen:
+            d.untyped_storage().resize_(0)
+        self._away = chosen
+
+    def reload(self) -> None:
+        """Start the copies back (once per step; a no-op while they are in flight or done)."""
+        if not self._away or self._reloading:
+            return
+        self._reloading = True
+        device = self._away[0][0].device
+        for d, h in self._away:  # allocated on the compute stream: its pool gets them back
+            d.untyped_storage().resize_(h.numel() * h.element_size())
+        if device.type == "cuda":
+            side = ops.transfer_stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                compat.copy_many([d for d, _ in self._away], [h for _, h in self._away])
+                self._event = side.record_event()
+        else:
+            for d, h in self._away:
+                d.copy_(h)
+
+    def resident(self) -> None:
+        """Make every state usable on the device: start the reload if no reload point did
+        (counted ``late``), and make the current stream wait for it."""
+        if not self._away:
+            return
+        if not self._reloading:
+            self.stats.late += 1
+            self.reload()
+        if self._event is not None:
+            torch.cuda.current_stream(self._away[0][0].device).wait_event(self._event)
+        self._away, self._reloading, self._event = [], False, None
+
+    def _forget(self) -> None:
+        self.resident()
+        self._hosts.clear()  # load_state_dict makes new state tensors
+
+    def _on_forward(self, module, args, output) -> None:
+        if not torch.is_grad_enabled():
+            return
+        tensors = [t for t in _tensors(output) if t.requires_grad]
+        if tensors:
+            torch.autograd.graph.register_multi_grad_hook(tensors, self._reached, mode="any")
+
+    def _reached(self, *_):
+        if self._away and not self._reloading:
+            self.stats.reloads += 1
+            self.reload()
+
+    def close(self) -> None:
+        """Bring the states back and remove every hook."""
+        self.resident()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _tensors(o)]
+    values = getattr(out, "values", None)  # HF ModelOutput
+    return [t for o in values() for t in _tensors(o)] if callable(values) else []

@@ -1,0 +1,167 @@
+"""memopt.params.StateSwap on CPU: the optimizer's states leave after step() (their storage is
+empty), come back from the reload point's backward, and training is bit-identical to the same
+optimizer without it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from memopt.errors import ConfigError
+from memopt.params.state_swap import StateSwap
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleList(nn.Linear(64, 64) for _ in range(3))
+        self.head = nn.Linear(64, 8)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.head(x)
+
+
+def _step(model, opt, i: int) -> torch.Tensor:
+    torch.manual_seed(100 + i)
+    x = torch.randn(16, 64)
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss.detach()
+
+
+def _storage_bytes(opt) -> list[int]:
+    return [
+        t.untyped_storage().nbytes()
+        for s in opt.state.values()
+        for k, t in sorted(s.items())
+        if k != "step"
+    ]
+
+
+# one Linear(64, 64) weight in fp32: 16,384 B; its bias 256 B; the head's weight 2,048 B
+WEIGHT = 64 * 64 * 4
+
+
+def test_the_states_leave_after_step_come_back_at_the_reload_point_and_training_is_identical():
+    ref = Net()
+    model = copy.deepcopy(ref)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swap = StateSwap(opt, reload_at=model.layers[2], min_bytes=WEIGHT)
+
+    seen = []  # the moments' storage bytes when the head's and layer 1's backward begin
+    model.head.register_full_backward_pre_hook(lambda *_: seen.append(_storage_bytes(opt)))
+    model.layers[1].register_full_backward_pre_hook(lambda *_: seen.append(_storage_bytes(opt)))
+    for i in range(4):
+        assert torch.equal(_step(model, opt, i), _step(ref, opt_ref, i))
+        # after step(): the three weights' two moments are away, the rest stay
+        assert swap.stats.tensors == 6 and swap.stats.away_bytes == 6 * WEIGHT
+        assert sorted(_storage_bytes(opt)) == [0] * 6 + [32, 32] + [256] * 6 + [2048, 2048]
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b)
+    # step 0 had no states yet; from step 1 on the head's backward (before the reload point)
+    # saw them away and layer 1's backward (after it) saw them back
+    assert [sorted(s)[:6] for s in seen[2::2]] == [[0] * 6] * 3
+    assert [sorted(s)[-6:] for s in seen[3::2]] == [[WEIGHT] * 6] * 3
+    assert (swap.stats.reloads, swap.stats.late) == (3, 0)
+    swap.close()
+    assert 0 not in _storage_bytes(opt)
+
+
+def test_without_a_reload_point_step_brings_them_back_and_counts_it_late():
+    ref, model = Net(), Net()
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swap = StateSwap(opt, min_bytes=0)
+    for i in range(3):
+        _step(model, opt, i), _step(ref, opt_ref, i)
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b)
+    # every moment of every parameter goes (min_bytes=0); "step" counters are tensors too
+    n_params = sum(p.numel() for p in model.parameters())
+    assert swap.stats.away_bytes == 2 * 4 * n_params + 4 * 8
+    assert (swap.stats.reloads, swap.stats.late) == (0, 2)
+
+
+def test_max_bytes_takes_states_in_parameter_order_up_to_the_limit():
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swap = StateSwap(opt, reload_at=model.layers[2], max_bytes=3 * WEIGHT, min_bytes=WEIGHT)
+    _step(model, opt, 0)
+    # layer 0's weight (two moments), then layer 1's first moment: three of 16,384 B
+    assert (swap.stats.tensors, swap.stats.away_bytes) == (3, 3 * WEIGHT)
+    first = opt.state[model.layers[1].weight]
+    assert first["exp_avg"].untyped_storage().nbytes() == 0
+    assert first["exp_avg_sq"].untyped_storage().nbytes() == WEIGHT
+    assert opt.state[model.layers[2].weight]["exp_avg"].untyped_storage().nbytes() == WEIGHT
+
+
+def test_state_dict_between_step_and_the_reload_point_reads_the_true_moments_and_load_works():
+    ref, model = Net(), Net()
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swap = StateSwap(opt, reload_at=model.layers[2], min_bytes=WEIGHT)
+    for i in range(2):
+        _step(model, opt, i), _step(ref, opt_ref, i)
+    assert swap.stats.away_bytes == 6 * WEIGHT and 0 in _storage_bytes(opt)
+    got, want = opt.state_dict(), opt_ref.state_dict()
+    for k, s in want["state"].items():
+        for name, t in s.items():
+            assert torch.equal(got["state"][k][name], t), (k, name)
+    # a checkpoint loaded mid-training: the swap goes on with the loaded tensors
+    opt.load_state_dict(copy.deepcopy(want))
+    for i in range(2, 4):
+        _step(model, opt, i), _step(ref, opt_ref, i)
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert swap.stats.away_bytes == 6 * WEIGHT
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"optimizer": "adamw"}, "optimizer must be a torch.optim.Optimizer, got str"),
+        ({"reload_at": "layers.2"}, "reload_at must be an nn.Module"),
+        ({"max_bytes": -1}, "max_bytes must be a non-negative int, got -1"),
+        ({"min_bytes": 1.5}, "min_bytes must be a non-negative int, got 1.5"),
+    ],
+)
+def test_bad_settings_are_named(kwargs, message):
+    model = Net()
+    args = {"optimizer": torch.optim.AdamW(model.parameters()), **kwargs}
+    with pytest.raises(ConfigError, match=message):
+        StateSwap(**args)
+
+
+def test_fsdp2_states_are_dtensors_whose_local_shards_move():
+    """FSDP2 (``fully_shard`` per layer, world size 1 on gloo): AdamW's moments are DTensors;
+    their local shards leave and come back, and training equals FSDP2 without the swap."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from memopt.params.fsdp import ensure_process_group
+
+    ensure_process_group("cpu")
+    mesh = init_device_mesh("cpu", (1,))
+    ref, model = Net(), Net()
+    for m in (ref, model):
+        for layer in m.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(m, mesh=mesh)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swap = StateSwap(opt, reload_at=model.layers[2], min_bytes=WEIGHT)
+    for i in range(3):
+        assert torch.equal(_step(model, opt, i), _step(ref, opt_ref, i))
+    assert type(opt.state[model.layers[0].weight]["exp_avg"]).__name__ == "DTensor"
+    assert swap.stats.away_bytes == 6 * WEIGHT and swap.stats.reloads == 2
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a.full_tensor(), b.full_tensor())
