@@ -165,3 +165,18 @@ def test_fsdp2_states_are_dtensors_whose_local_shards_move():
     assert swap.stats.away_bytes == 6 * WEIGHT and swap.stats.reloads == 2
     for a, b in zip(model.parameters(), ref.parameters(), strict=True):
         assert torch.equal(a.full_tensor(), b.full_tensor())
+
+
+def test_under_torch_compile_the_reload_point_still_fires():
+    """The forward hook on ``reload_at`` runs inside a compiled model (Dynamo graph-breaks
+    around it or traces it): the reloads are counted and training is unchanged."""
+    ref, model = Net(), Net()
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swap = StateSwap(opt, reload_at=model.layers[2], min_bytes=WEIGHT)
+    cm, cr = torch.compile(model, backend="aot_eager"), torch.compile(ref, backend="aot_eager")
+    for i in range(3):
+        assert torch.equal(_step(cm, opt, i), _step(cr, opt_ref, i))
+    assert (swap.stats.reloads, swap.stats.late, swap.stats.tensors) == (2, 0, 6)
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b)
