@@ -106,10 +106,12 @@ def build(cfg: dict, dev, dtype):
     return model
 
 
-def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="adamw"):
+def train(model, init, compiled, ids, warmup, iters, dev, optimizer="adamw", step_sync="device"):
     """This rank's step times (ms), steady-state peak and warmup losses (no collectives
     besides FSDP2's own, so a rank that fails cannot leave the other in a mismatched one).
-    ``optimizer``: for every variant, as fsdp_step.make_optimizer reads it."""
+    ``optimizer``: for every variant, as fsdp_step.make_optimizer reads it. ``step_sync``: a
+    timed step ends when the device is idle (``"device"``) or, as in a loop that logs its loss,
+    when ``loss.item()`` returns (``"loss"``: side-stream copies may run on into the next)."""
     from fsdp_step import make_optimizer
 
     cuda = dev.type == "cuda"
@@ -126,8 +128,7 @@ def train(model, init, compiled, ids, warmup: int, iters: int, dev, optimizer="a
     times = []
     for _ in range(iters):
         t0 = time.perf_counter()
-        step()
-        sync(dev)
+        _ = step().item() if step_sync == "loss" else (step(), sync(dev))
         times.append(1e3 * (time.perf_counter() - t0))
     peak, phases = torch.cuda.max_memory_allocated() if cuda else 0, ph.result(step)  # profiled
     for close in closers:  # their hooks off the model the next variant reuses
@@ -178,7 +179,8 @@ def steps(args) -> None:
             if budget is not None:
                 torch._functorch.config.activation_memory_budget = budget
             compiled = make()
-            got = train(model, init, compiled, ids, args.warmup, args.iters, dev, args.optimizer)
+            got = train(model, init, compiled, ids, args.warmup, args.iters, dev, args.optimizer,
+                        args.step_sync)  # fmt: skip
             local = dict(zip(("times", "peak", "losses", "phases"), got))
             if memopt_row:
                 local["memopt"] = memopt_extra(compiled)
@@ -556,6 +558,7 @@ def main(argv=None) -> None:
     s.add_argument("--only", help="budgets,level,offload,auto,fused,unfused (compile always runs)")
     s.add_argument("--memopt-log", help="memopt's INFO log (rank r > 0: PATH.rank<r>)")
     s.add_argument("--optimizer", default="adamw", help="adamw, device_overlap, swap:BYTES:LAYER")
+    s.add_argument("--step-sync", default="device", choices=("device", "loss"), help="see train")
     s.add_argument("--targets", default="", help="POINT=BYTES,...: memopt aims at these peaks")
     s.add_argument("--points", default="0.5,0.1", help="torch's budgets (with budgets)")
     for name, run_help in (("params", "part 2: the driver"), ("param-variant", "under torchrun")):

@@ -180,3 +180,21 @@ def test_under_torch_compile_the_reload_point_still_fires():
     assert (swap.stats.reloads, swap.stats.late, swap.stats.tensors) == (2, 0, 6)
     for a, b in zip(model.parameters(), ref.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_parameter_whose_state_appears_later_goes_too_and_close_is_not_late():
+    """The head has no gradient in step 0 (AdamW makes no state for it); from step 1 on its
+    two moments go as well. ``close()`` brings the states back without counting a late
+    reload."""
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swap = StateSwap(opt, reload_at=model.layers[2], min_bytes=2048)
+    model.head.weight.requires_grad_(False)
+    _step(model, opt, 0)
+    assert (swap.stats.tensors, swap.stats.away_bytes) == (6, 6 * WEIGHT)
+    model.head.weight.requires_grad_(True)
+    _step(model, opt, 1)
+    assert (swap.stats.tensors, swap.stats.away_bytes) == (8, 6 * WEIGHT + 2 * 2048)
+    swap.close()
+    assert (swap.stats.reloads, swap.stats.late) == (1, 0)
+    assert 0 not in _storage_bytes(opt)

@@ -99,9 +99,10 @@ class StateSwap:
         self._away: list[tuple[torch.Tensor, torch.Tensor]] = []  # (device local, host copy)
         self._hosts: dict[int, torch.Tensor] = {}  # id(state tensor) -> its pinned host copy
         self._reloading = False
+        self._cached: tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
         self._event = None  # CUDA event: the copies back finished
         self._hooks = [
-            optimizer.register_step_pre_hook(lambda *_: self.resident()),
+            optimizer.register_step_pre_hook(lambda *_: self.resident(for_step=True)),
             optimizer.register_step_post_hook(lambda *_: self._send_away()),
             optimizer.register_state_dict_pre_hook(lambda *_: self.resident()),
             optimizer.register_load_state_dict_pre_hook(lambda *_: self._forget()),
@@ -137,7 +138,10 @@ class StateSwap:
         return out
 
     def _send_away(self) -> None:
-        chosen = self._chosen()
+        n = len(self.optimizer.state)  # the same state tensors every step, unless a parameter
+        if self._cached is None or self._cached[0] != n:  # got its first (or load_state_dict)
+            self._cached = (n, self._chosen())
+        chosen = self._cached[1]
         self.stats.away_bytes = sum(d.untyped_storage().nbytes() for d, _ in chosen)
         self.stats.tensors = len(chosen)
         if not chosen:
@@ -175,13 +179,14 @@ class StateSwap:
             for d, h in self._away:
                 d.copy_(h)
 
-    def resident(self) -> None:
-        """Make every state usable on the device: start the reload if no reload point did
-        (counted ``late``), and make the current stream wait for it."""
+    def resident(self, for_step: bool = False) -> None:
+        """Make every state usable on the device: start the reload if no reload point did, and
+        make the current stream wait for it. ``for_step``: ``step()`` is about to read them (a
+        reload started here is counted ``late``)."""
         if not self._away:
             return
         if not self._reloading:
-            self.stats.late += 1
+            self.stats.late += for_step
             self.reload()
         if self._event is not None:
             torch.cuda.current_stream(self._away[0][0].device).wait_event(self._event)
@@ -190,6 +195,7 @@ class StateSwap:
     def _forget(self) -> None:
         self.resident()
         self._hosts.clear()  # load_state_dict makes new state tensors
+        self._cached = None
 
     def _on_forward(self, module, args, output) -> None:
         if not torch.is_grad_enabled():
