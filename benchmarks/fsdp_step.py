@@ -148,8 +148,9 @@ def make_optimizer(model, optimizer: str, cuda: bool):
     """The step's optimizer and what closes it: ``"adamw"`` (fused on CUDA);
     ``"device_overlap"``: memopt's HostAdamW updating each device shard as its group's
     gradients land, freeing them (memopt.params.device_overlap); ``"swap:BYTES:LAYER"``: AdamW
-    with memopt.params.StateSwap (BYTES of its moments away from each step()'s end until the
-    backward of ``model.model.layers[LAYER]`` begins)."""
+    with memopt.params.StateSwap (BYTES of its moments away from each step()'s end; LAYER is
+    a comma-separated list of layer indices in backward order, each layer's backward bringing
+    back its share)."""
     from memopt.errors import ConfigError
     from memopt.params import HostAdamW, StateSwap
 
@@ -159,11 +160,12 @@ def make_optimizer(model, optimizer: str, cuda: bool):
         opt = HostAdamW(model.parameters(), lr=1e-4, **kw)
         return opt, [opt.close]
     if optimizer.startswith("swap:"):
-        nbytes, layer = map(int, optimizer.split(":")[1:])
-        swap = StateSwap(opt, reload_at=model.model.layers[layer], max_bytes=nbytes)
+        nbytes, layers = optimizer.split(":")[1:]
+        points = [model.model.layers[int(i)] for i in layers.split(",")]
+        swap = StateSwap(opt, reload_at=points, max_bytes=int(nbytes))
         return opt, [swap.close]
     if optimizer != "adamw":
-        raise ConfigError(f"--optimizer {optimizer!r}: adamw, device_overlap or swap:BYTES:LAYER")
+        raise ConfigError(f"--optimizer {optimizer!r}: adamw, device_overlap or swap:BYTES:L,...")
     return opt, []
 
 

@@ -557,7 +557,7 @@ def main(argv=None) -> None:
         s.add_argument(f"--{key}", type=int, help=f"default {full}; --tiny {tiny}")
     s.add_argument("--only", help="budgets,level,offload,auto,fused,unfused (compile always runs)")
     s.add_argument("--memopt-log", help="memopt's INFO log (rank r > 0: PATH.rank<r>)")
-    s.add_argument("--optimizer", default="adamw", help="adamw, device_overlap, swap:BYTES:LAYER")
+    s.add_argument("--optimizer", default="adamw", help="adamw, device_overlap, swap:BYTES:L,...")
     s.add_argument("--step-sync", default="device", choices=("device", "loss"), help="see train")
     s.add_argument("--targets", default="", help="POINT=BYTES,...: memopt aims at these peaks")
     s.add_argument("--points", default="0.5,0.1", help="torch's budgets (with budgets)")

@@ -198,3 +198,46 @@ def test_a_parameter_whose_state_appears_later_goes_too_and_close_is_not_late():
     swap.close()
     assert (swap.stats.reloads, swap.stats.late) == (1, 0)
     assert 0 not in _storage_bytes(opt)
+
+
+def test_several_reload_points_each_bring_back_their_share_in_order():
+    """``reload_at=[layers[2], layers[1], layers[0]]``: the six weight moments (in parameter
+    order) are cut into three groups of two; layers[2]'s backward brings back layer 0's
+    moments, layers[0]'s brings back layer 2's, so at layers[1]'s backward the first are back
+    and the last still away."""
+    ref, model = Net(), Net()
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    points = [model.layers[2], model.layers[1], model.layers[0]]
+    swap = StateSwap(opt, reload_at=points, min_bytes=WEIGHT)
+
+    def moments(layer):
+        s = opt.state.get(model.layers[layer].weight, {})
+        return [s[k].untyped_storage().nbytes() for k in ("exp_avg", "exp_avg_sq") if k in s]
+
+    seen = []
+    model.layers[1].register_full_backward_pre_hook(
+        lambda *_: seen.append((moments(0), moments(2)))
+    )
+    for i in range(3):
+        assert torch.equal(_step(model, opt, i), _step(ref, opt_ref, i))
+    assert seen[1:] == [([WEIGHT, WEIGHT], [0, 0])] * 2
+    assert (swap.stats.reloads, swap.stats.late, swap.stats.tensors) == (2, 0, 6)
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_split_cuts_in_order_by_bytes():
+    from memopt.params.state_swap import _split
+
+    def items(*sizes):
+        return [(torch.empty(n, dtype=torch.uint8), None) for n in sizes]
+
+    def cut(chosen, parts):
+        return [[d.numel() for d, _ in g] for g in _split(chosen, parts)]
+
+    assert cut(items(4, 4, 4, 4, 4, 4), 3) == [[4, 4], [4, 4], [4, 4]]
+    assert cut(items(10, 1, 1, 1), 2) == [[10], [1, 1, 1]]
+    assert cut(items(1, 1, 1, 10), 2) == [[1, 1, 1, 10]]
+    assert cut(items(3, 3), 1) == [[3, 3]]
+    assert cut(items(5), 4) == [[5]]

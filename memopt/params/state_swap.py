@@ -20,7 +20,11 @@ place::
 
 The reload point is a module whose backward begins after the step's peak (``reload_at``): a
 hook on its outputs' gradients (``register_multi_grad_hook``, as FSDP2's pre-backward) starts
-the copies. Which states go: every dense device state of at least ``min_bytes``, in parameter
+the copies. With a list of modules (in the order their backward begins) the states are cut
+into as many consecutive groups of about equal bytes, and each point starts its group: a copy
+engine busy with one long copy back holds every small host-to-device copy queued behind it,
+FSDP2's pre-backward copies included, and the compute stream waits for those (docs/steps.md:
+the same holds for the activation offload's copies back). Which states go: every dense device state of at least ``min_bytes``, in parameter
 order, until ``max_bytes`` (all by default). ``state_dict()`` and ``load_state_dict()`` bring
 them back first (hooks on the optimizer); reading ``optimizer.state`` directly between
 ``step()`` and the reload point reads empty storages.
@@ -32,6 +36,7 @@ local shard.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -53,9 +58,10 @@ class StateSwapStats:
     tensors: int = 0
     """State tensors moved after the last ``step()``."""
     reloads: int = 0
-    """Reloads started from the reload point (hidden behind the backward)."""
+    """Steps whose copies back were started by a reload point (hidden behind the backward)."""
     late: int = 0
-    """Reloads started by ``step()`` itself (no reload point was reached: not hidden)."""
+    """Steps whose ``step()`` had to start some copies back itself (a reload point not
+    reached: those copies are not hidden)."""
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -65,8 +71,8 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 class StateSwap:
     """See the module docstring. ``optimizer``: a ``torch.optim.Optimizer`` whose states live
-    on the device; ``reload_at``: the module whose backward starts the copies back (None:
-    ``step()`` starts them, unhidden); ``max_bytes``: at most this many bytes go (None: all);
+    on the device; ``reload_at``: the module, or modules in backward order, whose backward
+    starts the copies back (None: ``step()`` starts them, unhidden); ``max_bytes``: at most this many bytes go (None: all);
     ``min_bytes``: smaller states stay."""
 
     def __init__(
@@ -84,10 +90,14 @@ class StateSwap:
             raise ConfigError(
                 "StateSwap: HostAdamW keeps its moments on the host already; nothing to swap"
             )
-        if reload_at is not None and not isinstance(reload_at, torch.nn.Module):
+        points = [reload_at] if isinstance(reload_at, torch.nn.Module) else reload_at
+        points = [] if points is None else points
+        if not isinstance(points, (list, tuple)) or not all(
+            isinstance(m, torch.nn.Module) for m in points
+        ):
             raise ConfigError(
-                f"StateSwap: reload_at must be an nn.Module (the module whose backward brings "
-                f"the states back), got {type(reload_at).__name__}"
+                f"StateSwap: reload_at must be an nn.Module or a list of them (the modules whose "
+                f"backward brings the states back), got {type(reload_at).__name__}"
             )
         for name, v in (("max_bytes", max_bytes), ("min_bytes", min_bytes)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
@@ -98,17 +108,19 @@ class StateSwap:
         self.stats = StateSwapStats()
         self._away: list[tuple[torch.Tensor, torch.Tensor]] = []  # (device local, host copy)
         self._hosts: dict[int, torch.Tensor] = {}  # id(state tensor) -> its pinned host copy
-        self._reloading = False
+        self._groups: list[list[tuple[torch.Tensor, torch.Tensor]]] = []  # one per point
+        self._issued = 0  # groups whose copies back have started this step
+        self._events: list = []  # CUDA events: each issued group's copies finished
         self._cached: tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
-        self._event = None  # CUDA event: the copies back finished
+        self._points = max(len(points), 1)
         self._hooks = [
             optimizer.register_step_pre_hook(lambda *_: self.resident(for_step=True)),
             optimizer.register_step_post_hook(lambda *_: self._send_away()),
             optimizer.register_state_dict_pre_hook(lambda *_: self.resident()),
             optimizer.register_load_state_dict_pre_hook(lambda *_: self._forget()),
         ]
-        if reload_at is not None:
-            self._hooks.append(reload_at.register_forward_hook(self._on_forward))
+        for i, m in enumerate(points):
+            self._hooks.append(m.register_forward_hook(functools.partial(self._on_forward, i)))
 
     # ------------------------------------------------------------------ the two moves
 
@@ -157,57 +169,64 @@ class StateSwap:
         else:
             for d, h in chosen:
                 h.copy_(d)
+        self._groups = _split(chosen, self._points)  # sizes read before the storages go
         for d, _ in chosen:
             d.untyped_storage().resize_(0)
-        self._away = chosen
+        self._away, self._issued, self._events = chosen, 0, []
 
-    def reload(self) -> None:
-        """Start the copies back (once per step; a no-op while they are in flight or done)."""
-        if not self._away or self._reloading:
-            return
-        self._reloading = True
-        device = self._away[0][0].device
-        for d, h in self._away:  # allocated on the compute stream: its pool gets them back
-            d.untyped_storage().resize_(h.numel() * h.element_size())
-        if device.type == "cuda":
+    def reload(self, upto: int | None = None) -> None:
+        """Start the copies back of the groups before ``upto`` (all by default) not started
+        yet this step; each group's storages are allocated on the compute stream (whose pool
+        gets them back when they leave again) and filled on the transfer stream."""
+        end = len(self._groups) if upto is None else min(upto, len(self._groups))
+        while self._issued < end:
+            group = self._groups[self._issued]
+            self._issued += 1
+            for d, h in group:
+                d.untyped_storage().resize_(h.numel() * h.element_size())
+            device = group[0][0].device
+            if device.type != "cuda":
+                for d, h in group:
+                    d.copy_(h)
+                continue
             side = ops.transfer_stream(device)
             side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side):
-                compat.copy_many([d for d, _ in self._away], [h for _, h in self._away])
-                self._event = side.record_event()
-        else:
-            for d, h in self._away:
-                d.copy_(h)
+                compat.copy_many([d for d, _ in group], [h for _, h in group])
+                self._events.append(side.record_event())
 
     def resident(self, for_step: bool = False) -> None:
-        """Make every state usable on the device: start the reload if no reload point did, and
-        make the current stream wait for it. ``for_step``: ``step()`` is about to read them (a
-        reload started here is counted ``late``)."""
+        """Make every state usable on the device: start what no reload point started, and
+        make the current stream wait for the copies. ``for_step``: ``step()`` is about to read
+        them (a step that had to start some copies itself is counted ``late``)."""
         if not self._away:
             return
-        if not self._reloading:
+        if self._issued < len(self._groups):
             self.stats.late += for_step
             self.reload()
-        if self._event is not None:
-            torch.cuda.current_stream(self._away[0][0].device).wait_event(self._event)
-        self._away, self._reloading, self._event = [], False, None
+        if self._events:
+            stream = torch.cuda.current_stream(self._away[0][0].device)
+            for e in self._events:
+                stream.wait_event(e)
+        self._away, self._groups, self._issued, self._events = [], [], 0, []
 
     def _forget(self) -> None:
         self.resident()
         self._hosts.clear()  # load_state_dict makes new state tensors
         self._cached = None
 
-    def _on_forward(self, module, args, output) -> None:
+    def _on_forward(self, point: int, module, args, output) -> None:
         if not torch.is_grad_enabled():
             return
         tensors = [t for t in _tensors(output) if t.requires_grad]
         if tensors:
-            torch.autograd.graph.register_multi_grad_hook(tensors, self._reached, mode="any")
+            hook = functools.partial(self._reached, point)
+            torch.autograd.graph.register_multi_grad_hook(tensors, hook, mode="any")
 
-    def _reached(self, *_):
-        if self._away and not self._reloading:
-            self.stats.reloads += 1
-            self.reload()
+    def _reached(self, point: int, *_) -> None:
+        if self._issued <= point < len(self._groups):
+            self.stats.reloads += self._issued == 0
+            self.reload(point + 1)
 
     def close(self) -> None:
         """Bring the states back and remove every hook."""
@@ -215,6 +234,19 @@ class StateSwap:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+
+
+def _split(chosen: list, parts: int) -> list[list]:
+    """``chosen`` in order, cut into at most ``parts`` consecutive groups of about equal
+    bytes (a group ends once the running total reaches its share)."""
+    sizes = [d.untyped_storage().nbytes() for d, _ in chosen]
+    total, groups, run = sum(sizes), [[]], 0
+    for item, n in zip(chosen, sizes, strict=True):
+        groups[-1].append(item)
+        run += n
+        if run * parts >= total * len(groups) and len(groups) < parts:
+            groups.append([])
+    return [g for g in groups if g]
 
 
 def _tensors(out) -> list[torch.Tensor]:
