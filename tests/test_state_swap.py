@@ -272,3 +272,22 @@ def test_fsdp2_at_world_size_2_trains_as_without_it():
     from tests.helpers import spawn_gloo
 
     spawn_gloo(_world2_checks)
+
+
+def test_gradient_accumulation_reloads_once_per_step():
+    """Two micro-batches per step: the first backward brings the states back, the second
+    finds them in place; training equals the same accumulation without the swap."""
+    ref, model = Net(), Net()
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swap = StateSwap(opt, reload_at=[model.layers[2], model.layers[0]], min_bytes=WEIGHT)
+    for i in range(3):
+        for m, o in ((model, opt), (ref, opt_ref)):
+            for j in range(2):
+                torch.manual_seed(100 * i + j)
+                m(torch.randn(16, 64)).square().mean().backward()
+            o.step()
+            o.zero_grad()
+    assert (swap.stats.reloads, swap.stats.late, swap.stats.tensors) == (2, 0, 6)
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b)
