@@ -328,6 +328,35 @@ def check_device_overlap(rank):
         HostAdamW._on_host = on_host
 
 
+def check_state_swap(rank: int) -> None:
+    """memopt.params.StateSwap at world size 2: the local shards of AdamW's moments move and
+    the sharded training is bitwise that of FSDP2 without the swap (tests/test_state_swap.py
+    has the rest)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from memopt.params.state_swap import StateSwap
+    from tests.test_state_swap import WEIGHT, Net, _step
+
+    mesh = init_device_mesh("cpu", (2,))
+    ref, model = Net(), Net()
+    for m in (ref, model):
+        for layer in m.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(m, mesh=mesh)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    points = [model.layers[2], model.layers[1]]
+    swap = StateSwap(opt, reload_at=points, min_bytes=WEIGHT // 2)
+    for i in range(3):
+        assert torch.equal(_step(model, opt, 10 * rank + i), _step(ref, opt_ref, 10 * rank + i))
+    # each rank holds half of every weight's moments: six halves of 16 KiB go
+    assert (swap.stats.tensors, swap.stats.away_bytes) == (6, 6 * WEIGHT // 2)
+    assert (swap.stats.reloads, swap.stats.late) == (2, 0)
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a.full_tensor(), b.full_tensor())
+
+
 def _checks(rank: int, tmp: str) -> None:
     check_offload_matches_fsdp(rank)
     check_user_sharded_model(rank)
@@ -338,6 +367,7 @@ def _checks(rank: int, tmp: str) -> None:
     check_checkpoint_round_trip(rank, os.path.join(tmp, "ckpt"))
     check_auto_placement(rank)
     check_device_overlap(rank)
+    check_state_swap(rank)
 
 
 JOB = ("params_fsdp", spawn_gloo_job("tests.test_params_fsdp"), 1800)

@@ -243,37 +243,6 @@ def test_split_cuts_in_order_by_bytes():
     assert cut(items(5), 4) == [[5]]
 
 
-def _world2_checks(rank: int, tmp: str) -> None:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = init_device_mesh("cpu", (2,))
-    ref, model = Net(), Net()
-    for m in (ref, model):
-        for layer in m.layers:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(m, mesh=mesh)
-    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    points = [model.layers[2], model.layers[1]]
-    swap = StateSwap(opt, reload_at=points, min_bytes=WEIGHT // 2)
-    for i in range(3):
-        assert torch.equal(_step(model, opt, 10 * rank + i), _step(ref, opt_ref, 10 * rank + i))
-    # each rank holds half of every weight's moments: six halves of 16 KiB go
-    assert (swap.stats.tensors, swap.stats.away_bytes) == (6, 6 * WEIGHT // 2)
-    assert (swap.stats.reloads, swap.stats.late) == (2, 0)
-    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
-        assert torch.equal(a.full_tensor(), b.full_tensor())
-
-
-def test_fsdp2_at_world_size_2_trains_as_without_it():
-    """gloo, two ranks, each with its own batch: the local shards of the moments move and the
-    sharded training is bitwise that of FSDP2 without the swap."""
-    from tests.helpers import spawn_gloo
-
-    spawn_gloo(_world2_checks)
-
-
 def test_gradient_accumulation_reloads_once_per_step():
     """Two micro-batches per step: the first backward brings the states back, the second
     finds them in place; training equals the same accumulation without the swap."""
