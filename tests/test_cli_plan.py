@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import resource
 from typing import Any
 
@@ -79,6 +80,27 @@ def flat(batch: int = 2, seq: int = 6):
 def flat_fixed(batch: int = 2):
     """:func:`flat` with 16 tokens per row, no sequence to ask for."""
     return _Flat(), (torch.randn(batch, 16, 8),)
+
+
+class _Frozen(nn.Module):
+    """DETR's decoder queries: the batch read as an int before a graph break, then
+    ``repeat(batch_size, 1, 1)`` in the resumed frame, where it is a constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.queries = nn.Embedding(4, 8)
+
+    def forward(self, x):
+        n = x.shape[0]
+        h = self.a(x).relu()
+        torch._dynamo.graph_break()
+        q = self.queries.weight.unsqueeze(0).repeat(n, 1, 1)
+        return h.sum() + self.b(q).relu().sum()
+
+
+def frozen(batch: int = 2):
+    return _Frozen(), (torch.randn(batch, 16, 8),)
 
 
 class _PadConv(nn.Module):
@@ -373,3 +395,31 @@ def test_a_budget_plan_fuses_the_loss_and_plans_as_training_does():
     assert region["extra"]["planner"]["plan_strings"] == want["plan_strings"]
     assert cli["saved_bytes_before"] == trained["saved_bytes_before"]
     assert cli["saved_bytes_after"] == trained["saved_bytes_after"]
+
+
+def test_a_batch_frozen_after_a_graph_break_is_said_with_the_numbers():
+    """The resumed frame's ``repeat(n, ...)`` is traced with ``n`` = 2: the query rows'
+    bytes are a constant of that batch. A second trace at batch 3 saves one more sample's
+    query bytes than the formulas say there: the Linear's input (4 x 8 fp32, 128 B) and its
+    ReLU's mask (32 B), and the plan says so with both numbers."""
+    code, out = _cli(["plan", "tests.test_cli_plan:frozen", "--batch", "2", "--device-kind", "cpu"])
+    assert code == 0
+    notes = [line for line in out.splitlines() if "hold at the traced batch only" in line]
+    assert len(notes) == 1, out
+    got, said = (int(x.replace(",", "")) for x in re.findall(r"([\d,]+) B", notes[0]))
+    assert (got - said, "at batch 3" in notes[0]) == (160, True), notes[0]
+    # a model without the int keeps its formulas and gets no such note
+    code, out = _cli(["plan", "tests.test_cli_plan:flat_fixed", "--batch", "2"]
+                     + ["--device-kind", "cpu"])  # fmt: skip
+    assert code == 0 and "hold at the traced batch only" not in out
+
+
+def test_a_guessed_size_is_kept_only_where_a_second_batch_confirms_it():
+    """``_confirm``: a symbol worth 8 at batch 2 and 3 is the number 8 (it was ``4*batch``);
+    32 and 48 are ``16*batch``; 5 and 7 stay raw; names not in doubt are kept."""
+    from memopt.cli.analyze import _confirm
+
+    names = {"a": "4*batch", "b": "batch", "c": "16*batch"}
+    at2, at3 = {"a": 8, "b": 2, "c": 32, "d": 5}, {"a": 8, "b": 3, "c": 48, "d": 7}
+    got = _confirm(names, ["a", "c", "d"], at2, at3, 2, 3)
+    assert got == {"b": "batch", "a": "8", "c": "16*batch"}

@@ -128,6 +128,70 @@ def _names(symbols: dict[str, int], bt: int, st: int) -> dict[str, str]:
     return names
 
 
+def _unsure(symbols: dict[str, int], names: dict[str, str]) -> list[str]:
+    """The symbols named only by a guess from their value (``k*batch``) or not named at all:
+    a later region's size that dynamo gave a symbol of its own (a data-dependent count, rows
+    of a reshape across a graph break)."""
+    return [k for k in symbols if k not in names or names[k].endswith("*batch")]
+
+
+def _confirm(
+    names: dict[str, str], unsure: list[str], at1: dict[str, int], at2: dict[str, int], b1, b2
+) -> dict[str, str]:
+    """``names`` with each unsure symbol judged by its values at two traced batches: the same
+    multiple of both batches is ``k*batch``; the same value at both is that number (a size that
+    does not grow with the batch: ``nonzero``'s count of valid tokens); anything else stays
+    raw (its traced value is in the plan's symbol note)."""
+    out = {k: v for k, v in names.items() if k not in unsure}
+    for k in unsure:
+        v1, v2 = at1[k], at2.get(k)
+        if v2 is None:
+            continue
+        if v1 % b1 == 0 and v2 % b2 == 0 and v1 // b1 == v2 // b2:
+            out[k] = f"{v1 // b1}*batch"
+        elif v1 == v2:
+            out[k] = str(v1)
+    return out
+
+
+def _checked_note(n: int, b2: int) -> list[str]:
+    if not n:
+        return []
+    return [
+        f"{n} size symbol{'s' if n != 1 else ''} not named by the inputs' sizes: judged by a "
+        f"second trace at batch {b2} (k*batch where it grows with the batch, a number where "
+        "it does not, raw otherwise)"
+    ]
+
+
+def _saved_at(run: TraceResult, names: dict[str, str], values: dict[str, int]) -> int | None:
+    """The first config's saved bytes before any plan, over its regions, at ``values``."""
+    total = 0
+    for r in run.runs[0]:
+        v = finish_region(r.report, names, values).baseline_saved_bytes
+        if v is None:
+            return None
+        total += v
+    return total
+
+
+def _scales_note(first: TraceResult, again: TraceResult, names, b2: int) -> list[str]:
+    """A note where the formulas traced at one batch miss what a trace at batch ``b2`` saves:
+    a frame after a graph break read the batch as a number (an int from a shape, a loop over
+    the samples), so part of each formula is that batch's constant."""
+    at2 = {names.get(k, k): v for k, v in again.symbols.items()}
+    at2["batch"] = b2
+    said = _saved_at(first, names, at2)
+    got = _saved_at(again, names, at2)
+    if said is None or got is None or said == got:
+        return []
+    return [
+        f"the formulas hold at the traced batch only: at batch {b2} the step saves {got:,} B "
+        f"where they say {said:,} B (a frame after a graph break read the batch as a number, "
+        "e.g. an int from a shape or a loop over the samples); plan again at the batch you train"
+    ]
+
+
 def _regions_at_full_depth(i, traces, depths, source, names, values):
     """Config ``i``'s region reports and peak profile at the model's full depth: traced
     there, or extrapolated from the two traced depths."""
@@ -198,7 +262,18 @@ def analyze(
     )
     symbols = traces[-1].symbols
     names = _names(symbols, bt, st) if request.symbolic else {}
-    values = {names.get(k, k): v for k, v in symbols.items()}
+    unsure = _unsure(symbols, names) if request.symbolic else []
+    batch_notes: list[str] = []
+    several = len(traces[-1].runs[0]) > 1  # graph breaks: a later frame may fix the batch
+    if (unsure or several) and request.symbolic and "batch" in source.sizes:
+        bt2 = bt + 1 if bt + 1 != st else bt + 2
+        built = source.build(batch=bt2, seq=st, dtype=request.dtype, layers=depths[-1])
+        again = trace(built, configs[:1], device_kind=request.device_kind, dynamic=True,
+                      sizes=(bt2, st), emulate_cuda=request.emulate_cuda)  # fmt: skip
+        names = _confirm(names, unsure, symbols, again.symbols, bt, bt2)
+        batch_notes = _checked_note(len(unsure), bt2) + _scales_note(traces[-1], again, names, bt2)
+        seconds = time.perf_counter() - t0
+    values = {names.get(k, k): v for k, v in symbols.items() if not names.get(k, "x").isdigit()}
     values.update({"batch": request.batch, "seq": request.seq})
     reports, peaks = [], []
     for i, config in enumerate(configs):
@@ -220,7 +295,9 @@ def analyze(
         emulated=traces[-1].emulated,
         model_class=model_class,
         planner=traces[-1].planner,
-        notes=([note] if note else []) + _trace_notes(traces, len(reports[0].regions)),
+        notes=([note] if note else [])
+        + _trace_notes(traces, len(reports[0].regions))
+        + batch_notes,
     )
 
 
