@@ -76,7 +76,7 @@ class RegionReport:
             extra["saved_inputs"] = inputs
             extra["fwd_outputs"] = result.num_fwd_outputs
         if getattr(result, "layers", None):
-            extra["layers"] = {"names": list(result.layers)}
+            extra["layers"] = {"names": list(result.layers), "foreign": result.foreign_layers}
         off = getattr(result, "offload", None)
         if off is not None:
             extra["offload"] = {**off.to_dict(), "text": off.summary()}

@@ -458,7 +458,7 @@ class MemoptState(RegionRegistry):
         (:func:`memopt.offload.step_offload.user_step_offload`)."""
         keys = so.region_keys(self, sequence)  # None: regions holding layers offload inside
         if keys is None:
-            return
+            return self._say("split layers", so.split_layers_note(self, sequence))
         got = so.user_step_offload(self.config, keys, self.last_layer_reads(sequence))
         if got is not None and got.note:
             self._say(got.note, got.note)  # said once (first_backward_note may have said it)
@@ -525,7 +525,7 @@ class MemoptState(RegionRegistry):
             not self.config.offload_auto
             or "offload" in self.config.disable_passes
             or self.cuda_graphs
-            or any(self.regions[i].extra.get("layers") for i in set(sequence))
+            or any(so.holds_layers(self.regions[i]) for i in set(sequence))
             or self.problems[sequence[0]].device_type not in OFFLOAD_DEVICES
         ):
             return [], None

@@ -89,6 +89,8 @@ class Region:
     layers: list[str] = field(default_factory=list)  # the repeated layers (module paths)
     # the model's layers, as offload_layers and the sync dict number them (api._check_layers)
     model_layers: tuple[str, ...] = ()
+    # ``layers`` are none of ``model_layers`` (a head's projections, a block's own fragment)
+    foreign_layers: bool = False
     frame: str = ""  # the model's path of the module dynamo compiled (detect_layers.frame_prefix)
     groups: list = field(default_factory=list)  # find_saved_activations.SavedGroup
     subgraphs: list = field(default_factory=list)  # find_recompute_subgraphs.Subgraph
@@ -160,6 +162,7 @@ def saved_activation_bytes(
 def detect_layers(r: Region) -> Region:
     # on the joint graph, before any partition: the forward and backward graphs copy the tags
     r.layers = detect_layers_pass(r.joint, r.config.layers, r.model_layers, r.frame)
+    r.foreign_layers = bool(r.model_layers and r.layers) and not set(r.layers) & set(r.model_layers)
     return r
 
 
@@ -302,9 +305,7 @@ def decide_pass(r: Region) -> Region:
     ddp = own and compat.ddp_split_compile()
     # repeated modules that are none of the model's layers (a head's projections after a
     # graph break: Segformer, sweep 4): the user's setting does not count them
-    foreign = (
-        own and bool(r.model_layers) and bool(r.layers) and not set(r.layers) & set(r.model_layers)
-    )
+    foreign = own and r.foreign_layers
     r.plan = decide(
         r.candidates,
         level=0 if b is not None else c.level,

@@ -407,12 +407,43 @@ def _no_layers(setting: str) -> str:
     )
 
 
+def holds_layers(region) -> bool:
+    """Whether a region report holds repeated model layers (they offload inside its graph):
+    repeated modules that are none of the model's layers do not count (DETR's backbone stages,
+    Mochi's feed-forward projections in a fragment of one block: sweep 7)."""
+    layers = region.extra.get("layers")
+    return bool(layers) and not layers.get("foreign", False)
+
+
 def region_keys(state, seq) -> list | None:
     """The graph keys of the step's regions ``seq``, or None when one of them holds repeated
     layers (those offload inside their graph, not across regions)."""
-    if any(state.regions[i].extra.get("layers") for i in set(seq)):
+    if any(holds_layers(state.regions[i]) for i in set(seq)):
         return None
     return [state.graph_keys.get(i, i) for i in seq]
+
+
+def split_layers_note(state, seq) -> str | None:
+    """The note of an offload setting that offloads nothing because the step mixes the two
+    layouts: some regions hold repeated layers (they offload inside their graph, so the step
+    does not offload across regions) while the layers the setting selects were split across
+    regions by graph breaks (DETR: decoder layers in one region, each encoder layer cut by
+    its ``isfinite`` check: sweep 7). None where a setting is absent or some region offloads."""
+    config = state.config
+    if not (config.offload_k or config.sync):
+        return None
+    regions = [state.regions[i] for i in dict.fromkeys(seq)]
+    if any((r.extra.get("offload") or {}).get("total_bytes") for r in regions):
+        return None
+    held = [n for r in regions if holds_layers(r) for n in r.extra["layers"]["names"]]
+    setting = "sync" if config.sync else f"offload_layers={config.offload_k}"
+    return (
+        f"{setting}: nothing is offloaded. The regions holding repeated layers ({held[0]} .. "
+        f"{held[-1]}) offload inside their graphs, and none holds a layer the setting selects; "
+        "the model's other layers are split across compiled regions by graph breaks (see the "
+        "plan's graph-break notes), and layers are offloaded across regions only where no "
+        "region holds layers. Select layers inside those regions, or remove the graph breaks."
+    )
 
 
 def first_backward_note(state) -> str | None:

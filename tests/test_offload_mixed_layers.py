@@ -1,0 +1,87 @@
+"""``offload_layers`` where graph breaks split some of the model's layers across regions while
+another region holds repeated layers (DETR: each encoder layer cut by its training-time
+``isfinite`` check, the decoder's layers in one graph: sweep 7). The step does not offload
+across regions there, and the layer it selects is in no region that offloads: memopt says so
+instead of offloading nothing in silence."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+import memopt
+from memopt.offload.step_offload import holds_layers, split_layers_note
+
+
+class Block(nn.Module):
+    def __init__(self, cut: bool) -> None:
+        super().__init__()
+        self.fc1, self.fc2, self.cut = nn.Linear(16, 32), nn.Linear(32, 16), cut
+
+    def forward(self, h):
+        h = h + self.fc2(self.fc1(h).relu())
+        if self.cut:
+            torch._dynamo.graph_break()  # DETR's `if not torch.isfinite(h).all()`
+        return h
+
+
+class Stack(nn.Module):
+    def __init__(self, cut: bool) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Block(cut) for _ in range(2))
+
+    def forward(self, x):
+        for b in self.layers:
+            x = b(x)
+        return x
+
+
+class EncDec(nn.Module):
+    """DETR's layout: an encoder and a decoder module, each a stack of layers; only the
+    encoder's layers break the graph, so the decoder's two layers compile as one region."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder, self.decoder = Stack(True), Stack(False)
+
+    def forward(self, x):
+        return self.decoder(self.encoder(x)).square().mean()
+
+
+def test_a_layer_split_by_graph_breaks_beside_a_region_of_layers_is_said():
+    model = EncDec()
+    opt = memopt.optimize(model, offload_layers=1, offload_min_bytes=0)
+    for _ in range(2):
+        model.zero_grad()
+        opt(torch.randn(4, 8, 16)).backward()
+    step = memopt.report(opt).step
+    assert step is not None and step.offload_runs == () and step.offloaded_bytes == 0
+    notes = [n for n in step.notes if n.startswith("offload_layers=1: nothing is offloaded")]
+    assert len(notes) == 1, step.notes
+    assert "(decoder.layers.0 .. decoder.layers.1)" in notes[0], notes[0]
+
+
+def _region(layers=None, foreign=None, offloaded=0):
+    extra = {}
+    if layers is not None:
+        extra["layers"] = {"names": layers} | ({} if foreign is None else {"foreign": foreign})
+    if offloaded:
+        extra["offload"] = {"total_bytes": offloaded}
+    return SimpleNamespace(extra=extra)
+
+
+def test_foreign_repeats_hold_no_layers_and_a_region_that_offloads_needs_no_note():
+    assert holds_layers(_region(["decoder.0", "decoder.1"]))  # reports cached before the flag
+    assert not holds_layers(_region(["ff.net.0", "ff.net.2"], foreign=True))  # Mochi's block
+    assert not holds_layers(_region())
+    config = SimpleNamespace(offload_k=1, sync=None)
+    regions = [_region(), _region(["decoder.0", "decoder.1"], foreign=False)]
+    state = SimpleNamespace(config=config, regions=regions)
+    assert split_layers_note(state, (0, 0, 1)).startswith("offload_layers=1: nothing is")
+    regions[1] = _region(["decoder.0", "decoder.1"], foreign=False, offloaded=4096)
+    assert split_layers_note(state, (0, 0, 1)) is None
+    state.config = SimpleNamespace(offload_k=0, sync=None)
+    assert split_layers_note(state, (0, 0, 1)) is None
