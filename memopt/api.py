@@ -295,17 +295,21 @@ def _keep_signature(compiled: torch.nn.Module, model: torch.nn.Module) -> None:
 
 def _layer_containers(model: torch.nn.Module) -> dict[str, int]:
     """Containers of repeated layers (a ModuleList / Sequential / ModuleDict of two or more
-    children of one class, as torchtitan's ``layers``): normalized path -> size."""
+    children of one class, as torchtitan's ``layers``): normalized path -> size. Where some
+    containers hold layers with submodules of their own, containers of bare modules are heads
+    (DETR's box predictor, three ``nn.Linear``: sweep 7) and are left out."""
     from memopt.passes.detect_layers import normalize_module_path
 
-    out = {}
+    out, composite = {}, set()
     for name, mod in model.named_modules():
         kinds = torch.nn.ModuleList | torch.nn.Sequential | torch.nn.ModuleDict
         if isinstance(mod, kinds) and len(mod) >= 2:
-            children = mod.values() if isinstance(mod, torch.nn.ModuleDict) else mod
+            children = list(mod.values() if isinstance(mod, torch.nn.ModuleDict) else mod)
             if len({type(c) for c in children}) == 1:
-                out[normalize_module_path(name)] = len(mod)
-    return out
+                out[path := normalize_module_path(name)] = len(mod)
+                if next(children[0].children(), None) is not None:
+                    composite.add(path)
+    return {k: v for k, v in out.items() if k in composite} if composite else out
 
 
 def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> tuple[str, ...]:

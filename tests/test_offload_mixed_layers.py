@@ -85,3 +85,23 @@ def test_foreign_repeats_hold_no_layers_and_a_region_that_offloads_needs_no_note
     assert split_layers_note(state, (0, 0, 1)) is None
     state.config = SimpleNamespace(offload_k=0, sync=None)
     assert split_layers_note(state, (0, 0, 1)) is None
+
+
+def test_a_head_list_of_bare_linears_is_no_stack_of_layers():
+    """DETR's box predictor keeps three ``nn.Linear`` in ``layers``: they were counted as 3 more
+    model layers (7 for a model of 4 transformer layers), so ``offload_layers=5`` passed."""
+    import pytest
+
+    from memopt.errors import ConfigError
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(3))
+
+    model = EncDec()
+    model.head = Head()
+    with pytest.raises(ConfigError) as e:
+        memopt.optimize(model, offload_layers=4)
+    assert "below the number of layers (4:" in str(e.value)
+    assert str(e.value).endswith("layer containers: decoder.layers (2), encoder.layers (2)")
