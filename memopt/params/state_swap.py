@@ -218,7 +218,8 @@ class StateSwap:
     def _on_forward(self, point: int, module, args, output) -> None:
         if not torch.is_grad_enabled():
             return
-        tensors = [t for t in _tensors(output) if t.requires_grad]
+        leaves = torch.utils._pytree.tree_leaves(output)  # as memopt.region_registry reads them
+        tensors = [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
         if tensors:
             hook = functools.partial(self._reached, point)
             torch.autograd.graph.register_multi_grad_hook(tensors, hook, mode="any")
@@ -247,14 +248,3 @@ def _split(chosen: list, parts: int) -> list[list]:
         if run * parts >= total * len(groups) and len(groups) < parts:
             groups.append([])
     return [g for g in groups if g]
-
-
-def _tensors(out) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in _tensors(o)]
-    if isinstance(out, dict):
-        return [t for o in out.values() for t in _tensors(o)]
-    values = getattr(out, "values", None)  # HF ModelOutput
-    return [t for o in values() for t in _tensors(o)] if callable(values) else []
