@@ -1,6 +1,6 @@
-"""memopt.params.StateSwap on CPU: the optimizer's states leave after step() (their storage is
-empty), come back from the reload point's backward, and training is bit-identical to the same
-optimizer without it."""
+"""memopt.params.StateSwap on CPU: the optimizer's states leave when the next forward reaches
+the first reload point (their storage is empty), come back from the reload point's backward,
+and training is bit-identical to the same optimizer without it."""
 
 from __future__ import annotations
 
@@ -50,30 +50,47 @@ def _storage_bytes(opt) -> list[int]:
 WEIGHT = 64 * 64 * 4
 
 
-def test_the_states_leave_after_step_come_back_at_the_reload_point_and_training_is_identical():
+def test_the_states_leave_at_the_reload_points_forward_come_back_at_its_backward():
     ref = Net()
     model = copy.deepcopy(ref)
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     swap = StateSwap(opt, reload_at=model.layers[2], min_bytes=WEIGHT)
 
-    seen = []  # the moments' storage bytes when the head's and layer 1's backward begin
-    model.head.register_full_backward_pre_hook(lambda *_: seen.append(_storage_bytes(opt)))
-    model.layers[1].register_full_backward_pre_hook(lambda *_: seen.append(_storage_bytes(opt)))
+    seen = []  # the moments' storage bytes at the head's forward and backward, layer 1's backward
+    model.head.register_forward_pre_hook(lambda *_: seen.append(sorted(_storage_bytes(opt))))
+    model.head.register_full_backward_pre_hook(lambda *_: seen.append(sorted(_storage_bytes(opt))))
+    model.layers[1].register_full_backward_pre_hook(
+        lambda *_: seen.append(sorted(_storage_bytes(opt)))
+    )
     for i in range(4):
         assert torch.equal(_step(model, opt, i), _step(ref, opt_ref, i))
-        # after step(): the three weights' two moments are away, the rest stay
-        assert swap.stats.tensors == 6 and swap.stats.away_bytes == 6 * WEIGHT
-        assert sorted(_storage_bytes(opt)) == [0] * 6 + [32, 32] + [256] * 6 + [2048, 2048]
+        # after step() every moment is in place (a loss read now waits for no copy)
+        assert 0 not in _storage_bytes(opt)
     for a, b in zip(model.parameters(), ref.parameters(), strict=True):
         assert torch.equal(a, b)
-    # step 0 had no states yet; from step 1 on the head's backward (before the reload point)
-    # saw them away and layer 1's backward (after it) saw them back
-    assert [sorted(s)[:6] for s in seen[2::2]] == [[0] * 6] * 3
-    assert [sorted(s)[-6:] for s in seen[3::2]] == [[WEIGHT] * 6] * 3
+    # step 0 had no states yet; from step 1 on the head's forward and backward (after the
+    # reload point's forward, before its backward) saw the three weights' moments away, the
+    # rest in place, and layer 1's backward (after the reload point's) saw them back
+    away = [0] * 6 + [32, 32] + [256] * 6 + [2048, 2048]
+    home = [32, 32] + [256] * 6 + [2048, 2048] + [WEIGHT] * 6
+    assert seen[3:] == [away, away, home] * 3
+    assert (swap.stats.tensors, swap.stats.away_bytes) == (6, 6 * WEIGHT)
     assert (swap.stats.reloads, swap.stats.late) == (3, 0)
     swap.close()
     assert 0 not in _storage_bytes(opt)
+
+
+def test_a_forward_without_grad_leaves_the_states_in_place():
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swap = StateSwap(opt, reload_at=model.layers[2], min_bytes=WEIGHT)
+    _step(model, opt, 0)
+    with torch.no_grad():
+        model(torch.randn(4, 64))
+    assert 0 not in _storage_bytes(opt) and swap.stats.tensors == 0
+    _step(model, opt, 1)  # the next forward with grad sends them
+    assert (swap.stats.tensors, swap.stats.reloads, swap.stats.late) == (6, 1, 0)
 
 
 def test_without_a_reload_point_step_brings_them_back_and_counts_it_late():
@@ -96,6 +113,7 @@ def test_max_bytes_takes_states_in_parameter_order_up_to_the_limit():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     swap = StateSwap(opt, reload_at=model.layers[2], max_bytes=3 * WEIGHT, min_bytes=WEIGHT)
     _step(model, opt, 0)
+    out = model(torch.randn(4, 64))  # the next forward sends them
     # layer 0's weight (two moments), then layer 1's first moment: three of 16,384 B
     assert (swap.stats.tensors, swap.stats.away_bytes) == (3, 3 * WEIGHT)
     first = opt.state[model.layers[1].weight]
@@ -111,11 +129,13 @@ def test_state_dict_between_step_and_the_reload_point_reads_the_true_moments_and
     swap = StateSwap(opt, reload_at=model.layers[2], min_bytes=WEIGHT)
     for i in range(2):
         _step(model, opt, i), _step(ref, opt_ref, i)
+    out = model(torch.randn(4, 64))  # a forward past the reload point: the moments are away
     assert swap.stats.away_bytes == 6 * WEIGHT and 0 in _storage_bytes(opt)
     got, want = opt.state_dict(), opt_ref.state_dict()
     for k, s in want["state"].items():
         for name, t in s.items():
             assert torch.equal(got["state"][k][name], t), (k, name)
+    del out  # that forward is dropped (its backward never runs)
     # a checkpoint loaded mid-training: the swap goes on with the loaded tensors
     opt.load_state_dict(copy.deepcopy(want))
     for i in range(2, 4):
@@ -183,20 +203,22 @@ def test_under_torch_compile_the_reload_point_still_fires():
 
 
 def test_a_parameter_whose_state_appears_later_goes_too_and_close_is_not_late():
-    """The head has no gradient in step 0 (AdamW makes no state for it); from step 1 on its
-    two moments go as well. ``close()`` brings the states back without counting a late
-    reload."""
+    """The head has no gradient in step 0 (AdamW makes no state for it); step 1's forward
+    sends the layers' moments, and from step 2 on the head's two go as well. ``close()``
+    brings the states back without counting a late reload."""
     model = Net()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     swap = StateSwap(opt, reload_at=model.layers[2], min_bytes=2048)
     model.head.weight.requires_grad_(False)
     _step(model, opt, 0)
-    assert (swap.stats.tensors, swap.stats.away_bytes) == (6, 6 * WEIGHT)
     model.head.weight.requires_grad_(True)
     _step(model, opt, 1)
+    assert (swap.stats.tensors, swap.stats.away_bytes) == (6, 6 * WEIGHT)
+    _step(model, opt, 2)
     assert (swap.stats.tensors, swap.stats.away_bytes) == (8, 6 * WEIGHT + 2 * 2048)
+    model(torch.randn(4, 64))  # sent again; close() brings them back
     swap.close()
-    assert (swap.stats.reloads, swap.stats.late) == (1, 0)
+    assert (swap.stats.reloads, swap.stats.late) == (2, 0)
     assert 0 not in _storage_bytes(opt)
 
 

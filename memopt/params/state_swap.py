@@ -4,34 +4,44 @@ A training step peaks early in its backward, when every layer's saved activation
 held (docs/steps.md: the FSDP2 step of docs/benchmarks.md peaks at the head's backward). The
 optimizer's states (AdamW's two moments, as large as the parameters) sit in device memory
 there, though nothing reads them until ``step()``. ``StateSwap`` moves them to pinned host
-memory after each ``step()``, while the next forward runs, frees their device memory, and
-brings them back from a point of the backward after the peak, so ``step()`` finds them in
-place::
+memory during the forward, frees their device memory, and brings them back from points of the
+backward after the peak, so ``step()`` finds them in place::
 
-    step() ends (post hook)      side stream waits for step()'s kernels; each chosen state is
-                                 copied into its pinned host copy; its device storage is freed
-                                 (record_stream: the allocator reuses it only after the copy)
-    forward, then the backward   the activations take the room the states left
-    the reload point's backward  each storage is allocated again on the compute stream (so it
-                                 returns to the compute stream's pool when freed), then filled
-                                 from the host on the side stream
+    the first reload point's     side stream waits for the compute stream; each chosen state
+    forward (pre hook)           is copied into its pinned host copy; its device storage is
+                                 freed (record_stream: the allocator reuses it only after the
+                                 copy)
+    the rest of the forward,     the activations take the room the states left
+    then the backward
+    each reload point's          its group's storages are allocated again on the compute
+    backward                     stream (so they return to the compute stream's pool when
+                                 freed), then filled from the host on the side stream
     step() begins (pre hook)     the compute stream waits for the copies (a reload not started
                                  by then is started here, and its copies are not hidden)
 
-The reload point is a module whose backward begins after the step's peak (``reload_at``): a
-hook on its outputs' gradients (``register_multi_grad_hook``, as FSDP2's pre-backward) starts
-the copies. With a list of modules (in the order their backward begins) the states are cut
-into as many consecutive groups of about equal bytes, and each point starts its group: a copy
-engine busy with one long copy back holds every small host-to-device copy queued behind it,
-FSDP2's pre-backward copies included, and the compute stream waits for those (docs/steps.md:
-the same holds for the activation offload's copies back). Which states go: every dense device state of at least ``min_bytes``, in parameter
-order, until ``max_bytes`` (all by default). ``state_dict()`` and ``load_state_dict()`` bring
-them back first (hooks on the optimizer); reading ``optimizer.state`` directly between
-``step()`` and the reload point reads empty storages.
+Why the forward and not ``step()``'s end: a loop that reads ``loss.item()`` after ``step()``
+(to log it) copies the loss to the host on the same copy engine; queued behind a gigabyte of
+states it waits about 18 ms (H100, 54 GB/s; docs/benchmarks.md, sixty-ninth session). Once the
+forward runs, nothing waits for the host until the next loss. Without reload points the copies
+leave at ``step()``'s end and come back at the next ``step()``'s start, unhidden.
 
-The copies share the transfer stream of the activation offload (``memopt.offload.ops``); on a
-CPU device they run synchronously (tests). States of DTensor parameters (FSDP2) move their
-local shard.
+A reload point is a module whose forward comes before the step's peak and whose backward
+begins after it (``reload_at``): a hook on its outputs' gradients (``register_multi_grad_hook``,
+as FSDP2's pre-backward) starts the copies back. With a list of modules (in the order their
+backward begins) the states are cut into as many consecutive groups of about equal bytes, and
+each point starts its group: a copy engine busy with one long copy back holds every small
+host-to-device copy queued behind it, FSDP2's pre-backward copies included, and the compute
+stream waits for those (docs/steps.md: the same holds for the activation offload's copies
+back). The states leave once per ``step()``: under gradient accumulation the first
+micro-batch's forward sends them and its backward brings them back. Which states go: every
+dense device state of at least ``min_bytes``, in parameter order, until ``max_bytes`` (all by
+default). ``state_dict()`` and ``load_state_dict()`` bring them back first (hooks on the
+optimizer); reading ``optimizer.state`` directly between the forward and the reload point reads
+empty storages.
+
+The copies share the transfer stream of the activation offload (``memopt.offload.ops``): an
+offload planned in the same forward queues behind the states' copies. On a CPU device they run
+synchronously (tests). States of DTensor parameters (FSDP2) move their local shard.
 """
 
 from __future__ import annotations
@@ -113,13 +123,15 @@ class StateSwap:
         self._events: list = []  # CUDA events: each issued group's copies finished
         self._cached: tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
         self._points = max(len(points), 1)
+        self._due = False  # step() ended: the first reload point's forward sends the states
         self._hooks = [
             optimizer.register_step_pre_hook(lambda *_: self.resident(for_step=True)),
-            optimizer.register_step_post_hook(lambda *_: self._send_away()),
+            optimizer.register_step_post_hook(lambda *_: self._step_ended(bool(points))),
             optimizer.register_state_dict_pre_hook(lambda *_: self.resident()),
             optimizer.register_load_state_dict_pre_hook(lambda *_: self._forget()),
         ]
         for i, m in enumerate(points):
+            self._hooks.append(m.register_forward_pre_hook(self._on_forward_pre))
             self._hooks.append(m.register_forward_hook(functools.partial(self._on_forward, i)))
 
     # ------------------------------------------------------------------ the two moves
@@ -148,6 +160,12 @@ class StateSwap:
                     out.append((local, host))
                     total += n
         return out
+
+    def _step_ended(self, later: bool) -> None:
+        if later:
+            self._due = True
+        else:
+            self._send_away()
 
     def _send_away(self) -> None:
         n = len(self.optimizer.state)  # the same state tensors every step, unless a parameter
@@ -215,6 +233,11 @@ class StateSwap:
         self._hosts.clear()  # load_state_dict makes new state tensors
         self._cached = None
 
+    def _on_forward_pre(self, module, args) -> None:
+        if self._due and torch.is_grad_enabled():
+            self._due = False
+            self._send_away()
+
     def _on_forward(self, point: int, module, args, output) -> None:
         if not torch.is_grad_enabled():
             return
@@ -232,6 +255,15 @@ class StateSwap:
     def close(self) -> None:
         """Bring the states back and remove every hook."""
         self.resident()
+        self._due = False
+        st = self.stats
+        log.info(
+            "StateSwap: %d B in %d tensors away a step; %d reloads hidden, %d late",
+            st.away_bytes,
+            st.tensors,
+            st.reloads,
+            st.late,
+        )
         for h in self._hooks:
             h.remove()
         self._hooks = []
