@@ -148,9 +148,9 @@ def make_optimizer(model, optimizer: str, cuda: bool):
     """The step's optimizer and what closes it: ``"adamw"`` (fused on CUDA);
     ``"device_overlap"``: memopt's HostAdamW updating each device shard as its group's
     gradients land, freeing them (memopt.params.device_overlap); ``"swap:BYTES:LAYER"``: AdamW
-    with memopt.params.StateSwap (BYTES of its moments away from each step()'s end; LAYER is
-    a comma-separated list of layer indices in backward order, each layer's backward bringing
-    back its share)."""
+    with memopt.params.StateSwap (BYTES of its moments away from the first LAYER's forward on,
+    or ``auto``; LAYER is a comma-separated list of layer indices in backward order, each
+    layer's backward bringing back its share, or ``all``: every layer, ``model=``)."""
     from memopt.errors import ConfigError
     from memopt.params import HostAdamW, StateSwap
 
@@ -161,8 +161,12 @@ def make_optimizer(model, optimizer: str, cuda: bool):
         return opt, [opt.close]
     if optimizer.startswith("swap:"):
         nbytes, layers = optimizer.split(":")[1:]
-        points = [model.model.layers[int(i)] for i in layers.split(",")]
-        swap = StateSwap(opt, reload_at=points, max_bytes=int(nbytes))
+        size = nbytes if nbytes == "auto" else int(nbytes)
+        if layers == "all":
+            swap = StateSwap(opt, model=model, max_bytes=size)
+        else:
+            points = [model.model.layers[int(i)] for i in layers.split(",")]
+            swap = StateSwap(opt, reload_at=points, max_bytes=size)
         return opt, [swap.close]
     if optimizer != "adamw":
         raise ConfigError(f"--optimizer {optimizer!r}: adamw, device_overlap or swap:BYTES:L,...")

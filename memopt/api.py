@@ -312,30 +312,46 @@ def _layer_containers(model: torch.nn.Module) -> dict[str, int]:
     return {k: v for k, v in out.items() if k in composite} if composite else out
 
 
+def _layer_stacks(model: torch.nn.Module, layers: str | None = None):
+    """The containers whose children are the model's layers (normalized paths), their layer
+    count, and every container found, listed for messages."""
+    from memopt.passes.detect_layers import normalize_module_path
+
+    found = _layer_containers(model)
+    listed = ", ".join(f"{k} ({v})" for k, v in sorted(found.items())) or "none"
+    outer = {k: v for k, v in found.items() if not any(k.startswith(o + ".") for o in found)}
+    if layers is not None:
+        path = normalize_module_path(layers)
+        if path not in found:
+            raise ConfigError(
+                f"layers={layers!r} is no ModuleList/Sequential of repeated layers of this "
+                f"model; its layer containers (with their sizes): {listed}"
+            )
+        return [path], found[path], listed, outer
+    if not found:
+        return [], 0, listed, outer
+    # detect_layers' layers: the outermost containers, the largest one's name
+    name = max(outer, key=outer.get).rsplit(".", 1)[-1]
+    stacks = [k for k in outer if k.rsplit(".", 1)[-1] == name]
+    return stacks, sum(outer[k] for k in stacks), listed, outer
+
+
+def model_layers(model: torch.nn.Module, layers: str | None = None) -> list[torch.nn.Module]:
+    """The model's layers in forward order, as ``offload_layers`` and the sync dict number
+    them (``layers``: the container's path, as the setting of that name)."""
+    stacks = _layer_stacks(model, layers)[0]
+    modules = dict(model.named_modules())
+    return [m for path in stacks for _, m in _children(modules, path)]
+
+
 def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> tuple[str, ...]:
     """What can be checked against the model's layers before anything compiles: the
     ``layers=`` path, ``offload_layers`` and the sync dict's layer indices. Returns the model's
     layers (normalized paths, the numbering ``offload_layers`` and the sync dict use; whether
     they compiled is checked after the first forward, :mod:`memopt.coverage`), () when it has
     no container of repeated layers."""
-    from memopt.passes.detect_layers import normalize_module_path
-
-    found = _layer_containers(model)
-    listed = ", ".join(f"{k} ({v})" for k, v in sorted(found.items())) or "none"
-    if cfg.layers is not None:
-        path = normalize_module_path(cfg.layers)
-        if path not in found:
-            raise ConfigError(
-                f"layers={cfg.layers!r} is no ModuleList/Sequential of repeated layers of this "
-                f"model; its layer containers (with their sizes): {listed}"
-            )
-        n, stacks = found[path], [path]
-    elif found:  # detect_layers' layers: the outermost containers, the largest one's name
-        outer = {k: v for k, v in found.items() if not any(k.startswith(o + ".") for o in found)}
-        name = max(outer, key=outer.get).rsplit(".", 1)[-1]
-        stacks = [k for k in outer if k.rsplit(".", 1)[-1] == name]
-        n = sum(outer[k] for k in stacks)
-    else:
+    stacks, n, listed, outer = _layer_stacks(model, cfg.layers)
+    if not stacks:
         return ()  # no container: the step tells whether layers compile as regions
     if cfg.offload_k and cfg.offload_k >= n:
         raise ConfigError(

@@ -113,7 +113,7 @@ def test_max_bytes_takes_states_in_parameter_order_up_to_the_limit():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     swap = StateSwap(opt, reload_at=model.layers[2], max_bytes=3 * WEIGHT, min_bytes=WEIGHT)
     _step(model, opt, 0)
-    out = model(torch.randn(4, 64))  # the next forward sends them
+    model(torch.randn(4, 64))  # the next forward sends them
     # layer 0's weight (two moments), then layer 1's first moment: three of 16,384 B
     assert (swap.stats.tensors, swap.stats.away_bytes) == (3, 3 * WEIGHT)
     first = opt.state[model.layers[1].weight]
@@ -152,6 +152,11 @@ def test_state_dict_between_step_and_the_reload_point_reads_the_true_moments_and
         ({"reload_at": "layers.2"}, "reload_at must be an nn.Module"),
         ({"max_bytes": -1}, "max_bytes must be a non-negative int, got -1"),
         ({"min_bytes": 1.5}, "min_bytes must be a non-negative int, got 1.5"),
+        ({"max_bytes": "auto"}, "max_bytes='auto' sizes the copies to the forward and backward"),
+        ({"max_bytes": "all"}, "max_bytes must be a non-negative int, got 'all'"),
+        ({"model": "net"}, "model must be an nn.Module, got str"),
+        ({"model": nn.Linear(2, 2)}, "Linear has no container of repeated layers"),
+        ({"model": Net(), "reload_at": nn.Linear(2, 2)}, "give reload_at= or model=, not both"),
     ],
 )
 def test_bad_settings_are_named(kwargs, message):
@@ -282,3 +287,50 @@ def test_gradient_accumulation_reloads_once_per_step():
     assert (swap.stats.reloads, swap.stats.late, swap.stats.tensors) == (2, 0, 6)
     for a, b in zip(model.parameters(), ref.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_model_reloads_from_every_layer_in_backward_order():
+    """``model=``: the points are the model's layers (memopt's numbering), last layer first,
+    as ``reload_at=[layers[2], layers[1], layers[0]]``."""
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swap = StateSwap(opt, model=model, min_bytes=WEIGHT)
+
+    def first_moment(k):
+        return opt.state[model.layers[k].weight].get("exp_avg", torch.empty(0))
+
+    seen = []
+    model.layers[1].register_full_backward_pre_hook(
+        lambda *_: seen.append([first_moment(k).untyped_storage().nbytes() for k in (0, 2)])
+    )
+    for i in range(3):
+        _step(model, opt, i)
+    # layers[2]'s backward brought back layer 0's moments; layer 2's come at layers[0]'s
+    assert seen == [[0, 0]] + [[WEIGHT, 0]] * 2
+    assert (swap.stats.reloads, swap.stats.late, swap.stats.tensors) == (2, 0, 6)
+
+
+def test_auto_bytes_on_cpu_times_one_step_then_moves_every_state():
+    """``max_bytes="auto"`` times the first step with states (nothing moves in it); with no
+    CUDA copy engine to size for, every state goes from the next step on."""
+    ref, model = Net(), Net()
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swap = StateSwap(opt, model=model, max_bytes="auto", min_bytes=WEIGHT)
+    for i in range(2):
+        _step(model, opt, i), _step(ref, opt_ref, i)
+    assert swap.stats.tensors == 0 and swap.max_bytes is None  # step 1 was the timed one
+    _step(model, opt, 2), _step(ref, opt_ref, 2)
+    assert (swap.stats.tensors, swap.stats.reloads, swap.stats.late) == (6, 1, 0)
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_auto_bytes_is_what_both_copies_move_while_hidden():
+    from memopt.params.state_swap import auto_bytes
+
+    # 20 ms of forward at 54 GB/s away, 40 ms of backward at 50 GB/s back: 0.9 x 1.08 GB
+    assert auto_bytes(0.020, 0.040, 54e9, 50e9) == 972_000_000
+    # a short backward limits it: 0.9 x 5 ms x 50 GB/s
+    assert auto_bytes(0.020, 0.005, 54e9, 50e9) == 225_000_000
+    assert auto_bytes(0.0, 0.040, 54e9, 50e9) == 0

@@ -72,6 +72,8 @@ class StateSwapStats:
     late: int = 0
     """Steps whose ``step()`` had to start some copies back itself (a reload point not
     reached: those copies are not hidden)."""
+    auto: dict | None = None
+    """``max_bytes="auto"``: the calibration step's windows (ms) and the rates that sized it."""
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -82,15 +84,21 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 class StateSwap:
     """See the module docstring. ``optimizer``: a ``torch.optim.Optimizer`` whose states live
     on the device; ``reload_at``: the module, or modules in backward order, whose backward
-    starts the copies back (None: ``step()`` starts them, unhidden); ``max_bytes``: at most this many bytes go (None: all);
-    ``min_bytes``: smaller states stay."""
+    starts the copies back (None: ``step()`` starts them, unhidden); ``model``: instead of
+    ``reload_at``, every layer of this model (``memopt.api.model_layers``: the numbering of
+    ``offload_layers``; ``layers=`` names the container) in backward order; ``max_bytes``: at
+    most this many bytes go (None: all; ``"auto"``: what the copies move while they are
+    hidden, :func:`auto_bytes`); ``min_bytes``: smaller states stay."""
 
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
-        reload_at: torch.nn.Module | None = None,
-        max_bytes: int | None = None,
+        reload_at: torch.nn.Module | list[torch.nn.Module] | None = None,
+        max_bytes: int | str | None = None,
         min_bytes: int = 1 << 20,
+        *,
+        model: torch.nn.Module | None = None,
+        layers: str | None = None,
     ) -> None:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigError(
@@ -102,6 +110,8 @@ class StateSwap:
             )
         points = [reload_at] if isinstance(reload_at, torch.nn.Module) else reload_at
         points = [] if points is None else points
+        if model is not None:
+            points = _layer_points(model, layers, reload_at)
         if not isinstance(points, (list, tuple)) or not all(
             isinstance(m, torch.nn.Module) for m in points
         ):
@@ -109,11 +119,18 @@ class StateSwap:
                 f"StateSwap: reload_at must be an nn.Module or a list of them (the modules whose "
                 f"backward brings the states back), got {type(reload_at).__name__}"
             )
-        for name, v in (("max_bytes", max_bytes), ("min_bytes", min_bytes)):
+        self._auto = max_bytes == "auto"
+        if self._auto and not points:
+            raise ConfigError(
+                "StateSwap: max_bytes='auto' sizes the copies to the forward and "
+                "backward they hide behind: it needs reload_at= or model="
+            )
+        for name, v in (("max_bytes", None if self._auto else max_bytes), ("min_bytes", min_bytes)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise ConfigError(f"StateSwap: {name} must be a non-negative int, got {v!r}")
         self.optimizer = optimizer
-        self.max_bytes = max_bytes
+        self.max_bytes = None if self._auto else max_bytes
+        self._marks: dict[str, object] = {}  # "auto": the calibration step's events
         self.min_bytes = min_bytes
         self.stats = StateSwapStats()
         self._away: list[tuple[torch.Tensor, torch.Tensor]] = []  # (device local, host copy)
@@ -217,6 +234,9 @@ class StateSwap:
         """Make every state usable on the device: start what no reload point started, and
         make the current stream wait for the copies. ``for_step``: ``step()`` is about to read
         them (a step that had to start some copies itself is counted ``late``)."""
+        if for_step and "send" in self._marks and "step" not in self._marks:
+            self._calibrate()
+            self._cached = None  # chosen again under the limit
         if not self._away:
             return
         if self._issued < len(self._groups):
@@ -236,7 +256,54 @@ class StateSwap:
     def _on_forward_pre(self, module, args) -> None:
         if self._due and torch.is_grad_enabled():
             self._due = False
-            self._send_away()
+            if self._auto and self.max_bytes is None and not self._marks:
+                self._mark("send")  # the calibration step: nothing goes, its windows are timed
+            else:
+                self._send_away()
+
+    # ------------------------------------------------------------------ max_bytes="auto"
+
+    def _device(self) -> torch.device | None:
+        for state in self.optimizer.state.values():
+            for t in state.values():
+                if isinstance(t, torch.Tensor) and _local(t).device.type != "cpu":
+                    return _local(t).device
+        return None
+
+    def _mark(self, name: str) -> None:
+        dev = self._device()
+        if dev is None or dev.type != "cuda":
+            self._marks[name] = None
+            return
+        self._marks[name] = event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(dev))
+
+    def _calibrate(self) -> None:
+        """The calibration step's ``step()`` begins: from the forward's send point to the first
+        reload point, and from there to ``step()``, how many bytes the copies can move."""
+        from memopt.params.rates import host_rates
+
+        self._mark("step")
+        send, back, end = (self._marks.get(k) for k in ("send", "reload", "step"))
+        if send is None or back is None or end is None:  # not CUDA, or no reload point reached
+            self.max_bytes = None if send is None and end is None else 0
+            log.info(
+                "StateSwap max_bytes='auto': %s",
+                "every state (no CUDA copy engine to size for)"
+                if self.max_bytes is None
+                else "0 B (no reload point reached)",
+            )
+            return
+        end.synchronize()
+        rates = host_rates(self._device())
+        send_s, back_s = send.elapsed_time(back) / 1e3, back.elapsed_time(end) / 1e3
+        self.max_bytes = auto_bytes(send_s, back_s, rates.d2h_Bps, rates.h2d_Bps)
+        self.stats.auto = dict(forward_ms=1e3 * send_s, backward_ms=1e3 * back_s,
+                               d2h_Bps=rates.d2h_Bps, h2d_Bps=rates.h2d_Bps)  # fmt: skip
+        log.info("StateSwap max_bytes='auto': %.1f ms from the send point to the first reload "
+                 "point at %.1f GB/s, %.1f ms from there to step() at %.1f GB/s: %d B",
+                 1e3 * send_s, rates.d2h_Bps / 1e9, 1e3 * back_s, rates.h2d_Bps / 1e9,
+                 self.max_bytes)  # fmt: skip
 
     def _on_forward(self, point: int, module, args, output) -> None:
         if not torch.is_grad_enabled():
@@ -248,6 +315,8 @@ class StateSwap:
             torch.autograd.graph.register_multi_grad_hook(tensors, hook, mode="any")
 
     def _reached(self, point: int, *_) -> None:
+        if "send" in self._marks and "reload" not in self._marks:
+            self._mark("reload")
         if self._issued <= point < len(self._groups):
             self.stats.reloads += self._issued == 0
             self.reload(point + 1)
@@ -267,6 +336,32 @@ class StateSwap:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+
+
+def auto_bytes(forward_s: float, backward_s: float, d2h_Bps: float, h2d_Bps: float,
+               share: float = 0.9) -> int:  # fmt: skip
+    """``max_bytes="auto"``: the bytes whose copy away fits between the send point and the
+    first reload point (``forward_s``: they must be gone by the step's peak) and whose copy
+    back fits between that point and ``step()`` (``backward_s``), each at ``share`` of the
+    host's measured pinned rate (``memopt.params.rates``), so the copies stay hidden."""
+    limit = share * min(d2h_Bps * forward_s, h2d_Bps * backward_s)
+    return max(int(min(limit, 1 << 62)), 0)
+
+
+def _layer_points(model, layers, reload_at) -> list[torch.nn.Module]:
+    from memopt.api import model_layers
+
+    if reload_at is not None:
+        raise ConfigError("StateSwap: give reload_at= or model=, not both")
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"StateSwap: model must be an nn.Module, got {type(model).__name__}")
+    found = model_layers(model, layers)
+    if not found:
+        raise ConfigError(
+            f"StateSwap: {type(model).__name__} has no container of repeated layers (a "
+            "ModuleList or Sequential of one class) to reload from; pass reload_at="
+        )
+    return found[::-1]
 
 
 def _split(chosen: list, parts: int) -> list[list]:
