@@ -12,7 +12,7 @@ from memopt._version import __version__
 from memopt.api import MemoptBackend, optimize, param_offload_handle, report
 from memopt.config import MemoptConfig, resolve_config
 from memopt.errors import ConfigError, KeptGraphError, PlanError
-from memopt.params import HostAdamW
+from memopt.params import HostAdamW, StateSwap
 from memopt.plan import PlanSpec, Strategy, parse_plan, parse_plans
 from memopt.report import Report
 
@@ -25,6 +25,7 @@ __all__ = [
     "PlanError",
     "PlanSpec",
     "Report",
+    "StateSwap",
     "Strategy",
     "__version__",
     "optimize",

@@ -334,3 +334,19 @@ def test_auto_bytes_is_what_both_copies_move_while_hidden():
     # a short backward limits it: 0.9 x 5 ms x 50 GB/s
     assert auto_bytes(0.020, 0.005, 54e9, 50e9) == 225_000_000
     assert auto_bytes(0.0, 0.040, 54e9, 50e9) == 0
+
+
+def test_model_finds_the_layers_through_compile_and_hf_wrappers():
+    """``model=`` takes the model as the user holds it: a compiled wrapper's layers are the
+    original's, and a transformers model's are its decoder layers."""
+    from memopt.api import model_layers
+
+    net = Net()
+    assert model_layers(torch.compile(net)) == list(net.layers)
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    llama = transformers.LlamaForCausalLM(cfg)
+    assert model_layers(llama) == list(llama.model.layers)

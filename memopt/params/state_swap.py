@@ -7,7 +7,7 @@ there, though nothing reads them until ``step()``. ``StateSwap`` moves them to p
 memory during the forward, frees their device memory, and brings them back from points of the
 backward after the peak, so ``step()`` finds them in place::
 
-    the first reload point's     side stream waits for the compute stream; each chosen state
+    the earliest reload point's  side stream waits for the compute stream; each chosen state
     forward (pre hook)           is copied into its pinned host copy; its device storage is
                                  freed (record_stream: the allocator reuses it only after the
                                  copy)
