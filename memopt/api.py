@@ -330,8 +330,16 @@ def _layer_stacks(model: torch.nn.Module, layers: str | None = None):
         return [path], found[path], listed, outer
     if not found:
         return [], 0, listed, outer
-    # detect_layers' layers: the outermost containers, the largest one's name
-    name = max(outer, key=outer.get).rsplit(".", 1)[-1]
+    # the outermost containers; the layers are those named as the one holding the most
+    # parameters (ties: the most children), not simply the longest list: SAM's four mask
+    # heads outnumber its two encoder layers (sweep 8)
+    modules = dict(model.named_modules())
+
+    def weight(path: str) -> tuple[int, int]:
+        kids = _children(modules, path)
+        return sum(p.numel() for _, m in kids for p in m.parameters()), outer[path]
+
+    name = max(outer, key=weight).rsplit(".", 1)[-1]
     stacks = [k for k in outer if k.rsplit(".", 1)[-1] == name]
     return stacks, sum(outer[k] for k in stacks), listed, outer
 

@@ -105,3 +105,29 @@ def test_a_head_list_of_bare_linears_is_no_stack_of_layers():
         memopt.optimize(model, offload_layers=4)
     assert "below the number of layers (4:" in str(e.value)
     assert str(e.value).endswith("layer containers: decoder.layers (2), encoder.layers (2)")
+
+
+def test_a_longer_list_of_small_heads_loses_to_the_layers_holding_the_weights():
+    """SAM (sweep 8): four mask-decoder heads, each an MLP with submodules, outnumber the two
+    encoder layers; the layers are the stack that holds the most parameters."""
+    from memopt.api import model_layers
+
+    class Mlp(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj_in, self.proj_out = nn.Linear(16, 4), nn.Linear(4, 2)
+
+    class Sam(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = nn.Module()
+            self.encoder.layers = nn.ModuleList(
+                nn.Sequential(nn.Linear(16, 64), nn.Linear(64, 16)) for _ in range(2)
+            )
+            self.heads = nn.ModuleList(Mlp() for _ in range(4))
+
+    sam = Sam()
+    assert model_layers(sam) == list(sam.encoder.layers)
+    # without the weights' difference the longer list wins, as before
+    sam.encoder.layers = nn.ModuleList(nn.Sequential(nn.Linear(2, 2)) for _ in range(2))
+    assert model_layers(sam) == list(sam.heads)

@@ -4,7 +4,8 @@ r = json.load(open("results.json"))
 pc = json.load(open("plan_compare.json")) if os.path.exists("plan_compare.json") else {}
 BUG = {"musicgen": " (bug 1)", "deepseek_v2": " (peak moves inside the phase, item 4)",
        "falcon_h1": " (peak moves inside the phase, item 4)"}
-OFF_NOTE = {}
+OFF_NOTE = {"musicgen": "0 B in-graph; step offload of run 0: 0 B after 2 steps, 182,272 B/step from step 2 (item 3, logs/cmd_5.txt)",
+            "sam": "**640 B** in-graph (layers = the 4 mask heads: bug 2)"}
 CLS = {l.split()[0]: l.split()[1] for l in open("logs/eager_all.txt") if len(l.split()) > 2
        and l.split()[2] == "loss"}
 
@@ -22,6 +23,8 @@ def chk(c):
 
 
 def off(o):
+    if o.get("rc") == 124:
+        return "**ran past 240 s** (no result)"
     if not o.get("ok"):
         return "**error** " + str(o.get("error") or o.get("rc") or o.get("skipped"))[:60]
     tot = sum(b or 0 for b in o.get("offloaded_bytes") or [])
