@@ -240,14 +240,17 @@ def _no_codegen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwarg
 
 
 def _mark_sizes(values: Sequence[Any], sizes: Sequence[int]) -> None:
-    """Mark the input dimensions of the batch (``sizes[0]``: a leading dimension) and the
-    sequence (``sizes[1]``, anywhere) dynamic. Another dimension of the batch's size is the
-    model's own (UNet3D's frames at batch 2 made its activations ``batch^2``)."""
+    """Mark the input dimensions of the batch (``sizes[0]``: a leading dimension, or a
+    multiple of it there: MusicGen's ids are ``(batch * codebooks, seq)``; a second trace at
+    another batch tells such a guess from the model's own size, :func:`memopt.cli.analyze`)
+    and the sequence (``sizes[1]``, anywhere) dynamic. Another dimension of the batch's size
+    is the model's own (UNet3D's frames at batch 2 made its activations ``batch^2``)."""
     for x in values:
         if isinstance(x, torch.Tensor):
             for d in range(x.dim()):
                 n = x.shape[d]
-                if n > 1 and (n == sizes[0] and d == 0 or n in sizes[1:]):
+                rows = d == 0 and sizes[0] > 1 and n % sizes[0] == 0
+                if n > 1 and (rows or n in sizes[1:]):
                     compat.mark_dynamic(x, d)
         elif isinstance(x, list | tuple):
             _mark_sizes(x, sizes)

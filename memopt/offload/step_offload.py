@@ -117,6 +117,12 @@ class StepOffload:
             self._d2h.clear()
             self._later.clear()
 
+    def counts(self, under_way: bool) -> StepOffloadStats:
+        """The step under way's counts (a report read after a step's backward reads that
+        step, not the one before it: sweep 8, MusicGen), else the last finished step's."""
+        with self._lock:
+            return replace(self._current, steps=self.stats.steps + 1) if under_way else self.stats
+
     @contextlib.contextmanager
     def run(self, pos: int, inputs: Sequence[object]) -> Iterator[None]:
         """Around the forward call of the run at step position ``pos``."""
