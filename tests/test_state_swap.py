@@ -207,6 +207,28 @@ def test_under_torch_compile_the_reload_point_still_fires():
         assert torch.equal(a, b)
 
 
+def test_under_torch_compile_the_hooks_run_eagerly(monkeypatch):
+    """Dynamo would trace a module hook's frame (a CUDA event recorded in its graph is not the
+    one the hook kept: "Both events must be recorded", H100, seventieth session): what the
+    hooks call (the send, the calibration's marks) never runs while Dynamo compiles."""
+    seen = []
+    for name in ("_mark", "_send_away"):
+        orig = getattr(StateSwap, name)
+
+        def spy(self, *a, _orig=orig, _name=name):
+            seen.append((_name, torch.compiler.is_compiling()))
+            return _orig(self, *a)
+
+        monkeypatch.setattr(StateSwap, name, spy)
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    StateSwap(opt, model=model, max_bytes="auto", min_bytes=WEIGHT)
+    cm = torch.compile(model, backend="eager")
+    for i in range(3):
+        _step(cm, opt, i)
+    assert seen == [("_mark", False)] * 3 + [("_send_away", False)]
+
+
 def test_a_parameter_whose_state_appears_later_goes_too_and_close_is_not_late():
     """The head has no gradient in step 0 (AdamW makes no state for it); step 1's forward
     sends the layers' moments, and from step 2 on the head's two go as well. ``close()``

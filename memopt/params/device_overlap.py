@@ -80,6 +80,7 @@ class DeviceOverlap:
             self._hooks.append(p.register_post_accumulate_grad_hook(self._on_param))
 
     # ---- the hooks --------------------------------------------------------------------------
+    @torch.compiler.disable  # a forward hook runs eagerly: docs/params.md
     def _on_forward(self, module, args) -> None:
         if torch.is_grad_enabled() and not compat.in_backward():
             self._uses[id(module)] = self._uses.get(id(module), 0) + 1

@@ -107,6 +107,7 @@ class Fp32Grads:
         return buf
 
     # ---- forward: arm; the group's backward starts: hand over ------------------------------
+    @torch.compiler.disable  # a forward hook runs eagerly: docs/params.md
     def _arm(self, params, module, args) -> None:
         if not torch.is_grad_enabled():
             return
@@ -121,6 +122,7 @@ class Fp32Grads:
                 rec = self._rec[id(p)] = _Rec(p.grad)
             rec.armed = True
 
+    @torch.compiler.disable  # a forward hook runs eagerly: docs/params.md
     def _watch(self, params, module, args, output) -> None:
         if not any(getattr(self._rec.get(id(p)), "armed", False) for p in params):
             return

@@ -585,12 +585,12 @@ def _ids(mod) -> list[int]:
 
 def _count_by_key(key_of: dict[int, int], ids) -> dict[int, int]:
     out: dict[int, int] = {}
-    for i in ids:
-        if i in key_of:
-            out[key_of[i]] = out.get(key_of[i], 0) + 1
+    for k in (key_of[i] for i in ids if i in key_of):
+        out[k] = out.get(k, 0) + 1
     return out
 
 
+@torch.compiler.disable  # a forward hook runs eagerly: docs/params.md
 def _wait_hook(queue: UpdateQueue, keys: list[int], module, args) -> None:
     queue.wait(keys)
 

@@ -253,6 +253,7 @@ class StateSwap:
         self._hosts.clear()  # load_state_dict makes new state tensors
         self._cached = None
 
+    @torch.compiler.disable  # a forward hook runs eagerly: docs/params.md
     def _on_forward_pre(self, module, args) -> None:
         if self._due and torch.is_grad_enabled():
             self._due = False
@@ -305,6 +306,7 @@ class StateSwap:
                  1e3 * send_s, rates.d2h_Bps / 1e9, 1e3 * back_s, rates.h2d_Bps / 1e9,
                  self.max_bytes)  # fmt: skip
 
+    @torch.compiler.disable  # a forward hook runs eagerly: docs/params.md
     def _on_forward(self, point: int, module, args, output) -> None:
         if not torch.is_grad_enabled():
             return
