@@ -58,6 +58,9 @@ from memopt.offload import ops
 
 log = logging.getLogger("memopt")
 
+CALIBRATION_STEPS = 2
+"""``max_bytes="auto"``: steps with states timed before any moves (the shorter windows count)."""
+
 __all__ = ["StateSwap", "StateSwapStats"]
 
 
@@ -130,7 +133,10 @@ class StateSwap:
                 raise ConfigError(f"StateSwap: {name} must be a non-negative int, got {v!r}")
         self.optimizer = optimizer
         self.max_bytes = None if self._auto else max_bytes
-        self._marks: dict[str, object] = {}  # "auto": the calibration step's events
+        self._marks: dict[str, object] = {}  # "auto": this step's events (send, reload, step)
+        self._timing: list[tuple] = []  # "auto": earlier steps' events, not read yet
+        self._windows: tuple[float, float] | None = None  # "auto": shortest windows seen (s)
+        self._timed = 0  # "auto": steps timed
         self.min_bytes = min_bytes
         self.stats = StateSwapStats()
         self._away: list[tuple[torch.Tensor, torch.Tensor]] = []  # (device local, host copy)
@@ -234,9 +240,10 @@ class StateSwap:
         """Make every state usable on the device: start what no reload point started, and
         make the current stream wait for the copies. ``for_step``: ``step()`` is about to read
         them (a step that had to start some copies itself is counted ``late``)."""
-        if for_step and "send" in self._marks and "step" not in self._marks:
+        if for_step and self._due:
+            _warn_unreached()
+        if for_step and "send" in self._marks:
             self._calibrate()
-            self._cached = None  # chosen again under the limit
         if not self._away:
             return
         if self._issued < len(self._groups):
@@ -257,10 +264,12 @@ class StateSwap:
     def _on_forward_pre(self, module, args) -> None:
         if self._due and torch.is_grad_enabled():
             self._due = False
-            if self._auto and self.max_bytes is None and not self._marks:
-                self._mark("send")  # the calibration step: nothing goes, its windows are timed
-            else:
-                self._send_away()
+            if self._auto:
+                self._marks = {}
+                self._mark("send")
+                if self._timed < CALIBRATION_STEPS:  # nothing goes: the windows are timed
+                    return
+            self._send_away()
 
     # ------------------------------------------------------------------ max_bytes="auto"
 
@@ -280,31 +289,55 @@ class StateSwap:
         event.record(torch.cuda.current_stream(dev))
 
     def _calibrate(self) -> None:
-        """The calibration step's ``step()`` begins: from the forward's send point to the first
-        reload point, and from there to ``step()``, how many bytes the copies can move."""
+        """``step()`` begins: the windows of this step (and of earlier steps whose events are
+        done) are read; the limit is what the copies move in the shortest windows seen, so
+        a step slowed by compilation (or by memopt planning the step again) never sizes it.
+        The first ``CALIBRATION_STEPS`` steps with states move nothing and are waited for;
+        later ones are read once their events are done (no wait)."""
         from memopt.params.rates import host_rates
 
         self._mark("step")
-        send, back, end = (self._marks.get(k) for k in ("send", "reload", "step"))
-        if send is None or back is None or end is None:  # not CUDA, or no reload point reached
-            self.max_bytes = None if send is None and end is None else 0
-            log.info(
-                "StateSwap max_bytes='auto': %s",
-                "every state (no CUDA copy engine to size for)"
-                if self.max_bytes is None
-                else "0 B (no reload point reached)",
-            )
+        marks, self._marks = self._marks, {}
+        events = tuple(marks.get(k) for k in ("send", "reload", "step"))
+        if events[0] is None or events[2] is None:  # no CUDA copy engine to size for
+            if self._timed < CALIBRATION_STEPS:
+                log.info("StateSwap max_bytes='auto': every state (no CUDA copy engine)")
+            self._timed = CALIBRATION_STEPS
             return
-        end.synchronize()
+        if events[1] is None:  # the backward reached no reload point
+            if self._timed < CALIBRATION_STEPS:
+                self._timed, self.max_bytes = CALIBRATION_STEPS, 0
+                log.warning("StateSwap max_bytes='auto': no reload point was reached in the "
+                            "backward; nothing moves")  # fmt: skip
+            return
+        self._timing.append(events)
+        wait = self._timed < CALIBRATION_STEPS
+        self._timed += 1
+        pending = []
+        for send, back, end in self._timing:
+            if wait:
+                end.synchronize()
+            elif not end.query():
+                pending.append((send, back, end))
+                continue
+            fwd_s, bwd_s = send.elapsed_time(back) / 1e3, back.elapsed_time(end) / 1e3
+            old = self._windows or (fwd_s, bwd_s)
+            self._windows = (min(old[0], fwd_s), min(old[1], bwd_s))
+        self._timing = pending
+        if self._windows is None or self._timed < CALIBRATION_STEPS:
+            return
         rates = host_rates(self._device())
-        send_s, back_s = send.elapsed_time(back) / 1e3, back.elapsed_time(end) / 1e3
-        self.max_bytes = auto_bytes(send_s, back_s, rates.d2h_Bps, rates.h2d_Bps)
-        self.stats.auto = dict(forward_ms=1e3 * send_s, backward_ms=1e3 * back_s,
-                               d2h_Bps=rates.d2h_Bps, h2d_Bps=rates.h2d_Bps)  # fmt: skip
-        log.info("StateSwap max_bytes='auto': %.1f ms from the send point to the first reload "
-                 "point at %.1f GB/s, %.1f ms from there to step() at %.1f GB/s: %d B",
-                 1e3 * send_s, rates.d2h_Bps / 1e9, 1e3 * back_s, rates.h2d_Bps / 1e9,
-                 self.max_bytes)  # fmt: skip
+        size = auto_bytes(*self._windows, rates.d2h_Bps, rates.h2d_Bps)
+        if size != self.max_bytes:
+            self.max_bytes, self._cached = size, None  # chosen again under the limit
+            self.stats.auto = dict(forward_ms=1e3 * self._windows[0],
+                                   backward_ms=1e3 * self._windows[1],
+                                   d2h_Bps=rates.d2h_Bps, h2d_Bps=rates.h2d_Bps)  # fmt: skip
+            log.info("StateSwap max_bytes='auto': %.1f ms from the send point to the first "
+                     "reload point at %.1f GB/s, %.1f ms from there to step() at %.1f GB/s "
+                     "(the shortest of %d steps): %d B", 1e3 * self._windows[0],
+                     rates.d2h_Bps / 1e9, 1e3 * self._windows[1], rates.h2d_Bps / 1e9,
+                     self._timed, size)  # fmt: skip
 
     @torch.compiler.disable  # a forward hook runs eagerly: docs/params.md
     def _on_forward(self, point: int, module, args, output) -> None:
@@ -317,7 +350,7 @@ class StateSwap:
             torch.autograd.graph.register_multi_grad_hook(tensors, hook, mode="any")
 
     def _reached(self, point: int, *_) -> None:
-        if "send" in self._marks and "reload" not in self._marks:
+        if "send" in self._marks and "reload" not in self._marks and "step" not in self._marks:
             self._mark("reload")
         if self._issued <= point < len(self._groups):
             self.stats.reloads += self._issued == 0
@@ -338,6 +371,19 @@ class StateSwap:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+
+
+def _warn_unreached() -> None:
+    import warnings
+
+    warnings.warn(
+        "StateSwap: step() came without the forward reaching a reload point since the last "
+        "step(), so no state left the device. If the model (or another instance of its class) "
+        "was compiled before StateSwap registered its hooks, torch.compile does not see them "
+        "(torch._dynamo.config.skip_nnmodule_hook_guards): create StateSwap before the first "
+        "compiled call, or call torch._dynamo.reset()",
+        stacklevel=4,
+    )
 
 
 def auto_bytes(forward_s: float, backward_s: float, d2h_Bps: float, h2d_Bps: float,
