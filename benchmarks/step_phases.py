@@ -7,6 +7,8 @@ whether a slower phase ran more kernels or waited for its host."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 PHASES = ("fwd", "bwd", "opt")
@@ -82,6 +84,10 @@ def kernel_ms_by_phase(step, n: int) -> dict:
         for e in rows
         if e.device_type == DeviceType.CUDA and e.key not in names
     )
+    table = os.environ.get("MEMOPT_BENCH_PROFILE_TABLE")  # PATH: the host's busiest ops, appended
+    if table:
+        with open(table, "a") as f:
+            f.write(rows.table(sort_by="self_cpu_time_total", row_limit=30) + "\n\n")
     ranges = {e.key: e.device_time_total for e in rows if e.device_type == DeviceType.CPU}
     fwd, opt = ranges.get("phase_fwd", 0.0), ranges.get("phase_opt", 0.0)
     ms = {"fwd": fwd, "bwd": total - fwd - opt, "opt": opt, "all": total}
