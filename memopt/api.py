@@ -336,12 +336,16 @@ def _layer_stacks(model: torch.nn.Module, layers: str | None = None):
     modules = dict(model.named_modules())
 
     def weight(path: str) -> tuple[int, int]:
-        kids = _children(modules, path)
-        return sum(p.numel() for _, m in kids for p in m.parameters()), outer[path]
+        return _stack_weight(modules, path), outer[path]
 
     name = max(outer, key=weight).rsplit(".", 1)[-1]
     stacks = [k for k in outer if k.rsplit(".", 1)[-1] == name]
     return stacks, sum(outer[k] for k in stacks), listed, outer
+
+
+def _stack_weight(modules: dict[str, torch.nn.Module], path: str) -> int:
+    """Parameters held by the layers of the container at ``path``."""
+    return sum(p.numel() for _, m in _children(modules, path) for p in m.parameters())
 
 
 def model_layers(model: torch.nn.Module, layers: str | None = None) -> list[torch.nn.Module]:
@@ -378,7 +382,27 @@ def _check_layers(model: torch.nn.Module, cfg: MemoptConfig) -> tuple[str, ...]:
 
         build_schedule(dict(cfg.sync), n)  # SyncError names the layer that cannot be scheduled
     modules = dict(model.named_modules())
+    if (cfg.offload_layers or cfg.sync) and cfg.layers is None:
+        _warn_left_out(modules, stacks, outer)
     return tuple(f"{path}.{child}" for path in stacks for child, _ in _children(modules, path))
+
+
+def _warn_left_out(modules: dict[str, torch.nn.Module], stacks: list[str], outer: dict) -> None:
+    """Another stack of repeated layers, named otherwise and holding at least a quarter of the
+    chosen stacks' parameters (CLAP's audio tower beside its text tower, sweep 8), is not
+    numbered by ``offload_layers`` or the sync dict: say so (small heads stay quiet)."""
+    import warnings
+
+    chosen = sum(_stack_weight(modules, p) for p in stacks)
+    left = [p for p in outer if p not in stacks and 4 * _stack_weight(modules, p) >= chosen]
+    if left:
+        warnings.warn(
+            f"memopt: offload_layers and the sync dict number the layers of "
+            f"{', '.join(stacks)}; the other stack(s) of repeated layers "
+            f"{', '.join(f'{p} ({outer[p]})' for p in sorted(left))} are not offloaded "
+            f"(pass layers= to number another stack instead)",
+            stacklevel=4,
+        )
 
 
 def _children(modules: dict[str, torch.nn.Module], path: str) -> list[tuple[str, Any]]:

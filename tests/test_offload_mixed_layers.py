@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 from torch import nn
 
@@ -131,3 +132,45 @@ def test_a_longer_list_of_small_heads_loses_to_the_layers_holding_the_weights():
     # without the weights' difference the longer list wins, as before
     sam.encoder.layers = nn.ModuleList(nn.Sequential(nn.Linear(2, 2)) for _ in range(2))
     assert model_layers(sam) == list(sam.heads)
+
+
+def test_a_second_tower_named_otherwise_is_said_to_stay_on_the_device():
+    """CLAP (sweep 8): a text tower's ``encoder.layer`` and an audio tower's ``layers`` are two
+    stacks with different names; ``offload_layers`` numbers the heavier one's layers and warns
+    that the other is not offloaded. Small heads beside the layers stay quiet."""
+    import warnings
+
+    import memopt
+
+    def stack(n, width):
+        return nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(n))
+
+    class TwoTowers(nn.Module):
+        def __init__(self, audio_width: int) -> None:
+            super().__init__()
+            self.text = nn.Module()
+            self.text.encoder = nn.Module()
+            self.text.encoder.layer = stack(2, 16)
+            self.audio = nn.Module()
+            self.audio.layers = stack(2, audio_width)
+
+        def forward(self, x, y):
+            for m in self.text.encoder.layer:
+                x = m(x)
+            for m in self.audio.layers:
+                y = m(y)
+            return x.sum() + y.sum()
+
+    with pytest.warns(UserWarning) as got:
+        memopt.optimize(TwoTowers(12), offload_layers=1)
+    texts = [str(w.message) for w in got if "not offloaded" in str(w.message)]
+    assert texts == [
+        "memopt: offload_layers and the sync dict number the layers of text.encoder.layer; the "
+        "other stack(s) of repeated layers audio.layers (2) are not offloaded (pass layers= to "
+        "number another stack instead)"
+    ]
+    with warnings.catch_warnings(record=True) as quiet:  # a stack of under a quarter: heads
+        warnings.simplefilter("always")
+        memopt.optimize(TwoTowers(4), offload_layers=1)
+        memopt.optimize(TwoTowers(12), offload_layers=1, layers="audio.layers")
+    assert not [w for w in quiet if "not offloaded" in str(w.message)]
