@@ -300,3 +300,54 @@ def test_values_are_read_where_the_fused_kernel_that_consumes_them_runs():
     assert rp.last(list(logits.users), -1) == 5  # via up -> ex -> d -> down -> grad
     assert rp.last(list(tangent.users), -1) == 5
     assert rp.last([], 3) == 3
+
+
+def test_a_phase_keeps_every_place_that_peaks_at_other_sizes():
+    """DeepSeek-V2 and Falcon-H1 (sweep 8): the largest place of "the start of the backward"
+    moved with the batch, and the formula read at batch 2 fell short at batch 3. The sweep
+    keeps each place that is the largest at scaled sizes; the peak model takes the largest
+    at the sizes asked, and names its phase."""
+    from memopt.cli.liveness import _Sweep
+    from memopt.symbolic import SymbolTable
+
+    b = sympy.Symbol("batch", integer=True, positive=True)
+    sweep = _Sweep(SymbolTable({}, {"batch": 2}))
+    sweep.items = [  # (start, end, kind, bytes at batch 2, formula)
+        (0, 1, "activations", 1000, sympy.Integer(1000)),  # held at both places
+        (0, 0, "temporaries", 200, 100 * b),  # place 0: 1000 + 100*batch
+        (1, 1, "gradients", 160, 80 * b),  # place 1: 1000 + 80*batch ...
+        (1, 1, "activations", 0, 30 * b - 60),  # ... + 30*batch - 60 (110*batch + 940)
+    ]
+    first, *others = sweep.peaks(0, 1)
+    assert first.total == 1000 + 100 * b  # at batch 2: 1200 against 1160
+    assert [o.total for o in others] == [940 + 110 * b]  # larger from batch 7 on
+    assert sweep.peak(0, 1) == first  # the traced sizes' place, as before
+    st = static_bytes(nn.Linear(4, 4, device="meta"), optimizer="none")
+    profile = StepProfile(
+        {
+            "forward": PhasePeak(*(sympy.Integer(0),) * 3),
+            "backward_start": first,
+            "backward_start~1": others[0],
+        },  # fmt: skip
+        saved=sympy.Integer(0),
+        gradients=sympy.Integer(0),
+        inputs=sympy.Integer(0),
+    )
+    model = PeakModel(st, profile)
+    at2, at8 = model.at({"batch": 2}), model.at({"batch": 8})
+    assert (at2.phase_name, at2.bytes - st.parameters) == ("backward_start", 1200)
+    assert (at8.phase_name, at8.bytes - st.parameters) == ("backward_start", 1820)
+    # the batch-2 formula holds up to batch 6; the plan says where the peak goes after it
+    assert at2.next_place() == (7, "backward_start", st.parameters + 940 + 110 * b)
+    assert at2.to_dict()["moves"] == {
+        "from_batch": 7,
+        "phase": "backward_start",
+        "symbolic": str(st.parameters + 940 + 110 * b),
+    }
+    assert at8.next_place() is None and "moves" not in at8.to_dict()
+    from memopt.cli.show import peak_lines
+
+    assert peak_lines(at2.to_dict())[-1] == (
+        f"  from batch 7 the peak is elsewhere, at the start of the backward: "
+        f"110*batch + {st.parameters + 940}"
+    )

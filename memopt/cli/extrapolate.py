@@ -25,7 +25,7 @@ from typing import Any
 import sympy
 
 from memopt import _torch_compat as compat
-from memopt.cli.liveness import PhasePeak, StepProfile
+from memopt.cli.liveness import PhasePeak, StepProfile, phase_of
 from memopt.report import RegionReport
 
 _EXCLUDED_KEY = ("reason", "symbolic", "shape", "dtype", "compromise")
@@ -213,7 +213,7 @@ def extrapolate_profile(small: StepProfile, large: StepProfile, steps: int) -> S
     phases = {}
     for name, p in large.phases.items():
         parts = p.parts()
-        if name == "backward_end":
+        if phase_of(name) == "backward_end":
             parts["gradients"] = sympy.expand(parts["gradients"] + steps * per_grads)
         else:
             parts["activations"] = sympy.expand(parts["activations"] + steps * per_saved)

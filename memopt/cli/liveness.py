@@ -45,7 +45,7 @@ on this). Without detected layers (``node.meta[LAYER]``) the backward is split i
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import sympy
@@ -73,6 +73,17 @@ from memopt.symbolic import SymbolTable, tensor_bytes_expr
 
 PHASES = ("forward", "backward_start", "backward_end")
 PARTS = ("activations", "gradients", "temporaries")
+ALT = "~"
+"""``backward_start~1``: another place of that phase whose peak is larger at other sizes."""
+
+
+PROBES = (0.5, 2.0, 8.0)
+"""Scales of the traced sizes at which :meth:`_Sweep.peaks` looks for another peak's place."""
+
+
+def phase_of(name: str) -> str:
+    """The phase a profile's peak entry belongs to (``backward_start~1``: backward_start)."""
+    return name.split(ALT, 1)[0]
 
 
 @dataclass(frozen=True)
@@ -143,8 +154,35 @@ class _Sweep:
 
     def peak(self, lo: int, hi: int) -> PhasePeak:
         """The largest live total over positions ``lo..hi`` (inclusive), split by kind."""
+        return self.peaks(lo, hi, ())[0]
+
+    def peaks(self, lo: int, hi: int, factors: Sequence[float] = PROBES) -> list[PhasePeak]:
+        """The phase's peak at the traced sizes, then, in the order found, the peaks at other
+        places of the phase that are the largest where the symbols are scaled by ``factors``
+        (each alone and all together): a peak's place can move with the batch (DeepSeek-V2:
+        a few kernels into the backward at batch 2, at its start at batch 3; sweep 8), and
+        each place's formula holds only where that place is the largest."""
+        sizes = [size for *_, size, _ in self.items]
+        places = [self._argmax(lo, hi, sizes)]
+        for probe in _probes(self.symbols.values, factors):
+            table, cache = SymbolTable(self.symbols.rename, probe), {}
+            scaled = [_probe_size(table, expr, cache) for *_, expr in self.items]
+            if None not in scaled:
+                places.append(self._argmax(lo, hi, scaled))
+        out: list[PhasePeak] = []
+        for pos in dict.fromkeys(places):
+            sums = {p: sympy.Integer(0) for p in PARTS}
+            for s, e, kind, _, expr in self.items:
+                if s <= pos <= e:
+                    sums[kind] += expr
+            peak = PhasePeak(**{k: self.symbols.readable(v) for k, v in sums.items()})
+            if all(sympy.expand(peak.total - o.total) != 0 for o in out):
+                out.append(peak)
+        return out
+
+    def _argmax(self, lo: int, hi: int, sizes: Sequence[int]) -> int:
         delta = [0] * (hi - lo + 2)
-        for s, e, _, size, _ in self.items:
+        for (s, e, *_), size in zip(self.items, sizes, strict=True):
             if e < lo or s > hi:
                 continue
             delta[max(s, lo) - lo] += size
@@ -154,11 +192,24 @@ class _Sweep:
             acc += delta[i]
             if acc > best:
                 best, best_pos = acc, lo + i
-        sums = {p: sympy.Integer(0) for p in PARTS}
-        for s, e, kind, _, expr in self.items:
-            if s <= best_pos <= e:
-                sums[kind] += expr
-        return PhasePeak(**{k: self.symbols.readable(v) for k, v in sums.items()})
+        return best_pos
+
+
+def _probes(values: Mapping[str, int], factors: Sequence[float]) -> list[dict[str, int]]:
+    """The symbol values scaled by each factor: each symbol alone, then all together."""
+    out = []
+    for f in factors:
+        for names in [[k] for k in values] + ([list(values)] if len(values) > 1 else []):
+            probe = {k: max(1, int(v * f)) if k in names else v for k, v in values.items()}
+            if probe != dict(values) and probe not in out:
+                out.append(probe)
+    return out
+
+
+def _probe_size(table: SymbolTable, expr: sympy.Expr, cache: dict) -> int | None:
+    if expr not in cache:
+        cache[expr] = table.evaluate(table.readable(expr))
+    return cache[expr]
 
 
 class _Positions:
@@ -354,11 +405,15 @@ def step_profile(
     held = symbols.readable(held)
     nf, end = at.nf, at.end
     top_end, bottom_start = _layer_bounds(at.bw_ops)
-    phases = {
-        "forward": sweep.peak(0, max(nf - 1, 0)),
-        "backward_start": sweep.peak(nf, max(nf + bottom_start - 1, nf)),
-        "backward_end": sweep.peak(min(nf + top_end, end), end),
-    }
+    phases = {}
+    for name, (lo, hi) in (
+        ("forward", (0, max(nf - 1, 0))),
+        ("backward_start", (nf, max(nf + bottom_start - 1, nf))),
+        ("backward_end", (min(nf + top_end, end), end)),
+    ):
+        first, *others = sweep.peaks(lo, hi)
+        phases[name] = first
+        phases.update({f"{name}{ALT}{i}": p for i, p in enumerate(others, 1)})
     if held != 0:  # the handed activations, live while this region runs
         phases = {k: replace(v, activations=v.activations + held) for k, v in phases.items()}
         saved += saved_input_bytes(fw, num_fwd_outputs, handed, symbols)

@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 
 from memopt.cli.extrapolate import evaluate
-from memopt.cli.liveness import PARTS, PhasePeak, StepProfile
+from memopt.cli.liveness import PARTS, PhasePeak, StepProfile, phase_of
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "none")
 PHASE_TEXT = {
@@ -112,7 +112,8 @@ class PeakModel:
     profile: StepProfile
 
     def at(self, values: Mapping[str, int]) -> Peak:
-        """The peak at these symbol values (``{"batch": 8, "seq": 2048}``)."""
+        """The peak at these symbol values (``{"batch": 8, "seq": 2048}``): of every phase's
+        places (:meth:`memopt.cli.liveness._Sweep.peaks`), the largest at these values."""
         best_name, best_val = None, -1
         for name, phase in self.profile.phases.items():
             v = evaluate(phase.total, values)
@@ -121,7 +122,7 @@ class PeakModel:
         phase = self.profile.phases[best_name or "forward"]
         inputs = self.profile.inputs
         total = sympy.Integer(self.static.parameters + self.static.optimizer) + inputs + phase.total
-        return Peak(self, best_name or "forward", phase, total, dict(values))
+        return Peak(self, phase_of(best_name or "forward"), phase, total, dict(values))
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,33 @@ class Peak:
             ("inputs", prof.inputs, "token ids and labels"),
         ]
 
+    def next_place(self) -> tuple[int, str, sympy.Expr] | None:
+        """Where the peak moves as the batch grows, the other sizes as given: the first
+        batch above this one at which another place (another phase, or another place of
+        this phase: :meth:`memopt.cli.liveness._Sweep.peaks`) holds more, its phase and
+        its total. None when no place overtakes this one (every formula linear in batch)."""
+        batch = self.values.get("batch")
+        if batch is None:
+            return None
+        b = sympy.Symbol("batch", integer=True, positive=True)
+        others = {k: v for k, v in self.values.items() if k != "batch"}
+        subs = {sympy.Symbol(k, integer=True, positive=True): v for k, v in others.items()}
+        subs.update({sympy.Symbol(k): v for k, v in others.items()})
+        subs[sympy.Symbol("batch")] = b
+        found = None
+        for name, phase in self.model.profile.phases.items():
+            d = sympy.expand((phase.total - self.phase.total).xreplace(subs))
+            if d.free_symbols != {b} or sympy.degree(d, b) != 1:
+                continue
+            slope, rest = d.coeff(b, 1), d.coeff(b, 0)
+            if not (slope.is_number and rest.is_number) or slope <= 0:
+                continue
+            first = int(sympy.floor(-rest / slope)) + 1
+            if first > batch and (found is None or first < found[0]):
+                fixed = self.total - self.phase.total + phase.total
+                found = (first, phase_of(name), sympy.expand(fixed))
+        return found
+
     def to_dict(self) -> dict[str, object]:
         rows = {
             name: {"symbolic": str(e), "bytes": evaluate(e, self.values), "note": note}
@@ -173,7 +201,15 @@ class Peak:
             "saved_activations_bytes": evaluate(self.model.profile.saved, self.values),
             "all_gradients_bytes": self.model.static.gradients,
             "values": dict(self.values),
+            **self._moves(),
         }
+
+    def _moves(self) -> dict[str, object]:
+        nxt = self.next_place()
+        if nxt is None:
+            return {}
+        first, phase, total = nxt
+        return {"moves": {"from_batch": first, "phase": phase, "symbolic": str(total)}}
 
     def table(self) -> str:
         """The predicted-peak block ``memopt plan`` prints (``memopt show`` prints the same
@@ -201,11 +237,11 @@ def combine_regions(profiles: Sequence[StepProfile], values: Mapping[str, int]) 
     if len(profiles) == 1:
         return profiles[0]
     phases = {}
-    for name in profiles[0].phases:
+    for name in dict.fromkeys(k for p in profiles for k in p.phases):
         best, best_v = None, -1
         for i, p in enumerate(profiles):
             others = [q for j, q in enumerate(profiles) if j != i]
-            ph = p.phases[name]
+            ph = p.phases.get(name) or p.phases[phase_of(name)]
             cand = PhasePeak(
                 activations=ph.activations + sum((q.saved for q in others), sympy.Integer(0)),
                 gradients=ph.gradients + sum((q.gradients for q in others), sympy.Integer(0)),

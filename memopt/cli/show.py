@@ -88,6 +88,12 @@ def peak_lines(peak: Mapping[str, Any]) -> list[str]:
         )
     total = fmt_bytes(peak["peak_bytes"]) if known else "?"
     lines.append(f"  {'total':<{width}}  {total:>11}  = {_formula(peak['peak_symbolic'])}")
+    moves = peak.get("moves")
+    if moves:  # the formula above holds up to the batch before it
+        lines.append(
+            f"  from batch {moves['from_batch']} the peak is elsewhere, at the "
+            f"{PHASE_TEXT.get(moves['phase'], moves['phase'])}: {_formula(moves['symbolic'])}"
+        )
     return lines
 
 
