@@ -146,6 +146,7 @@ class StateSwap:
         self._events: list = []  # CUDA events: each issued group's copies finished
         self._cached: tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
         self._points = max(len(points), 1)
+        self._model = model  # model=: a memopt budget on it is warned about at the first send
         self._due = False  # step() ended: the first reload point's forward sends the states
         self._hooks = [
             optimizer.register_step_pre_hook(lambda *_: self.resident(for_step=True)),
@@ -191,6 +192,9 @@ class StateSwap:
             self._send_away()
 
     def _send_away(self) -> None:
+        if self._model is not None:
+            _warn_budget(self._model)
+            self._model = None
         n = len(self.optimizer.state)  # the same state tensors every step, unless a parameter
         if self._cached is None or self._cached[0] != n:  # got its first (or load_state_dict)
             self._cached = (n, self._chosen())
@@ -371,6 +375,22 @@ class StateSwap:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+
+
+def _warn_budget(model: torch.nn.Module) -> None:
+    from memopt.api import _STATES
+
+    state = _STATES.get(model)
+    if state is not None and state.config.budget is not None:
+        import warnings
+
+        warnings.warn(
+            "StateSwap on a model memopt plans under a budget: the step planner does not count "
+            "the swap's bytes yet, and it measures its plan's peak while the swap sizes "
+            "itself. Measured on an H100 (docs/params.md) the two together ran slower than "
+            "the budget alone and once ended over the budget; use one or the other",
+            stacklevel=5,
+        )
 
 
 def _warn_unreached() -> None:
