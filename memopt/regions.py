@@ -210,7 +210,7 @@ class RegionProgram:
         if self.index is None or not torch.is_grad_enabled() or compat.fake_call(args):
             return self._fn(*args)  # no step's run (DDP's graph split propagates fake tensors)
         st = self.state
-        sizes = {k: _size(args, i, d) for k, (i, d) in self._sizes.items()}
+        sizes = {k: n for k, at in self._sizes.items() if (n := _size(args, *at)) is not None}
         st.latest_sizes.update(sizes)
         pos = st.enter(self.index, self._device)
         fn, report = self._variant(st.run_option(pos, self.index), self._before())
@@ -396,30 +396,44 @@ def _on_backward(out: Any, callback, *, node: bool = False) -> None:
             return
 
 
-def symbol_locations(gm: torch.fx.GraphModule) -> dict[str, tuple[int, int | None]]:
+def symbol_locations(gm: torch.fx.GraphModule) -> dict[str, tuple[int, int | None, bool]]:
     """Where each dynamic size of the graph's inputs is found in the call's arguments:
     readable symbol name (as in the report) -> (argument index, dimension; None for a SymInt
-    argument). Empty for static shapes."""
+    argument, whether of the argument's base: dynamo sizes a view's base with symbols of its
+    own, and a saved view input holds its base's storage, Mochi's heads of a (2, n, 32)
+    query). Empty for static shapes."""
     from memopt.symbolic import build_symbol_table
 
     vals = [n.meta.get("example_value") for n in gm.graph.find_nodes(op="placeholder")]
-    if not any(isinstance(v, torch.SymInt) for v in vals) and not any(
-        isinstance(d, torch.SymInt) for v in vals if isinstance(v, torch.Tensor) for d in v.shape
-    ):
+    found = [  # the arguments' own sizes first, then their bases'
+        (i, d, base, size)
+        for base in (False, True)
+        for i, v in enumerate(vals)
+        for d, size in _dims(v, base)
+        if isinstance(size, torch.SymInt)
+    ]
+    if not found:
         return {}
     table = build_symbol_table([v for v in vals if v is not None])
-    out: dict[str, tuple[int, int | None]] = {}
-    for i, v in enumerate(vals):
-        dims = [(None, v)] if isinstance(v, torch.SymInt) else []
-        if isinstance(v, torch.Tensor):
-            dims = list(enumerate(v.shape))
-        for d, size in dims:
-            expr = size.node.expr if isinstance(size, torch.SymInt) else None
-            if expr is not None and expr in table.rename:
-                out.setdefault(str(table.rename[expr]), (i, d))
+    out: dict[str, tuple[int, int | None, bool]] = {}
+    for i, d, base, size in found:
+        if size.node.expr in table.rename:
+            out.setdefault(str(table.rename[size.node.expr]), (i, d, base))
     return out
 
 
-def _size(args: tuple, i: int, d: int | None) -> int:
-    a = args[i]
+def _dims(v: Any, base: bool) -> list[tuple[int | None, Any]]:
+    """(dimension, size) of a graph input's example value, or of its base (a view's)."""
+    if isinstance(v, torch.SymInt):
+        return [] if base else [(None, v)]
+    t = v._base if base and isinstance(v, torch.Tensor) else v
+    return list(enumerate(t.shape)) if isinstance(t, torch.Tensor) else []
+
+
+def _size(args: tuple, i: int, d: int | None, base: bool) -> int | None:
+    """A size :func:`symbol_locations` found, in this call's arguments (None: the argument
+    has no base this time)."""
+    a = args[i]._base if base else args[i]
+    if a is None:
+        return None
     return int(a) if d is None else int(a.shape[d])

@@ -130,16 +130,19 @@ def saved_input_bytes(
     flags: Sequence[int],
     symbols: SymbolTable,
     kinds: Collection[int] = (PER_RUN,),
+    copied: Collection[torch.fx.Node] = (),
 ) -> sympy.Expr:
     """Bytes of the graph inputs the forward saves that are activations of earlier regions of
     the step (``flags`` per input, from the backend: :data:`PER_RUN` or :data:`SHARED`, of
     ``kinds``). They are held for this region's backward like its own activations; parameters
-    and the user's batch are not. A shared one is counted once per step, not once per run."""
+    and the user's batch are not. A shared one is counted once per step, not once per run.
+    ``copied``: saved inputs Inductor saves channels-last copies of in their place (the
+    region's own bytes, :func:`saved_activation_bytes`), not their storages."""
     inputs = [n for n in fw.graph.find_nodes(op="placeholder")]
     act = {n for n, f in zip(inputs, flags) if int(f) in kinds}
     roots = {}
     for n in fw.graph.output_node().args[0][num_fwd_outputs:]:
-        if isinstance(n, torch.fx.Node):
+        if isinstance(n, torch.fx.Node) and n not in copied:
             r = facts.storage_root(n)
             if r in act and facts.tensor_val(r) is not None:
                 roots[r] = facts.storage_nbytes_expr(facts.tensor_val(r))
@@ -171,20 +174,29 @@ def partition(r: Region) -> Region:
     r.symbols = r.symbols.with_graph(r.fw)
     r.layout = facts.layout_copies(r.fw, r.num_fwd_outputs)
     r.baseline_saved = saved_activation_bytes(r.fw, r.num_fwd_outputs, r.symbols, r.layout.saved)
-    r.baseline_saved += saved_input_bytes(r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols)
-    r.saved_inputs = (saved_inputs(r), r.saved_inputs[1])
+    r.baseline_saved += saved_input_bytes(
+        r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols, copied=r.layout.saved
+    )
+    r.saved_inputs = (saved_inputs(r, r.layout.saved), r.saved_inputs[1])
     return r
 
 
-def saved_inputs(r: Region) -> tuple[tuple[int, int, str, sympy.Expr], ...]:
+def saved_inputs(
+    r: Region, copied: Collection[torch.fx.Node]
+) -> tuple[tuple[int, int, str, sympy.Expr], ...]:
     """The inputs the forward saves that are activations of the step, each (argument index,
     :data:`PER_RUN` or :data:`SHARED`, dtype, bytes), and the outputs it saves (output index,
     :data:`OUTPUT`, dtype, bytes): what the report needs to count once per step one storage
     that several runs save (the runs' storages, memopt.state; an encoder output every decoder
-    layer's run saves, which the encoder's run may save too)."""
+    layer's run saves, which the encoder's run may save too). ``copied``: as in
+    :func:`saved_input_bytes` (a convolution's input: its copy is saved, not its storage)."""
     inputs = list(r.fw.graph.find_nodes(op="placeholder"))
     kinds = {n: (i, int(f)) for i, (n, f) in enumerate(zip(inputs, r.activation_inputs)) if f}
-    saved = {facts.storage_root(n) for n in facts.saved_outputs(r.fw, r.num_fwd_outputs)}
+    saved = {
+        facts.storage_root(n)
+        for n in facts.saved_outputs(r.fw, r.num_fwd_outputs)
+        if n not in copied
+    }
     outs = r.fw.graph.output_node().args[0][: r.num_fwd_outputs]
     for j, n in enumerate(outs):
         root = facts.storage_root(n) if isinstance(n, torch.fx.Node) else None
@@ -273,8 +285,9 @@ def plan_budget_pass(r: Region) -> Region:
             deferred=r.deferred_kernels,
             cuda_graphs=r.cuda_graphs,
         )
+        kinds, copied = (PER_RUN, SHARED), r.layout.saved
         ins = saved_input_bytes(
-            r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols, (PER_RUN, SHARED)
+            r.fw, r.num_fwd_outputs, r.activation_inputs, r.symbols, kinds, copied
         )
         r.budget.problem = replace(r.budget.problem, saved_input_bytes=r.symbols.evaluate(ins) or 0)
     return r
@@ -562,11 +575,13 @@ def run_pipeline(
         cuda_graphs=cuda_graphs,
     )
     region = run_passes(region)
-    region.final_saved = saved_activation_bytes(region.fw, region.num_fwd_outputs, region.symbols)
+    fw, n = region.fw, region.num_fwd_outputs
+    copied = facts.layout_copied_inputs(fw, n)  # the final forward's, decided once
+    region.final_saved = saved_activation_bytes(fw, n, region.symbols, copied)
     region.final_saved += saved_input_bytes(
-        region.fw, region.num_fwd_outputs, region.activation_inputs, region.symbols
+        fw, n, region.activation_inputs, region.symbols, copied=copied
     )
-    region.saved_inputs = (region.saved_inputs[0], saved_inputs(region))
+    region.saved_inputs = (region.saved_inputs[0], saved_inputs(region, copied))
     region.num_joint_nodes = len(gm.graph.nodes)
     region.plan_seconds = time.perf_counter() - t0
     return region
