@@ -354,7 +354,7 @@ class StateSwap:
             torch.autograd.graph.register_multi_grad_hook(tensors, hook, mode="any")
 
     def _reached(self, point: int, *_) -> None:
-        if "send" in self._marks and "reload" not in self._marks and "step" not in self._marks:
+        if "send" in self._marks and "reload" not in self._marks:
             self._mark("reload")
         if self._issued <= point < len(self._groups):
             self.stats.reloads += self._issued == 0
