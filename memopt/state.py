@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from memopt import plan, ranks, step_excess, step_fit, step_notes
+from memopt import plan, ranks, step_excess, step_fit, step_notes, step_waits
 from memopt.config import MemoptConfig
 from memopt.offload import step_offload as so
 from memopt.peak_probe import PeakProbe, allocated
@@ -68,6 +68,7 @@ class MemoptState(RegionRegistry):
     def __init__(self, config: MemoptConfig):
         super().__init__(config)
         self.param_handle: Any = None  # memopt.params.FsdpOffload when param_offload
+        self.waits = step_waits.Waits()  # what outside the regions settles first (StateSwap)
         # the step
         self._seq: list[int] = []
         self._backward_seen = False
@@ -328,8 +329,8 @@ class MemoptState(RegionRegistry):
                 self._step_plans += 1
                 self.plan_step(self.last_step)
             return
-        if self._entry_device is not None and not self._entry_last:
-            self._read_next = True  # a new step ran without reads: plan it at its next step
+        if self._entry_device is not None and not self._entry_last or self.waits.pending(self._say):
+            self._read_next = True  # a step without reads, or a swap settling: plan the next
             return
         self._read_next = False
         self._step_plans += 1

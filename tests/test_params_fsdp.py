@@ -348,11 +348,16 @@ def check_state_swap(rank: int) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     points = [model.layers[2], model.layers[1]]
     swap = StateSwap(opt, reload_at=points, min_bytes=WEIGHT // 2)
-    for i in range(3):
+    for i in range(4):
         assert torch.equal(_step(model, opt, 10 * rank + i), _step(ref, opt_ref, 10 * rank + i))
-    # each rank holds half of every weight's moments: six halves of 16 KiB go
+    # each rank holds half of every weight's moments: six halves of 16 KiB go, in two groups
+    # whose local shards share one storage each once back (the DTensors' own local tensors)
     assert (swap.stats.tensors, swap.stats.away_bytes) == (6, 6 * WEIGHT // 2)
-    assert (swap.stats.reloads, swap.stats.late) == (2, 0)
+    assert (swap.stats.reloads, swap.stats.late) == (3, 0)
+    local = [opt.state[model.layers[k].weight][m].to_local() for k in range(3)
+             for m in ("exp_avg", "exp_avg_sq")]  # fmt: skip
+    ptrs = [t.untyped_storage().data_ptr() for t in local]
+    assert len(set(ptrs[:3])) == 1 and len(set(ptrs[3:])) == 1 and ptrs[0] != ptrs[3]
     for a, b in zip(model.parameters(), ref.parameters(), strict=True):
         assert torch.equal(a.full_tensor(), b.full_tensor())
 

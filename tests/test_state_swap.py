@@ -37,13 +37,14 @@ def _step(model, opt, i: int) -> torch.Tensor:
     return loss.detach()
 
 
+def _held(t: torch.Tensor) -> int:
+    """A state's own bytes while its storage is in place (a moved group's states share one
+    storage), 0 while it is away (its storage is empty)."""
+    return t.numel() * t.element_size() if t.untyped_storage().nbytes() else 0
+
+
 def _storage_bytes(opt) -> list[int]:
-    return [
-        t.untyped_storage().nbytes()
-        for s in opt.state.values()
-        for k, t in sorted(s.items())
-        if k != "step"
-    ]
+    return [_held(t) for s in opt.state.values() for k, t in sorted(s.items()) if k != "step"]
 
 
 # one Linear(64, 64) weight in fp32: 16,384 B; its bias 256 B; the head's weight 2,048 B
@@ -117,9 +118,9 @@ def test_max_bytes_takes_states_in_parameter_order_up_to_the_limit():
     # layer 0's weight (two moments), then layer 1's first moment: three of 16,384 B
     assert (swap.stats.tensors, swap.stats.away_bytes) == (3, 3 * WEIGHT)
     first = opt.state[model.layers[1].weight]
-    assert first["exp_avg"].untyped_storage().nbytes() == 0
-    assert first["exp_avg_sq"].untyped_storage().nbytes() == WEIGHT
-    assert opt.state[model.layers[2].weight]["exp_avg"].untyped_storage().nbytes() == WEIGHT
+    assert _held(first["exp_avg"]) == 0
+    assert _held(first["exp_avg_sq"]) == WEIGHT
+    assert _held(opt.state[model.layers[2].weight]["exp_avg"]) == WEIGHT
 
 
 def test_state_dict_between_step_and_the_reload_point_reads_the_true_moments_and_load_works():
@@ -263,7 +264,7 @@ def test_several_reload_points_each_bring_back_their_share_in_order():
 
     def moments(layer):
         s = opt.state.get(model.layers[layer].weight, {})
-        return [s[k].untyped_storage().nbytes() for k in ("exp_avg", "exp_avg_sq") if k in s]
+        return [_held(s[k]) for k in ("exp_avg", "exp_avg_sq") if k in s]
 
     seen = []
     model.layers[1].register_full_backward_pre_hook(
@@ -280,17 +281,14 @@ def test_several_reload_points_each_bring_back_their_share_in_order():
 def test_split_cuts_in_order_by_bytes():
     from memopt.params.state_swap import _split
 
-    def items(*sizes):
-        return [(torch.empty(n, dtype=torch.uint8), None) for n in sizes]
+    def cut(sizes, parts):
+        return _split(list(sizes), list(sizes), parts)
 
-    def cut(chosen, parts):
-        return [[d.numel() for d, _ in g] for g in _split(chosen, parts)]
-
-    assert cut(items(4, 4, 4, 4, 4, 4), 3) == [[4, 4], [4, 4], [4, 4]]
-    assert cut(items(10, 1, 1, 1), 2) == [[10], [1, 1, 1]]
-    assert cut(items(1, 1, 1, 10), 2) == [[1, 1, 1, 10]]
-    assert cut(items(3, 3), 1) == [[3, 3]]
-    assert cut(items(5), 4) == [[5]]
+    assert cut((4, 4, 4, 4, 4, 4), 3) == [[4, 4], [4, 4], [4, 4]]
+    assert cut((10, 1, 1, 1), 2) == [[10], [1, 1, 1]]
+    assert cut((1, 1, 1, 10), 2) == [[1, 1, 1, 10]]
+    assert cut((3, 3), 1) == [[3, 3]]
+    assert cut((5,), 4) == [[5]]
 
 
 def test_gradient_accumulation_reloads_once_per_step():
@@ -324,7 +322,7 @@ def test_model_reloads_from_every_layer_in_backward_order():
 
     seen = []
     model.layers[1].register_full_backward_pre_hook(
-        lambda *_: seen.append([first_moment(k).untyped_storage().nbytes() for k in (0, 2)])
+        lambda *_: seen.append([_held(first_moment(k)) for k in (0, 2)])
     )
     for i in range(3):
         _step(model, opt, i)
@@ -459,20 +457,83 @@ def test_hooks_the_compiled_code_does_not_see_are_named(recwarn):
     assert "skip_nnmodule_hook_guards" in texts[0] and "torch._dynamo.reset()" in texts[0]
 
 
-def test_a_memopt_budget_on_the_same_model_is_warned_about():
-    """The step planner does not count the swap yet (H100, seventieth session: slower than
-    the budget alone, once over it): the first send says so, once."""
-    import warnings
+class BrokenNet(Net):
+    """Net with a graph break after each layer (unrolled: a break inside a loop leaves the
+    frame eager): a step of several compiled regions."""
 
+    def forward(self, x):
+        x = torch.relu(self.layers[0](x))
+        torch._dynamo.graph_break()
+        x = torch.relu(self.layers[1](x))
+        torch._dynamo.graph_break()
+        x = torch.relu(self.layers[2](x))
+        torch._dynamo.graph_break()
+        return self.head(x)
+
+
+@pytest.mark.parametrize("swapped", [False, True])
+def test_a_memopt_budget_plans_the_step_once_the_swap_has_sized_and_sent(swapped):
+    """memopt's step plan waits for the swap on the same model (memopt.step_waits): step 0
+    compiles; the swap ("auto") times step 1 (on CPU: every state), sends at step 2; the step
+    plan is made as step 3 begins, from step 2's readings. Without the swap it is made as
+    step 1 begins. Losses as torch.compile's."""
     import memopt
+    from memopt.api import _STATES
 
-    model = Net()
-    memopt.optimize(model, budget=0.5)  # registered now; compiled at its first call
+    ref = BrokenNet()
+    model = copy.deepcopy(ref)
+    compiled = memopt.optimize(model, budget=0.5)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    StateSwap(opt, model=model, min_bytes=WEIGHT)
-    with warnings.catch_warnings(record=True) as got:
-        warnings.simplefilter("always")
-        for i in range(3):
-            _step(model, opt, i)  # eager: the hooks and the send, no compile
-    said = [w for w in got if "does not count the swap's bytes" in str(w.message)]
-    assert len(said) == 1
+    swap = StateSwap(opt, model=model, max_bytes="auto", min_bytes=WEIGHT) if swapped else None
+    ref_c = torch.compile(ref)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    state, planned = _STATES[model], []
+    for i in range(5):
+        torch.testing.assert_close(_step(compiled, opt, i), _step(ref_c, opt_ref, i))
+        planned.append(state._planned_for is not None)
+    assert planned == ([False] * 3 + [True] * 2 if swapped else [False] + [True] * 4)
+    assert state.waits.waited == (2 if swapped else 0)
+    if swapped:
+        assert swap.ready() and (swap.stats.tensors, swap.stats.late) == (6, 0)
+
+
+def test_a_moved_group_is_one_copy_each_way_after_its_first_return():
+    """Three reload points, three groups of two weight moments: the first send copies state
+    by state, the first reload puts each group's states in one storage (offsets on ALIGN
+    bytes); from then on a step copies each group once each way (uint8 copies), and never a
+    state alone. Training is bit-identical to AdamW alone."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from memopt.params.state_swap import ALIGN
+
+    class Copies(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.dtypes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.copy_.default and args[0].numel() >= WEIGHT // 4:
+                self.dtypes.append(args[0].dtype)
+            return func(*args, **(kwargs or {}))
+
+    ref, model = Net(), Net()
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    StateSwap(opt, reload_at=[model.layers[2], model.layers[1], model.layers[0]], min_bytes=WEIGHT)
+    counts = []
+    for i in range(4):
+        with Copies() as seen:
+            assert torch.equal(_step(model, opt, i), _step(ref, opt_ref, i))
+        counts.append((seen.dtypes.count(torch.uint8), seen.dtypes.count(torch.float32)))
+    # step 0: no states; step 1: six state copies out, three group copies back; then 3 + 3
+    assert counts == [(0, 0), (3, 6), (6, 0), (6, 0)]
+    for layer in model.layers:
+        a, b = (opt.state[layer.weight][k] for k in ("exp_avg", "exp_avg_sq"))
+        assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+        assert a.untyped_storage().nbytes() == 2 * WEIGHT  # 16,384 B is a multiple of ALIGN
+        assert (a.storage_offset() * 4, b.storage_offset() * 4) == (
+            0,
+            WEIGHT,
+        ) and WEIGHT % ALIGN == 0
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b)

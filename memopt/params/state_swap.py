@@ -39,6 +39,13 @@ default). ``state_dict()`` and ``load_state_dict()`` bring them back first (hook
 optimizer); reading ``optimizer.state`` directly between the forward and the reload point reads
 empty storages.
 
+Each group's states share one device storage once they first came back (re-homed there, at
+offsets aligned to ``ALIGN`` bytes) and one pinned host buffer, so a group moves in one copy
+each way and frees or allocates with one call: 71 states a step each way cost about 2.6 ms of
+host time as one copy each (H100, docs/benchmarks.md, seventieth session), on a step the host
+already bounds. The first send copies state by state (nothing is allocated beside the states
+then); the first reload allocates the group's storage and points its states into it.
+
 The copies share the transfer stream of the activation offload (``memopt.offload.ops``): an
 offload planned in the same forward queues behind the states' copies. On a CPU device they run
 synchronously (tests). States of DTensor parameters (FSDP2) move their local shard.
@@ -61,6 +68,10 @@ log = logging.getLogger("memopt")
 CALIBRATION_STEPS = 2
 """``max_bytes="auto"``: steps with states timed before any moves (the shorter windows count)."""
 
+ALIGN = 512
+"""Bytes each state's offset in its group's storage is a multiple of (the caching allocator's
+rounding: vectorized optimizer kernels see the alignment a state of its own would have)."""
+
 __all__ = ["StateSwap", "StateSwapStats"]
 
 
@@ -80,8 +91,34 @@ class StateSwapStats:
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard itself (``to_local`` under grad mode returns a view of it, which
+    ``set_`` would re-point alone), else ``t``."""
     to_local = getattr(t, "to_local", None)
-    return to_local() if callable(to_local) else t
+    if not callable(to_local):
+        return t
+    with torch.no_grad():
+        return to_local()
+
+
+@dataclass
+class _Group:
+    """States that move together: each ``(state, offset)`` at its byte offset in ``storage``
+    (None until the first reload re-homes them) and in the pinned ``host`` buffer."""
+
+    items: list[tuple[torch.Tensor, int]]
+    nbytes: int
+    host: torch.Tensor
+    storage: torch.Tensor | None = None
+
+    def host_view(self, state: torch.Tensor, offset: int) -> torch.Tensor:
+        return _at(self.host, state, offset)
+
+
+def _at(flat: torch.Tensor, like: torch.Tensor, offset: int) -> torch.Tensor:
+    """A tensor shaped and strided as ``like`` at byte ``offset`` of the uint8 ``flat``."""
+    out = torch.empty(0, dtype=like.dtype, device=flat.device)
+    return out.set_(flat.untyped_storage(), offset // like.element_size(), like.shape,
+                    like.stride())  # fmt: skip
 
 
 class StateSwap:
@@ -139,14 +176,16 @@ class StateSwap:
         self._timed = 0  # "auto": steps timed
         self.min_bytes = min_bytes
         self.stats = StateSwapStats()
-        self._away: list[tuple[torch.Tensor, torch.Tensor]] = []  # (device local, host copy)
-        self._hosts: dict[int, torch.Tensor] = {}  # id(state tensor) -> its pinned host copy
-        self._groups: list[list[tuple[torch.Tensor, torch.Tensor]]] = []  # one per point
+        self._away: list[_Group] = []  # this step's groups away, one per reload point
         self._issued = 0  # groups whose copies back have started this step
         self._events: list = []  # CUDA events: each issued group's copies finished
-        self._cached: tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._cached: tuple[int, list[_Group]] | None = None  # (states known, groups)
+        self._rechoose = False  # "auto" changed the limit: the next send chooses again
         self._points = max(len(points), 1)
-        self._model = model  # model=: a memopt budget on it is warned about at the first send
+        self._model = model  # model=: a memopt budget on it couples the two at the first step
+        self._coupled = False  # memopt plans the model under a budget: "auto" sizes once
+        self._sends = 0  # steps ended whose forward sent the states at their final size
+        self._sent = False  # ... this step's did
         self._due = False  # step() ended: the first reload point's forward sends the states
         self._hooks = [
             optimizer.register_step_pre_hook(lambda *_: self.resident(for_step=True)),
@@ -160,8 +199,9 @@ class StateSwap:
 
     # ------------------------------------------------------------------ the two moves
 
-    def _chosen(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        out, total = [], 0
+    def _chosen(self) -> list[_Group]:
+        """The states that go, in parameter order, cut into one group per reload point."""
+        out, sizes, total = [], [], 0
         for group in self.optimizer.param_groups:
             for p in group["params"]:
                 state = self.optimizer.state.get(p, {})
@@ -170,74 +210,119 @@ class StateSwap:
                     if not isinstance(t, torch.Tensor):
                         continue
                     local = _local(t)
-                    n = local.untyped_storage().nbytes()
+                    n = local.numel() * local.element_size()
                     if n < max(self.min_bytes, 1) or not ops.is_dense(local):
                         continue
-                    if local.untyped_storage().nbytes() != local.numel() * local.element_size():
+                    if local.untyped_storage().nbytes() != n or local.storage_offset() != 0:
                         continue  # a view into a larger storage: freeing it would free others
                     if self.max_bytes is not None and total + n > self.max_bytes:
-                        return out
-                    host = self._hosts.get(id(t))
-                    if host is None or host.shape != local.shape or host.dtype != local.dtype:
-                        host = torch.empty_like(local, device="cpu", pin_memory=local.is_cuda)
-                        self._hosts[id(t)] = host
-                    out.append((local, host))
+                        return self._grouped(out, sizes)
+                    out.append(local)
+                    sizes.append(n)
                     total += n
-        return out
+        return self._grouped(out, sizes)
+
+    def _grouped(self, states: list[torch.Tensor], sizes: list[int]) -> list[_Group]:
+        groups = []
+        for part in _split(list(zip(states, sizes, strict=True)), sizes, self._points):
+            items, end = [], 0
+            for state, n in part:
+                items.append((state, end))
+                end += -(-n // ALIGN) * ALIGN
+            host = torch.empty(end, dtype=torch.uint8, pin_memory=part[0][0].is_cuda)
+            groups.append(_Group(items, end, host))
+        return groups
+
+    def _unhome(self) -> None:
+        """Before the states are chosen again (a parameter got its first state, or ``"auto"``
+        changed the limit): each state of a group's storage gets a storage of its own again,
+        a group at a time (one group's bytes allocated beside the states at most)."""
+        for g in self._cached[1] if self._cached is not None else ():
+            if g.storage is None:
+                continue
+            for s, _ in g.items:
+                own = torch.empty_strided(s.shape, s.stride(), dtype=s.dtype, device=s.device)
+                own.copy_(s)
+                s.set_(own.untyped_storage(), 0, s.shape, s.stride())
+            g.storage = None
+        self._cached = None
+
+    def ready(self) -> bool:
+        """Whether the swap moves what it keeps moving: a whole step, to its ``step()``, ran
+        with the states sent at their final size (``"auto"``: once sized), or the swap was
+        closed. (A reload point's forward may come before or after memopt reads a step's
+        start: a send counts once its step has ended.)"""
+        return self._sends > 0 or not self._hooks
 
     def _step_ended(self, later: bool) -> None:
+        if self._model is not None:  # the first step: a memopt budget on the model waits
+            self._coupled = _couple(self, self._model)
+            self._model = None
+        self._sends += self._sent
+        self._sent = False
         if later:
             self._due = True
         else:
             self._send_away()
 
     def _send_away(self) -> None:
-        if self._model is not None:
-            _warn_budget(self._model)
-            self._model = None
         n = len(self.optimizer.state)  # the same state tensors every step, unless a parameter
-        if self._cached is None or self._cached[0] != n:  # got its first (or load_state_dict)
-            self._cached = (n, self._chosen())
-        chosen = self._cached[1]
-        self.stats.away_bytes = sum(d.untyped_storage().nbytes() for d, _ in chosen)
-        self.stats.tensors = len(chosen)
-        if not chosen:
+        if self._rechoose or self._cached is None or self._cached[0] != n:  # a parameter got
+            self._unhome()  # its first state (or load_state_dict), or "auto" sized the limit
+            self._cached, self._rechoose = (n, self._chosen()), False
+        groups = self._cached[1]
+        states = [s for g in groups for s, _ in g.items]
+        self.stats.away_bytes = sum(s.numel() * s.element_size() for s in states)
+        self.stats.tensors = len(states)
+        self._sent = True
+        if not groups:
             return
-        device = chosen[0][0].device
-        if device.type == "cuda":
+        device = states[0].device
+        cuda = device.type == "cuda"
+        if cuda:
             side = ops.transfer_stream(device)
             side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):
-                compat.copy_many([h for _, h in chosen], [d for d, _ in chosen])
-            for d, _ in chosen:
-                d.record_stream(side)
-        else:
-            for d, h in chosen:
-                h.copy_(d)
-        self._groups = _split(chosen, self._points)  # sizes read before the storages go
-        for d, _ in chosen:
-            d.untyped_storage().resize_(0)
-        self._away, self._issued, self._events = chosen, 0, []
+        for g in groups:
+            if g.storage is not None:  # re-homed: one copy, one free
+                pairs = [(g.host, g.storage)]
+            else:  # state by state, the first time (nothing allocated beside them)
+                pairs = [(g.host_view(s, off), s) for s, off in g.items]
+            if cuda:
+                with torch.cuda.stream(side):
+                    compat.copy_many([h for h, _ in pairs], [d for _, d in pairs])
+                for _, d in pairs:
+                    d.record_stream(side)
+            else:
+                for h, d in pairs:
+                    h.copy_(d)
+            for _, d in pairs:
+                d.untyped_storage().resize_(0)
+        self._away, self._issued, self._events = groups, 0, []
 
     def reload(self, upto: int | None = None) -> None:
         """Start the copies back of the groups before ``upto`` (all by default) not started
-        yet this step; each group's storages are allocated on the compute stream (whose pool
-        gets them back when they leave again) and filled on the transfer stream."""
-        end = len(self._groups) if upto is None else min(upto, len(self._groups))
+        yet this step; each group's storage is allocated on the compute stream (whose pool
+        gets it back when it leaves again) and filled on the transfer stream. A group's first
+        reload allocates its storage and points its states into it (``set_``)."""
+        end = len(self._away) if upto is None else min(upto, len(self._away))
         while self._issued < end:
-            group = self._groups[self._issued]
+            g = self._away[self._issued]
             self._issued += 1
-            for d, h in group:
-                d.untyped_storage().resize_(h.numel() * h.element_size())
-            device = group[0][0].device
+            device = g.items[0][0].device
+            if g.storage is None:
+                g.storage = torch.empty(g.nbytes, dtype=torch.uint8, device=device)
+                for s, off in g.items:
+                    s.set_(g.storage.untyped_storage(), off // s.element_size(), s.shape,
+                           s.stride())  # fmt: skip
+            else:
+                g.storage.untyped_storage().resize_(g.nbytes)
             if device.type != "cuda":
-                for d, h in group:
-                    d.copy_(h)
+                g.storage.copy_(g.host)
                 continue
             side = ops.transfer_stream(device)
             side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side):
-                compat.copy_many([d for d, _ in group], [h for _, h in group])
+                g.storage.copy_(g.host, non_blocking=True)
                 self._events.append(side.record_event())
 
     def resident(self, for_step: bool = False) -> None:
@@ -250,25 +335,24 @@ class StateSwap:
             self._calibrate()
         if not self._away:
             return
-        if self._issued < len(self._groups):
+        if self._issued < len(self._away):
             self.stats.late += for_step
             self.reload()
         if self._events:
-            stream = torch.cuda.current_stream(self._away[0][0].device)
+            stream = torch.cuda.current_stream(self._away[0].items[0][0].device)
             for e in self._events:
                 stream.wait_event(e)
-        self._away, self._groups, self._issued, self._events = [], [], 0, []
+        self._away, self._issued, self._events = [], 0, []
 
     def _forget(self) -> None:
         self.resident()
-        self._hosts.clear()  # load_state_dict makes new state tensors
-        self._cached = None
+        self._cached = None  # load_state_dict makes new state tensors
 
     @torch.compiler.disable  # a forward hook runs eagerly: docs/params.md
     def _on_forward_pre(self, module, args) -> None:
         if self._due and torch.is_grad_enabled():
             self._due = False
-            if self._auto:
+            if self._auto and not (self._coupled and self._timed >= CALIBRATION_STEPS):
                 self._marks = {}
                 self._mark("send")
                 if self._timed < CALIBRATION_STEPS:  # nothing goes: the windows are timed
@@ -333,7 +417,7 @@ class StateSwap:
         rates = host_rates(self._device())
         size = auto_bytes(*self._windows, rates.d2h_Bps, rates.h2d_Bps)
         if size != self.max_bytes:
-            self.max_bytes, self._cached = size, None  # chosen again under the limit
+            self.max_bytes, self._rechoose = size, True  # chosen again under the limit
             self.stats.auto = dict(forward_ms=1e3 * self._windows[0],
                                    backward_ms=1e3 * self._windows[1],
                                    d2h_Bps=rates.d2h_Bps, h2d_Bps=rates.h2d_Bps)  # fmt: skip
@@ -356,7 +440,7 @@ class StateSwap:
     def _reached(self, point: int, *_) -> None:
         if "send" in self._marks and "reload" not in self._marks:
             self._mark("reload")
-        if self._issued <= point < len(self._groups):
+        if self._issued <= point < len(self._away):
             self.stats.reloads += self._issued == 0
             self.reload(point + 1)
 
@@ -377,20 +461,18 @@ class StateSwap:
         self._hooks = []
 
 
-def _warn_budget(model: torch.nn.Module) -> None:
+def _couple(swap: StateSwap, model: torch.nn.Module) -> bool:
+    """``model`` is planned by memopt under a budget: its step plan waits for the swap
+    (``memopt.step_waits``), and the swap keeps its first size. Whether it is."""
     from memopt.api import _STATES
 
     state = _STATES.get(model)
-    if state is not None and state.config.budget is not None:
-        import warnings
-
-        warnings.warn(
-            "StateSwap on a model memopt plans under a budget: the step planner does not count "
-            "the swap's bytes yet, and it measures its plan's peak while the swap sizes "
-            "itself. Measured on an H100 (docs/params.md) the two together ran slower than "
-            "the budget alone and once ended over the budget; use one or the other",
-            stacklevel=5,
-        )
+    if state is None or state.config.budget is None:
+        return False
+    state.waits.add(swap.ready, "StateSwap")
+    log.info("StateSwap: %s is planned under a budget: its step plan waits until the swap "
+             "has sized itself and sent the states once; the size then stays", type(model).__name__)  # fmt: skip
+    return True
 
 
 def _warn_unreached() -> None:
@@ -432,10 +514,9 @@ def _layer_points(model, layers, reload_at) -> list[torch.nn.Module]:
     return found[::-1]
 
 
-def _split(chosen: list, parts: int) -> list[list]:
+def _split(chosen: list, sizes: list[int], parts: int) -> list[list]:
     """``chosen`` in order, cut into at most ``parts`` consecutive groups of about equal
-    bytes (a group ends once the running total reaches its share)."""
-    sizes = [d.untyped_storage().nbytes() for d, _ in chosen]
+    bytes (``sizes``; a group ends once the running total reaches its share)."""
     total, groups, run = sum(sizes), [[]], 0
     for item, n in zip(chosen, sizes, strict=True):
         groups[-1].append(item)
