@@ -285,8 +285,7 @@ class MemoptState(RegionRegistry):
         self._settled = 0 if news else self._settled + 1
 
     def _say(self, what: str, note: str | None) -> None:
-        """A note for the user (memopt.step_notes), once for ``what``: a warning and a line in
-        the step report."""
+        """A note for the user (step_notes), once for ``what``: a warning, a step report line."""
         if note is not None and what not in self._said:
             self._said.add(what)
             log.warning("memopt: %s", note)
