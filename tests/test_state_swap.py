@@ -471,12 +471,13 @@ class BrokenNet(Net):
         return self.head(x)
 
 
-@pytest.mark.parametrize("swapped", [False, True])
+@pytest.mark.parametrize("swapped", [False, "model", "reload_at"])
 def test_a_memopt_budget_plans_the_step_once_the_swap_has_sized_and_sent(swapped):
     """memopt's step plan waits for the swap on the same model (memopt.step_waits): step 0
     compiles; the swap ("auto") times step 1 (on CPU: every state), sends at step 2; the step
     plan is made as step 3 begins, from step 2's readings. Without the swap it is made as
-    step 1 begins. Losses as torch.compile's."""
+    step 1 begins. ``reload_at=`` modules of the optimized model couple as ``model=`` does.
+    Losses as torch.compile's."""
     import memopt
     from memopt.api import _STATES
 
@@ -484,7 +485,8 @@ def test_a_memopt_budget_plans_the_step_once_the_swap_has_sized_and_sent(swapped
     model = copy.deepcopy(ref)
     compiled = memopt.optimize(model, budget=0.5)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    swap = StateSwap(opt, model=model, max_bytes="auto", min_bytes=WEIGHT) if swapped else None
+    where = {"model": {"model": model}, "reload_at": {"reload_at": list(model.layers[::-1])}}
+    swap = StateSwap(opt, max_bytes="auto", min_bytes=WEIGHT, **where[swapped]) if swapped else None
     ref_c = torch.compile(ref)
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     state, planned = _STATES[model], []

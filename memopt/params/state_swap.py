@@ -182,7 +182,8 @@ class StateSwap:
         self._cached: tuple[int, list[_Group]] | None = None  # (states known, groups)
         self._rechoose = False  # "auto" changed the limit: the next send chooses again
         self._points = max(len(points), 1)
-        self._model = model  # model=: a memopt budget on it couples the two at the first step
+        self._model = model if model is not None else (list(points) or None)  # a memopt
+        # budget on it (or on the model holding a reload point) couples the two at step one
         self._coupled = False  # memopt plans the model under a budget: "auto" sizes once
         self._sends = 0  # steps ended whose forward sent the states at their final size
         self._sent = False  # ... this step's did
@@ -461,17 +462,22 @@ class StateSwap:
         self._hooks = []
 
 
-def _couple(swap: StateSwap, model: torch.nn.Module) -> bool:
-    """``model`` is planned by memopt under a budget: its step plan waits for the swap
+def _couple(swap: StateSwap, model: torch.nn.Module | list[torch.nn.Module]) -> bool:
+    """The model (``model=``), or the one memopt optimized that holds a reload point, is
+    planned by memopt under a budget: its step plan waits for the swap
     (``memopt.step_waits``), and the swap keeps its first size. Whether it is."""
     from memopt.api import _STATES
 
-    state = _STATES.get(model)
+    state = _STATES.get(model) if isinstance(model, torch.nn.Module) else None
+    if state is None and isinstance(model, list):  # reload_at=: the optimized model holding one
+        ids = {id(m) for m in model}
+        found = (st for m, st in list(_STATES.items()) if any(id(x) in ids for x in m.modules()))
+        state = next(found, None)
     if state is None or state.config.budget is None:
         return False
     state.waits.add(swap.ready, "StateSwap")
-    log.info("StateSwap: %s is planned under a budget: its step plan waits until the swap "
-             "has sized itself and sent the states once; the size then stays", type(model).__name__)  # fmt: skip
+    log.info("StateSwap: the model is planned under a budget: its step plan waits until the "
+             "swap has sized itself and sent the states once; the size then stays")  # fmt: skip
     return True
 
 
