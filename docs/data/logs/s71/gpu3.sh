@@ -1,4 +1,4 @@
-# call 3: call 2 again (torch's budgets with memopt at their peaks; the swap run), then the zoo's Whisper at torch's 0.8 point
+# call 3: call 2 again (torch's budgets with memopt at their peaks; the swap run)
 ln -sfn ../passes memopt/passes; export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 mkdir -p $OUT/logs
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -20,13 +20,4 @@ PY
 }
 run e 300 14 --only budgets --points 0.5,0.1 --optimizer adamw
 run f 200 14 --only none --targets 0.5=9360502272,0.1=7614734848 --optimizer swap:auto:all
-mkdir -p $OUT/logs/zoo
-timeout 250 python benchmarks/zoo_gpu.py --models whisper --points 0.8 --kinds compile,torch,budget --no-peers --parallel 9 --warmup 9 --iters 20 --deadline 150 --out $OUT --logs $OUT/logs/zoo --suffix _s71 > $OUT/logs/zoo_s71.log 2>&1; echo "zoo rc=$? $(( $(date +%s)-T0 ))s"
-python - $OUT/zoo_gpu_whisper_s71.json <<'PY'
-import json, sys
-for f in sys.argv[1:]:
-  for r in json.load(open(f))["rows"]:
-    print(r["variant"], round(r.get("gpu_ms") or 0, 3), round(r.get("ms") or 0, 3), r.get("peak"), r.get("budget"), (r.get("error") or "")[:200])
-PY
-grep -H "Step plan" $OUT/logs/zoo/*.log | cut -c1-330 | tail -10
 cd $OUT && tar czf logs.tgz logs && rm -rf logs
