@@ -36,12 +36,12 @@ class Waits:
     def pending(self, say: Callable[[str, str | None], None]) -> bool:
         """Whether the step plan waits one more step; after ``WAIT_STEPS`` it no longer
         does, and ``say`` tells the user why the plan did not wait."""
-        left = [(ref, what) for ref, what in self._checks if ref() is not None and not ref()()]
         self._checks = [(ref, what) for ref, what in self._checks if ref() is not None]
+        left = [what for ref, what in self._checks if (ready := ref()) is not None and not ready()]
         if not left:
             return False
         if self.waited >= WAIT_STEPS:
-            names = ", ".join(what for _, what in left)
+            names = ", ".join(left)
             say("waits", f"the step plan waited {WAIT_STEPS} steps for {names} to settle and "
                 "is made without it; the plan then corrects for what it frees as it measures")  # fmt: skip
             return False

@@ -46,6 +46,10 @@ host time as one copy each (H100, docs/benchmarks.md, seventieth session), on a 
 already bounds. The first send copies state by state (nothing is allocated beside the states
 then); the first reload allocates the group's storage and points its states into it.
 
+With a memopt budget on the model holding the reload points, memopt's step plan waits until
+the swap has sized itself and run a step (``memopt.step_waits``), and ``"auto"`` keeps that
+size (docs/params.md).
+
 The copies share the transfer stream of the activation offload (``memopt.offload.ops``): an
 offload planned in the same forward queues behind the states' copies. On a CPU device they run
 synchronously (tests). States of DTensor parameters (FSDP2) move their local shard.
@@ -109,9 +113,6 @@ class _Group:
     nbytes: int
     host: torch.Tensor
     storage: torch.Tensor | None = None
-
-    def host_view(self, state: torch.Tensor, offset: int) -> torch.Tensor:
-        return _at(self.host, state, offset)
 
 
 def _at(flat: torch.Tensor, like: torch.Tensor, offset: int) -> torch.Tensor:
@@ -225,12 +226,13 @@ class StateSwap:
 
     def _grouped(self, states: list[torch.Tensor], sizes: list[int]) -> list[_Group]:
         groups = []
-        for part in _split(list(zip(states, sizes, strict=True)), sizes, self._points):
+        for part in _split(states, sizes, self._points):
             items, end = [], 0
-            for state, n in part:
+            for state in part:
                 items.append((state, end))
-                end += -(-n // ALIGN) * ALIGN
-            host = torch.empty(end, dtype=torch.uint8, pin_memory=part[0][0].is_cuda)
+                n = state.numel() * state.element_size()
+                end += (n + ALIGN - 1) // ALIGN * ALIGN
+            host = torch.empty(end, dtype=torch.uint8, pin_memory=part[0].is_cuda)
             groups.append(_Group(items, end, host))
         return groups
 
@@ -287,7 +289,7 @@ class StateSwap:
             if g.storage is not None:  # re-homed: one copy, one free
                 pairs = [(g.host, g.storage)]
             else:  # state by state, the first time (nothing allocated beside them)
-                pairs = [(g.host_view(s, off), s) for s, off in g.items]
+                pairs = [(_at(g.host, s, off), s) for s, off in g.items]
             if cuda:
                 with torch.cuda.stream(side):
                     compat.copy_many([h for h, _ in pairs], [d for _, d in pairs])
