@@ -487,6 +487,10 @@ def test_a_memopt_budget_plans_the_step_once_the_swap_has_sized_and_sent(swapped
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     where = {"model": {"model": model}, "reload_at": {"reload_at": list(model.layers[::-1])}}
     swap = StateSwap(opt, max_bytes="auto", min_bytes=WEIGHT, **where[swapped]) if swapped else None
+    calibrations = []
+    if swapped:  # coupled, "auto" sizes once: no timing after it
+        calibrate = swap._calibrate
+        swap._calibrate = lambda: (calibrations.append(swap._timed), calibrate())
     ref_c = torch.compile(ref)
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     state, planned = _STATES[model], []
@@ -497,6 +501,7 @@ def test_a_memopt_budget_plans_the_step_once_the_swap_has_sized_and_sent(swapped
     assert state.waits.waited == (2 if swapped else 0)
     if swapped:
         assert swap.ready() and (swap.stats.tensors, swap.stats.late) == (6, 0)
+        assert calibrations == [0]  # step 1 only (on a CPU one timing sizes it)
 
 
 def test_a_moved_group_is_one_copy_each_way_after_its_first_return():
