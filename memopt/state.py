@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from memopt import plan, ranks, step_excess, step_fit, step_notes, step_waits
+from memopt import plan, ranks, step_excess, step_fit, step_notes, step_swap, step_waits
 from memopt.config import MemoptConfig
 from memopt.offload import step_offload as so
 from memopt.peak_probe import PeakProbe, allocated
@@ -33,9 +33,7 @@ from memopt.report import Report, StepInfo
 from memopt.step import (
     Option,
     StepChoice,
-    choose_with_offload,
     exact_option,
-    finer_menus,
     fraction_target,
     leaves_room,
     measured_target,
@@ -43,9 +41,9 @@ from memopt.step import (
     step_peak,
     step_terms,
 )
-from memopt.step_bounds import with_floor
 from memopt.step_layers import step_offload_timing
 from memopt.step_places import BACKWARD, FORWARD, outside_bytes, place_corrections, run_peaks
+from memopt.step_solve import solve_step
 
 log = logging.getLogger("memopt")
 
@@ -69,6 +67,7 @@ class MemoptState(RegionRegistry):
         super().__init__(config)
         self.param_handle: Any = None  # memopt.params.FsdpOffload when param_offload
         self.waits = step_waits.Waits()  # what outside the regions settles first (StateSwap)
+        self.swaps = step_swap.SwapOffers()  # ... and whether the step plan keeps the swap
         # the step
         self._seq: list[int] = []
         self._backward_seen = False
@@ -330,6 +329,7 @@ class MemoptState(RegionRegistry):
             return
         if self._entry_device is not None and not self._entry_last or self.waits.pending(self._say):
             self._read_next = True  # a step without reads, or a swap settling: plan the next
+            self.swaps.saw_step(partial(self._offsets, self.last_step, True))
             return
         self._read_next = False
         self._step_plans += 1
@@ -485,14 +485,10 @@ class MemoptState(RegionRegistry):
         layers, timing = self._offload_options(sequence)
         target, offsets = self._target(sequence, menus), self._offsets(sequence, ahead=True)
         away = self._away if self._user_offload and self.offload is not None else None
-        choice = choose_with_offload(sequence, menus, target, offsets, layers, timing, away)
-        finer = finer_menus(sequence, menus, choice, self._solve_at)
-        if finer is not None:  # the options run, with restarts and the room left under the target
-            again = choose_with_offload(sequence, finer, target, offsets, layers, timing, away)
-            choice = again if again.feasible and again.overhead_s < choice.overhead_s else choice
-        # a lower bound: on the problems without the placed excesses (each holds for some plans)
         problems = {r: self.problems[r] for r in set(sequence)}
-        choice = with_floor(choice, sequence, problems, target, offsets, away)
+        solve = partial(solve_step, sequence, menus, target, layers, timing, away, problems,
+                        self._solve_at)  # fmt: skip
+        choice = self.swaps.choose(solve(offsets), solve, self._say)  # or without the swap
         self.step_choice, self._planned_for = choice, tuple(sequence)
         if not self._user_offload:  # the step plan's own offload (replaces an earlier one)
             off = choice.offload

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from dataclasses import dataclass
 
 import torch
@@ -71,6 +72,10 @@ log = logging.getLogger("memopt")
 
 CALIBRATION_STEPS = 2
 """``max_bytes="auto"``: steps with states timed before any moves (the shorter windows count)."""
+
+PRICE_STEPS = 2
+"""A coupled ``"auto"`` swap: steps moving its states timed after sizing; the shortest, less
+the shortest of the steps before (no moves), is its price (``memopt.step_swap``)."""
 
 ALIGN = 512
 """Bytes each state's offset in its group's storage is a multiple of (the caching allocator's
@@ -92,6 +97,10 @@ class StateSwapStats:
     reached: those copies are not hidden)."""
     auto: dict | None = None
     """``max_bytes="auto"``: the calibration step's windows (ms) and the rates that sized it."""
+    price_ms: float | None = None
+    """A coupled ``"auto"`` swap: the step time it costs, measured (``memopt.step_swap``)."""
+    declined: str | None = None
+    """Why memopt's step plan declined the swap (nothing moves since), if it did."""
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -188,6 +197,10 @@ class StateSwap:
         self._coupled = False  # memopt plans the model under a budget: "auto" sizes once
         self._sends = 0  # steps ended whose forward sent the states at their final size
         self._sent = False  # ... this step's did
+        self.moved_last = False  # the step ended last moved states (memopt.step_swap reads it)
+        self._bare_s: float | None = None  # "auto": the shortest timed step moving nothing
+        self._moving: list[float] = []  # ... and the steps moving states, timed to price it
+        self._declined = False
         self._due = False  # step() ended: the first reload point's forward sends the states
         self._hooks = [
             optimizer.register_step_pre_hook(lambda *_: self.resident(for_step=True)),
@@ -255,14 +268,38 @@ class StateSwap:
         with the states sent at their final size (``"auto"``: once sized), or the swap was
         closed. (A reload point's forward may come before or after memopt reads a step's
         start: a send counts once its step has ended.)"""
-        return self._sends > 0 or not self._hooks
+        if not self.open():
+            return True
+        return self._sends > 0 and not self._pricing()
+
+    def open(self) -> bool:
+        """Whether the swap still moves states (not closed, not declined)."""
+        return bool(self._hooks) and not self._declined
+
+    def _pricing(self) -> bool:
+        """A coupled ``"auto"`` swap timed on CUDA times its first steps with moves too."""
+        return self._coupled and self._windows is not None and len(self._moving) < PRICE_STEPS
+
+    def price_s(self) -> float | None:
+        """The step time the swap costs: its shortest timed step with moves less the shortest
+        without (None until both are timed)."""
+        if self._bare_s is None or len(self._moving) < PRICE_STEPS:
+            return None
+        return max(0.0, min(self._moving) - self._bare_s)
+
+    def decline(self, why: str) -> None:
+        """memopt's step plan is better without the swap: from the next step nothing moves
+        (the states get their own storages back as the next forward begins)."""
+        self._declined, self.stats.declined = True, why
+        self.max_bytes, self._rechoose = 0, True
+        log.info("StateSwap: %s", why)
 
     def _step_ended(self, later: bool) -> None:
         if self._model is not None:  # the first step: a memopt budget on the model waits
             self._coupled = _couple(self, self._model)
             self._model = None
         self._sends += self._sent
-        self._sent = False
+        self.moved_last, self._sent = self._sent and self.stats.away_bytes > 0, False
         if later:
             self._due = True
         else:
@@ -334,18 +371,17 @@ class StateSwap:
         them (a step that had to start some copies itself is counted ``late``)."""
         if for_step and self._due:
             _warn_unreached()
-        if for_step and "send" in self._marks:
+        if self._away:
+            if self._issued < len(self._away):
+                self.stats.late += for_step
+                self.reload()
+            if self._events:
+                stream = torch.cuda.current_stream(self._away[0].items[0][0].device)
+                for e in self._events:
+                    stream.wait_event(e)
+            self._away, self._issued, self._events = [], 0, []
+        if for_step and "send" in self._marks:  # timed to after the waits: a late copy counts
             self._calibrate()
-        if not self._away:
-            return
-        if self._issued < len(self._away):
-            self.stats.late += for_step
-            self.reload()
-        if self._events:
-            stream = torch.cuda.current_stream(self._away[0].items[0][0].device)
-            for e in self._events:
-                stream.wait_event(e)
-        self._away, self._issued, self._events = [], 0, []
 
     def _forget(self) -> None:
         self.resident()
@@ -355,7 +391,8 @@ class StateSwap:
     def _on_forward_pre(self, module, args) -> None:
         if self._due and torch.is_grad_enabled():
             self._due = False
-            if self._auto and not (self._coupled and self._timed >= CALIBRATION_STEPS):
+            timing = not self._coupled or self._timed < CALIBRATION_STEPS or self._pricing()
+            if self._auto and timing and not self._declined:
                 self._marks = {}
                 self._mark("send")
                 if self._timed < CALIBRATION_STEPS:  # nothing goes: the windows are timed
@@ -401,21 +438,28 @@ class StateSwap:
                 log.warning("StateSwap max_bytes='auto': no reload point was reached in the "
                             "backward; nothing moves")  # fmt: skip
             return
-        self._timing.append(events)
-        wait = self._timed < CALIBRATION_STEPS
+        self._timing.append((*events, self._sent and self.stats.away_bytes > 0))
+        wait = self._timed < CALIBRATION_STEPS or self._pricing()  # memopt reads it next step
         self._timed += 1
         pending = []
-        for send, back, end in self._timing:
+        for send, back, end, moved in self._timing:
             if wait:
                 end.synchronize()
             elif not end.query():
-                pending.append((send, back, end))
+                pending.append((send, back, end, moved))
                 continue
             fwd_s, bwd_s = send.elapsed_time(back) / 1e3, back.elapsed_time(end) / 1e3
             old = self._windows or (fwd_s, bwd_s)
             self._windows = (min(old[0], fwd_s), min(old[1], bwd_s))
+            if moved:
+                self._moving.append(fwd_s + bwd_s)
+            else:
+                self._bare_s = min(self._bare_s or math.inf, fwd_s + bwd_s)
         self._timing = pending
         if self._windows is None or self._timed < CALIBRATION_STEPS:
+            return
+        if self._coupled and self.max_bytes is not None:  # sized once: the step plan's size
+            self.stats.price_ms = None if self.price_s() is None else 1e3 * self.price_s()
             return
         rates = host_rates(self._device())
         size = auto_bytes(*self._windows, rates.d2h_Bps, rates.h2d_Bps)
@@ -478,6 +522,8 @@ def _couple(swap: StateSwap, model: torch.nn.Module | list[torch.nn.Module]) -> 
     if state is None or state.config.budget is None:
         return False
     state.waits.add(swap.ready, "StateSwap")
+    if swap._auto:  # timed with and without moves: the step plan may decline it
+        state.swaps.add(swap)
     log.info("StateSwap: the model is planned under a budget: its step plan waits until the "
              "swap has sized itself and sent the states once; the size then stays")  # fmt: skip
     return True

@@ -1,0 +1,108 @@
+"""memopt.step_swap: the step plan keeps a coupled StateSwap only when its plan, the swap's
+measured price added, beats the plan without it (plain data and stand-ins here; the whole loop
+with a model is in tests/test_state_swap.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from memopt.step_swap import SwapOffers, keep_swap
+
+
+def _choice(overhead_ms: float, feasible: bool = True, peak: int = 0):
+    return SimpleNamespace(overhead_s=overhead_ms / 1e3, feasible=feasible, peak=peak)
+
+
+def test_the_swap_stays_only_when_its_plan_and_price_cost_less_or_only_it_fits():
+    # issue 14's 0.1 point (seventy-first session): 4.2 ms with it, 8.1 ms without
+    assert keep_swap(_choice(4.2), _choice(8.1), 1.5e-3)
+    assert not keep_swap(_choice(4.2), _choice(8.1), 4.0e-3)  # its price eats the saving
+    assert not keep_swap(_choice(1.2), _choice(3.4), 2.2e-3)  # a tie goes to no swap
+    assert not keep_swap(_choice(0.0), _choice(0.0), 0.0)  # nothing to recompute either way
+    assert keep_swap(_choice(9.0), _choice(1.0, feasible=False), 5e-3)  # only it fits
+    assert not keep_swap(_choice(1.0, feasible=False), _choice(9.0), 5e-3)  # only without fits
+    # neither fits: the lower predicted peak
+    assert keep_swap(_choice(1.0, False, peak=99), _choice(1.0, False, peak=100), 5e-3)
+    assert not keep_swap(_choice(1.0, False, peak=100), _choice(0.0, False, peak=100), 0.0)
+
+
+class _Swap:
+    def __init__(self, price_s):
+        self.price, self.moved_last, self.why = price_s, False, None
+
+    def open(self):
+        return self.why is None
+
+    def price_s(self):
+        return self.price
+
+    def decline(self, why):
+        self.why = why
+
+
+def _solver(by_offsets):
+    calls = []
+
+    def solve(offsets):
+        calls.append(list(offsets))
+        return by_offsets[tuple(offsets)]
+
+    return solve, calls
+
+
+def test_the_readings_kept_are_the_last_step_that_moved_nothing():
+    swap, offers = _Swap(1e-3), SwapOffers()
+    offers.add(swap)
+    offers.saw_step(lambda: None)  # a step without readings keeps nothing
+    assert offers.bare is None
+    offers.saw_step(lambda: [5, 6])
+    offers.saw_step(lambda: [7, 8])
+    swap.moved_last = True
+    offers.saw_step(lambda: [1, 2])  # the swap moved states: not a reading without it
+    assert offers.bare == [7, 8]
+
+
+def test_a_plan_without_the_swap_that_wins_declines_it_with_the_numbers_once():
+    swap, offers, said = _Swap(2.5e-3), SwapOffers(), []
+    offers.add(swap)
+    offers.saw_step(lambda: [300, 300])
+    with_it = _choice(1.21)
+    solve, calls = _solver({(300, 300): _choice(3.43)})
+    got = offers.choose(with_it, solve, lambda what, note: said.append((what, note)))
+    assert got.overhead_s == 3.43 / 1e3 and calls == [[300, 300]]
+    note = (
+        "StateSwap declined by the step plan: without it the plan predicts 3.43 ms of "
+        "overhead, with it 1.21 ms plus the swap's measured 2.50 ms a step; the optimizer's "
+        "states stay on the device"
+    )
+    assert said == [("swap declined", note)] and swap.why == note
+    # decided at the first step plan: a later one is left as it is
+    assert offers.choose(with_it, solve, lambda *_: None) is with_it and len(calls) == 1
+
+
+def test_a_swap_whose_plan_wins_is_kept_and_an_unpriced_one_is_not_weighed():
+    swap, offers = _Swap(1.0e-3), SwapOffers()
+    offers.add(swap)
+    offers.saw_step(lambda: [300])
+    solve, calls = _solver({(300,): _choice(8.1)})
+    with_it = _choice(4.2)
+    assert offers.choose(with_it, solve, lambda *_: None) is with_it and swap.why is None
+    assert calls == [[300]]
+    unpriced, offers = _Swap(None), SwapOffers()
+    offers.add(unpriced)
+    offers.saw_step(lambda: [300])
+    assert offers.choose(with_it, solve, lambda *_: None) is with_it and len(calls) == 1
+    assert unpriced.why is None
+
+
+def test_a_dropped_or_closed_swap_is_not_weighed():
+    offers = SwapOffers()
+    offers.add(_Swap(1e-3))  # dropped at once: held weakly
+    closed = _Swap(1e-3)
+    closed.why = "closed"
+    offers.add(closed)
+    offers.saw_step(lambda: [1])
+    solve, calls = _solver({})
+    with_it = _choice(1.0)
+    assert offers.bare is None
+    assert offers.choose(with_it, solve, lambda *_: None) is with_it and calls == []
