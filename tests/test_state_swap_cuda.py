@@ -102,14 +102,7 @@ def test_auto_bytes_under_torch_compile_times_the_windows_and_trains_identically
         # the reference has the same hooks (so the same graph breaks) and moves nothing
         size = "auto" if swap_it else 0
         swap = StateSwap(opt, model=model, max_bytes=size, min_bytes=WEIGHT)
-        compiled, losses = torch.compile(model), []
-        for i in range(STEPS):
-            torch.manual_seed(10 + i)
-            loss = compiled(torch.randn(4096, DIM, device="cuda"))
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss.item())
+        losses = _steps(torch.compile(model), opt, STEPS, lambda: None)
         swap.close()
         runs.append((losses, [p.detach().cpu() for p in model.parameters()], swap))
     (losses_ref, w_ref, _), (losses, w, swap) = runs
@@ -123,50 +116,46 @@ def test_auto_bytes_under_torch_compile_times_the_windows_and_trains_identically
     assert swap.stats.reloads == (STEPS - timed if swap.stats.tensors else 0)
 
 
-class _Broken(nn.Module):
-    """Three layers with a graph break after each (unrolled: a break inside a loop leaves the
-    frame eager): a step of several compiled regions, planned as a whole under a budget."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(DIM, DIM) for _ in range(3))
-
-    def forward(self, x):
-        x = torch.relu(self.layers[0](x))
-        torch._dynamo.graph_break()
-        x = torch.relu(self.layers[1](x))
-        torch._dynamo.graph_break()
-        x = torch.relu(self.layers[2](x))
-        torch._dynamo.graph_break()
-        return x.square().mean()
+def _steps(compiled, opt, n: int, each) -> list[float]:
+    """``n`` steps of ``compiled`` on (4096, DIM) inputs; ``each()`` after each step()."""
+    losses = []
+    for i in range(n):
+        torch.manual_seed(10 + i)
+        loss = compiled(torch.randn(4096, DIM, device="cuda"))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        each()
+    return losses
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_a_coupled_auto_swap_that_buys_the_plan_nothing_is_priced_and_declined():
-    """A memopt byte budget with room for everything: the step plan recomputes nothing with
-    the swap or without it, so the swap's measured price decides, and it is declined
-    (memopt.step_swap): steps 1-2 are timed without moves, 3-4 with them, the step plan is
-    made as step 5 begins, and from step 6 nothing moves. Losses as without the swap."""
+    """A memopt byte budget with room for everything on tests/test_state_swap.py's BrokenNet
+    (a graph break after each layer: several regions, planned as a step): the step plan
+    recomputes nothing with the swap or without it, so the swap's measured price decides, and
+    it is declined (memopt.step_swap): steps 1-2 are timed without moves, 3-4 with them, the
+    step plan is made as step 5 begins, and from step 6 nothing moves. Losses as without it."""
     import memopt
     from memopt.api import _STATES
+    from tests.test_state_swap import WEIGHT as SMALL
+    from tests.test_state_swap import BrokenNet
+
+    class Net(BrokenNet):
+        def forward(self, x):
+            return super().forward(x[:, :64]).square().mean()
 
     runs = []
     for swap_it in (False, True):
         torch._dynamo.reset()
-        torch.manual_seed(0)
-        model = _Broken().cuda()
+        model = Net().cuda()
         compiled = memopt.optimize(model, budget=1 << 40)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
-        swap = StateSwap(opt, model=model, max_bytes="auto", min_bytes=WEIGHT) if swap_it else None
-        losses, moved = [], []
-        for i in range(8):
-            torch.manual_seed(10 + i)
-            loss = compiled(torch.randn(4096, DIM, device="cuda"))
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            moved.append(swap.stats.tensors if swap else 0)
+        swap = StateSwap(opt, model=model, max_bytes="auto", min_bytes=SMALL) if swap_it else None
+        moved = []
+        count = lambda m=moved, s=swap: m.append(s.stats.tensors if s else 0)  # noqa: E731
+        losses = _steps(compiled, opt, 8, count)
         runs.append((losses, moved, swap, _STATES[model]))
     (losses_ref, _, _, _), (losses, moved, swap, state) = runs
     torch.testing.assert_close(losses, losses_ref)
