@@ -451,7 +451,7 @@ class StateSwap:
             fwd_s, bwd_s = send.elapsed_time(back) / 1e3, back.elapsed_time(end) / 1e3
             old = self._windows or (fwd_s, bwd_s)
             self._windows = (min(old[0], fwd_s), min(old[1], bwd_s))
-            if moved:
+            if moved and len(self._moving) < PRICE_STEPS:
                 self._moving.append(fwd_s + bwd_s)
             else:
                 self._bare_s = min(self._bare_s or math.inf, fwd_s + bwd_s)
