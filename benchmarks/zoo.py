@@ -43,6 +43,7 @@ import memopt  # noqa: E402
 from benchmarks.zoo_models import ZOO, ZooModel, available, step_loss  # noqa: E402
 from benchmarks.zoo_wide import ZOO_WIDE  # noqa: E402
 from memopt import _torch_compat as compat  # noqa: E402
+from memopt._torch_compat.compile_info import dynamo_graphs  # noqa: E402
 from memopt.measure import SavedMeasurement, measure_saved  # noqa: E402
 
 BUDGET = 0.5
@@ -196,8 +197,18 @@ def check_model(entry: ZooModel, size: str = "tiny", device: str = "cpu", dtype=
     """The zoo's three checks on one model; a JSON-ready dict."""
     t0 = time.perf_counter()
     model, inputs = build(entry, size, device, dtype)
+    # one eager forward first: a model's one-time setup at its first call would split plain
+    # torch.compile's first step into graphs that no later compile of the model (memopt's
+    # below) has. transformers 5 installs its output-capturing hooks under a threading.Lock,
+    # a graph break: DPT measured 2 graphs against a 1-region prediction, 5,168 B apart
+    # (docs/data/sweep8/diag_dpt)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        step_loss(model(**inputs))
     compiled = _compiled(model)
+    graphs = dynamo_graphs()
     l0, g0, base = one_step(model, compiled, inputs)
+    graphs = dynamo_graphs() - graphs
     refs: list[dict] = []  # eager's and torch.compile's second step, when needed
     truth: list[dict] = []  # a float64 eager step's, when needed
 
@@ -244,6 +255,8 @@ def check_model(entry: ZooModel, size: str = "tiny", device: str = "cpu", dtype=
         "kind": entry.kind,
         "class": type(model).__name__,
         "regions": len(rep.regions),
+        "plain_graphs": graphs,  # torch.compile's in the measured step: "exact" compares
+        # like with like when they are the regions memopt planned
         "grads_match": bool(ok),
         "grads_reference": ref,
         "max_rel_grad_error": err,

@@ -37,6 +37,13 @@ def compile_cache_hits() -> int:
     )
 
 
+def dynamo_graphs() -> int:
+    """Graphs dynamo has compiled so far in this process (its ``unique_graphs`` counter)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def ddp_split_compile() -> bool:
     """Whether the graph compiling now is one of DistributedDataParallel's buckets (dynamo's
     DDPOptimizer split the model's graph and compiles each piece)."""
