@@ -20,7 +20,8 @@ So the swap is an option of the step plan, priced by measurement:
   fits and costs less, its price included, than the plan without it, or only its plan fits
   (neither fitting: when its predicted peak is the lower); else the swap is declined
   (``StateSwap.decline``: nothing moves from the next step on) and the plan without it is
-  the step's. Said once in the step report's notes.
+  the step's. Said once in the step report's notes. At world size > 1 the ranks decide
+  alike: at the highest rank's price, and only when every rank has both readings.
 
 The plans' costs are the planner's prices and the swap's is measured: where the planner's
 prices over-state (docs/zoo.md, BART) the swap is kept a little more often than it should be.
@@ -35,7 +36,12 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+
+from memopt import ranks
+
 log = logging.getLogger("memopt")
+FLOAT = torch.float64
 
 
 def keep_swap(with_swap: Any, without: Any, price_s: float) -> bool:
@@ -84,9 +90,11 @@ class SwapOffers:
             return choice
         self.decided, live = True, self._live()
         prices = [s.price_s() for s in live]
-        if not live or self.bare is None or any(p is None for p in prices):
+        ok = bool(live) and self.bare is not None and all(p is not None for p in prices)
+        # every rank decides as the others: on every rank's readiness, at the highest price
+        unready, price = ranks.agree_max([float(not ok), sum(prices) if ok else 0.0], FLOAT)
+        if unready:
             return choice
-        price = sum(prices)
         without = solve(self.bare)
         if keep_swap(choice, without, price):
             log.info("memopt step plan: StateSwap kept: the plan with it predicts %.2f ms plus "
