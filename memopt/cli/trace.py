@@ -28,6 +28,7 @@ pick (:mod:`memopt.cli.attention`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -51,6 +52,8 @@ from memopt.partitioner import MemoptPartitioner, MemoptState
 from memopt.regions import fuse_loss_section
 from memopt.report import RegionReport
 from memopt.symbolic import SymbolTable
+
+log = logging.getLogger("memopt")
 
 _DATA_DEPENDENT = frozenset(
     {"DataDependentOutputException", "GuardOnDataDependentSymNode", "DynamicOutputShapeException"}
@@ -344,11 +347,13 @@ def trace(
     if dynamic:
         _mark_sizes((*args, *kwargs.values()), sizes)
     compiled = torch.compile(model, backend=backend)
-    emulation = _emulate_cuda() if emulated else contextlib.nullcontext()
+    emulation = _emulate_cuda if emulated else contextlib.nullcontext
     breaks: list[str] = []
     stopped = None
     try:
-        with _quiet_compile(), emulation, stand_in_values(stand_ins):
+        with _quiet_compile(), emulation():
+            _first_call(model, args, kwargs)
+        with _quiet_compile(), emulation(), stand_in_values(stand_ins):
             compiled(*args, **kwargs)
     except (PlanError, CliError):
         raise
@@ -392,6 +397,20 @@ def trace(
         breaks=breaks + stand_ins + ([stopped] if stopped else []),
         stopped=stopped,
     )
+
+
+def _first_call(model: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """One eager forward without grad before the trace, so that it traces the step training
+    runs from its second step on: a model's one-time setup at its first call is done
+    (transformers 5 installs its output-capturing hooks under a threading.Lock, a graph break
+    in the first compiled call only: DPT traced 2 regions where training runs 1 after its
+    first step). Best effort: a forward that fails eagerly on fake tensors is left to the
+    trace, which names what fails."""
+    try:
+        with torch.no_grad(), stand_in_values([]):
+            model(*args, **kwargs)
+    except Exception as e:  # the trace that follows raises or notes it, as before
+        log.debug("memopt plan: the eager first call failed (%s: %s)", type(e).__name__, e)
 
 
 def _stopped_note(cause: BaseException, where: str, regions: int) -> str:
