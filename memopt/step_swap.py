@@ -86,8 +86,8 @@ class SwapOffers:
         the readings without them when that one wins (:func:`keep_swap`; the swaps are then
         declined). Decided at the first step plan: a swap not priced by then (its wait ran
         out, or no CUDA events timed it) is kept."""
-        if self.decided:  # at the first step plan only: later ones correct what it measured
-            return choice
+        if self.decided or not self._swaps:  # at the first step plan only (later ones correct
+            return choice  # what it measured); no collective without a coupled swap
         self.decided, live = True, self._live()
         prices = [s.price_s() for s in live]
         ok = bool(live) and self.bare is not None and all(p is not None for p in prices)

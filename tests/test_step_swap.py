@@ -106,3 +106,25 @@ def test_a_dropped_or_closed_swap_is_not_weighed():
     with_it = _choice(1.0)
     assert offers.bare is None
     assert offers.choose(with_it, solve, lambda *_: None) is with_it and calls == []
+
+
+def test_the_ranks_decide_at_the_highest_price_and_only_when_every_rank_is_ready(monkeypatch):
+    """agree_max stands in for the other rank: its price (3 ms) declines a swap this rank's
+    (1 ms) would keep; a rank not ready keeps it everywhere."""
+    import memopt.step_swap as step_swap
+
+    other = {"unready": 0.0, "price": 3e-3}
+    monkeypatch.setattr(
+        step_swap.ranks,
+        "agree_max",
+        lambda values, dtype: [max(values[0], other["unready"]), max(values[1], other["price"])],
+    )
+    solve, _ = _solver({(300,): _choice(6.0)})
+    for unready, kept in ((0.0, False), (1.0, True)):
+        other["unready"] = unready
+        swap, offers = _Swap(1e-3), SwapOffers()
+        offers.add(swap)
+        offers.saw_step(lambda: [300])
+        with_it = _choice(4.2)
+        got = offers.choose(with_it, solve, lambda *_: None)
+        assert (got is with_it, swap.why is None) == (kept, kept)
