@@ -1,12 +1,18 @@
 """memopt.step_swap: the step plan keeps a coupled StateSwap only when its plan, the swap's
-measured price added, beats the plan without it (plain data and stand-ins here; the whole loop
-with a model is in tests/test_state_swap.py)."""
+measured price added, beats the plan without it: on plain data and stand-ins, and the whole
+loop with a model and a swap timed by stand-in CUDA events (last test)."""
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
+import pytest
+import torch
+
+from memopt.params.state_swap import StateSwap
 from memopt.step_swap import SwapOffers, keep_swap
+from tests.test_state_swap import WEIGHT, BrokenNet, _Ev, _step
 
 
 def _choice(overhead_ms: float, feasible: bool = True, peak: int = 0):
@@ -128,3 +134,68 @@ def test_the_ranks_decide_at_the_highest_price_and_only_when_every_rank_is_ready
         with_it = _choice(4.2)
         got = offers.choose(with_it, solve, lambda *_: None)
         assert (got is with_it, swap.why is None) == (kept, kept)
+
+
+@pytest.mark.parametrize("without_fits", [True, False])
+def test_the_step_plan_prices_a_coupled_auto_swap_and_declines_it_when_it_buys_nothing(
+    monkeypatch, without_fits
+):
+    """Timed with stand-in CUDA events: steps 1-2 move nothing (30 ms each), steps 3-4 move
+    every state (32.5 and 32 ms): the swap's price is 2 ms, and the plan waits for it
+    (planned as step 5 begins). The step's readings are stood in for: the bytes outside the
+    regions equal with the swap and without (it frees nothing the plan sees), so the plan
+    without it costs as much, and the swap is declined: from step 6 nothing moves, each
+    state has its own storage again and the report says why. When the plan without it cannot
+    fit (the readings without the swap hold a gigabyte more), the swap is kept. Losses as
+    torch.compile's throughout."""
+    import types
+
+    import memopt
+    import memopt.params.rates as rates
+    from memopt.api import _STATES
+    from memopt.state import MemoptState
+
+    monkeypatch.setattr(rates, "host_rates", lambda dev: types.SimpleNamespace(d2h_Bps=1e12,
+                                                                               h2d_Bps=1e12))  # fmt: skip
+    totals = iter([30.0, 30.0, 32.5, 32.0])  # ms from the send point to step()
+
+    def mark(self, name):
+        if name == "send":
+            self._total, self._clock = next(totals), 0.0
+        self._clock += {"send": 0.0, "reload": self._total / 2, "step": self._total / 2}[name]
+        self._marks[name] = _Ev(self._clock)
+
+    monkeypatch.setattr(StateSwap, "_mark", mark)
+    monkeypatch.setattr(StateSwap, "_device", lambda self: torch.device("cpu"))
+    extra = 0 if without_fits else 1 << 30
+    swaps = []
+
+    def offsets(self, sequence, ahead=False):
+        return [0 if swaps[0].moved_last else extra] * len(sequence)
+
+    monkeypatch.setattr(MemoptState, "_offsets", offsets)
+    ref = BrokenNet()
+    model = copy.deepcopy(ref)
+    compiled = memopt.optimize(model, budget=0.5)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    swaps.append(StateSwap(opt, model=model, max_bytes="auto", min_bytes=WEIGHT))
+    swap = swaps[0]
+    ref_c = torch.compile(ref)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    state, planned, moved = _STATES[model], [], []
+    for i in range(8):
+        torch.testing.assert_close(_step(compiled, opt, i), _step(ref_c, opt_ref, i))
+        planned.append(state._planned_for is not None)
+        moved.append(swap.stats.tensors)
+    assert planned == [False] * 5 + [True] * 3
+    assert swap.stats.price_ms == pytest.approx(2.0) and swap._bare_s == pytest.approx(0.030)
+    if without_fits:
+        assert moved == [0, 0, 0, 6, 6, 6, 0, 0]
+        assert swap.stats.declined.startswith("StateSwap declined by the step plan: without it")
+        assert "plus the swap's measured 2.00 ms a step" in swap.stats.declined
+        assert state.notes == [swap.stats.declined]
+        shared = {opt.state[p]["exp_avg"].untyped_storage().data_ptr() for p in opt.state}
+        assert len(shared) == len(opt.state)  # each state has its own storage again
+    else:
+        assert moved == [0, 0, 0, 6, 6, 6, 6, 6] and swap.stats.declined is None
+        assert not any("StateSwap" in n for n in state.notes)
