@@ -250,7 +250,8 @@ class MemoptState(RegionRegistry):
         dev = self._entry_device
         reading = allocated(dev) if dev is not None and self._step_max0 is not None else None
         self._probe, self._record = None, self._measured_peak(reading)
-        if self.cuda_graphs:  # graph replays allocate nothing: no peak to read
+        # graph replays allocate nothing: no peak to read; a swap declined as the step began
+        if self.cuda_graphs or self.swaps.declined_moved():  # moved in it: not the plan's peak
             probed = runs = self._record = None
         # allocated as the next step begins: what the step left behind for good (optimizer
         # states at the first optimizer step) counts in a plan made now (_offsets: ahead)

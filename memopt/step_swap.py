@@ -20,7 +20,9 @@ So the swap is an option of the step plan, priced by measurement:
   fits and costs less, its price included, than the plan without it, or only its plan fits
   (neither fitting: when its predicted peak is the lower); else the swap is declined
   (``StateSwap.decline``: nothing moves from the next step on) and the plan without it is
-  the step's. Said once in the step report's notes. At world size > 1 the ranks decide
+  the step's. Said once in the step report's notes. Where the swap's send comes before the
+  plan in the step the plan is made in, that step still moves states: its peak is not taken
+  as the plan's, the next step's is. At world size > 1 the ranks decide
   alike: at the highest rank's price, and only when every rank has both readings.
 
 The plans' costs are the planner's prices and the swap's is measured: where the planner's
@@ -67,6 +69,13 @@ class SwapOffers:
 
     def _live(self) -> list[Any]:
         return [s for ref in self._swaps if (s := ref()) is not None and s.open()]
+
+    def declined_moved(self) -> bool:
+        """Whether a swap declined by the step plan still moved states in the step just done
+        (its send came before the plan, at the step's start): that step's peak is not the
+        plan's, and the next step is measured instead."""
+        swaps = [s for r in self._swaps if (s := r()) is not None]
+        return any(s.moved_last and s.stats.declined is not None for s in swaps)
 
     def saw_step(self, offsets: Callable[[], list[int] | None]) -> None:
         """A step ran before the step plan (it waits for the swaps): its readings are kept

@@ -35,6 +35,7 @@ def test_the_swap_stays_only_when_its_plan_and_price_cost_less_or_only_it_fits()
 class _Swap:
     def __init__(self, price_s):
         self.price, self.moved_last, self.why = price_s, False, None
+        self.stats = SimpleNamespace(declined=None)
 
     def open(self):
         return self.why is None
@@ -43,7 +44,7 @@ class _Swap:
         return self.price
 
     def decline(self, why):
-        self.why = why
+        self.why = self.stats.declined = why
 
 
 def _solver(by_offsets):
@@ -82,6 +83,11 @@ def test_a_plan_without_the_swap_that_wins_declines_it_with_the_numbers_once():
         "states stay on the device"
     )
     assert said == [("swap declined", note)] and swap.why == note
+    # the swap sent at the start of the step the plan was made in: that step is not measured
+    swap.moved_last = True
+    assert offers.declined_moved()
+    swap.moved_last = False  # the next step moves nothing
+    assert not offers.declined_moved()
     # decided at the first step plan: a later one is left as it is
     assert offers.choose(with_it, solve, lambda *_: None) is with_it and len(calls) == 1
 
@@ -94,6 +100,8 @@ def test_a_swap_whose_plan_wins_is_kept_and_an_unpriced_one_is_not_weighed():
     with_it = _choice(4.2)
     assert offers.choose(with_it, solve, lambda *_: None) is with_it and swap.why is None
     assert calls == [[300]]
+    swap.moved_last = True  # a kept swap's moves are the plan's
+    assert not offers.declined_moved()
     unpriced, offers = _Swap(None), SwapOffers()
     offers.add(unpriced)
     offers.saw_step(lambda: [300])

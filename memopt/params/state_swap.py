@@ -494,7 +494,7 @@ class StateSwap:
     def close(self) -> None:
         """Bring the states back and remove every hook."""
         self.resident()
-        self._due = False
+        self._due, self.moved_last = False, False
         st = self.stats
         log.info(
             "StateSwap: %d B in %d tensors away a step; %d reloads hidden, %d late",
