@@ -190,7 +190,8 @@ def _fake_tensor(mode, t: torch.Tensor, device: torch.device) -> torch.Tensor:
 def fakeify(
     built: Built, device: torch.device, stand_ins: list[str] | None = None
 ) -> tuple[nn.Module, tuple, dict]:
-    """Replace every parameter, buffer and input tensor by a FakeTensor on ``device``.
+    """Replace every parameter, buffer, input tensor and plain meta tensor attribute of a
+    module by a FakeTensor on ``device``.
 
     Ties are kept: a parameter or buffer held by several modules (a word embedding that is
     also the LM head's weight) becomes one fake, shared by all of them, so dynamo sees one
@@ -218,6 +219,12 @@ def fakeify(
         for name, b in list(module._buffers.items()):
             if b is not None:
                 module._buffers[name] = fake_of(b, False)
+        # plain tensor attributes made on the meta device hold no data (diffusers' QwenImage
+        # rotary frequencies, kept out of the buffers on purpose): "Cannot copy out of meta
+        # tensor" at their first use. Not ones with data: .to() moves none, as in training
+        for name, v in list(vars(module).items()):
+            if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter) and v.is_meta:
+                setattr(module, name, fake_of(v, False))
 
     def conv(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
