@@ -144,9 +144,9 @@ def test_the_ranks_decide_at_the_highest_price_and_only_when_every_rank_is_ready
         assert (got is with_it, swap.why is None) == (kept, kept)
 
 
-@pytest.mark.parametrize("without_fits", [True, False])
+@pytest.mark.parametrize("case", ["declined", "kept", "sized_to_nothing"])
 def test_the_step_plan_prices_a_coupled_auto_swap_and_declines_it_when_it_buys_nothing(
-    monkeypatch, without_fits
+    monkeypatch, case
 ):
     """Timed with stand-in CUDA events: steps 1-2 move nothing (30 ms each), steps 3-4 move
     every state (32.5 and 32 ms): the swap's price is 2 ms, and the plan waits for it
@@ -155,7 +155,8 @@ def test_the_step_plan_prices_a_coupled_auto_swap_and_declines_it_when_it_buys_n
     without it costs as much, and the swap is declined: from step 6 nothing moves, each
     state has its own storage again and the report says why. When the plan without it cannot
     fit (the readings without the swap hold a gigabyte more), the swap is kept. Losses as
-    torch.compile's throughout."""
+    torch.compile's throughout. A swap whose windows hide nothing (sized to 0 B) is priced on
+    its two empty sends as any other and declined, without holding the plan back."""
     import types
 
     import memopt
@@ -163,8 +164,9 @@ def test_the_step_plan_prices_a_coupled_auto_swap_and_declines_it_when_it_buys_n
     from memopt.api import _STATES
     from memopt.state import MemoptState
 
-    monkeypatch.setattr(rates, "host_rates", lambda dev: types.SimpleNamespace(d2h_Bps=1e12,
-                                                                               h2d_Bps=1e12))  # fmt: skip
+    rate = 0.0 if case == "sized_to_nothing" else 1e12
+    monkeypatch.setattr(rates, "host_rates", lambda dev: types.SimpleNamespace(d2h_Bps=rate,
+                                                                               h2d_Bps=rate))  # fmt: skip
     totals = iter([30.0, 30.0, 32.5, 32.0])  # ms from the send point to step()
 
     def mark(self, name):
@@ -175,7 +177,7 @@ def test_the_step_plan_prices_a_coupled_auto_swap_and_declines_it_when_it_buys_n
 
     monkeypatch.setattr(StateSwap, "_mark", mark)
     monkeypatch.setattr(StateSwap, "_device", lambda self: torch.device("cpu"))
-    extra = 0 if without_fits else 1 << 30
+    extra = 1 << 30 if case == "kept" else 0
     swaps = []
 
     def offsets(self, sequence, ahead=False):
@@ -197,7 +199,10 @@ def test_the_step_plan_prices_a_coupled_auto_swap_and_declines_it_when_it_buys_n
         moved.append(swap.stats.tensors)
     assert planned == [False] * 5 + [True] * 3
     assert swap.stats.price_ms == pytest.approx(2.0) and swap._bare_s == pytest.approx(0.030)
-    if without_fits:
+    if case == "sized_to_nothing":
+        assert moved == [0] * 8 and swap.max_bytes == 0 and state.waits.waited == 4
+        assert swap.stats.declined.startswith("StateSwap declined by the step plan")
+    elif case == "declined":
         assert moved == [0, 0, 0, 6, 6, 6, 0, 0]
         assert swap.stats.declined.startswith("StateSwap declined by the step plan: without it")
         assert "plus the swap's measured 2.00 ms a step" in swap.stats.declined

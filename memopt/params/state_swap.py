@@ -438,7 +438,7 @@ class StateSwap:
                 log.warning("StateSwap max_bytes='auto': no reload point was reached in the "
                             "backward; nothing moves")  # fmt: skip
             return
-        self._timing.append((*events, self._sent and self.stats.away_bytes > 0))
+        self._timing.append((*events, self._sent))  # sent at its size (none: priced too)
         wait = self._timed < CALIBRATION_STEPS or self._pricing()  # memopt reads it next step
         self._timed += 1
         pending = []
